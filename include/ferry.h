@@ -1,0 +1,431 @@
+/*
+ * ferry.h - the one public header of ferry, a byte transfer layer for fast point-to-point
+ * communication between processes: active messages, tagged messages, RMA and atomics over
+ * shared memory, UDP, TCP and libfabric.
+ *
+ * Objects, from the outside in:
+ *
+ *   context   one per process: configuration (FERRY_* environment), transports, memory
+ *   worker    a progress engine: interfaces, queues, completions; one thread drives one
+ *   address   a worker's address blob, to give to a peer (out of band or via the bootstrap)
+ *   endpoint  a connection from a worker to a remote worker; connected lazily on first use
+ *   mem/rkey  registered memory and its packed remote key
+ *   request   caller-owned storage for one nonblocking operation
+ *   world     the processes of a launched job, addressed by rank (ferryrun, mpirun, srun...)
+ *
+ * THE NONBLOCKING CONTRACT (every call that takes a ferry_request_t *):
+ *
+ *   FERRY_OK          the operation is done now; its callback is NOT called.
+ *   FERRY_INPROGRESS  the operation goes on; its callback is called exactly once, later,
+ *                     from ferry_worker_progress() (or a call that progresses) on the
+ *                     worker's thread; the request storage must stay valid until then.
+ *   negative          the operation failed now; nothing was started, no callback.
+ *
+ * A request may be NULL: the library then copies whatever it needs before returning, so the
+ * caller's buffers are free at once, and a later failure is reported to the endpoint's error
+ * handler.  Operations that fill caller memory later (get, fetching atomics, tag receive)
+ * need a request.
+ *
+ * Parameter structs carry a field_mask: only fields whose bit is set are read, so fields can be
+ * added in later versions without breaking callers.  An unknown bit is FERRY_ERR_INVALID_PARAM.
+ */
+#ifndef FERRY_H
+#define FERRY_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/uio.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(__GNUC__) && !defined(FERRY_STATIC_ONLY)
+#define FERRY_API __attribute__((visibility("default")))
+#else
+#define FERRY_API
+#endif
+
+#define FERRY_VERSION_MAJOR 0
+#define FERRY_VERSION_MINOR 1
+#define FERRY_VERSION_PATCH 0
+
+/* ---------------------------------------------------------------------------------------- */
+/* Status                                                                                     */
+/* ---------------------------------------------------------------------------------------- */
+
+typedef enum ferry_status {
+    FERRY_OK = 0,                    /* done */
+    FERRY_INPROGRESS = 1,            /* started; exactly one callback later */
+    FERRY_ERR_NO_MESSAGE = -1,       /* nothing matched (probe) */
+    FERRY_ERR_NO_RESOURCE = -2,      /* temporarily out of resources: retry after progress */
+    FERRY_ERR_NO_MEMORY = -3,        /* allocation failed */
+    FERRY_ERR_INVALID_PARAM = -4,    /* a bad argument: NULL handle, bad mask, bad size */
+    FERRY_ERR_UNSUPPORTED = -5,      /* not implemented, or not by the chosen transports */
+    FERRY_ERR_UNREACHABLE = -6,      /* no transport reaches the peer */
+    FERRY_ERR_INVALID_ADDR = -7,     /* a malformed or foreign worker address */
+    FERRY_ERR_TIMED_OUT = -8,        /* a wait or a peer's answer took too long */
+    FERRY_ERR_CANCELED = -9,         /* the operation was canceled */
+    FERRY_ERR_TRUNCATED = -10,       /* buffer too small; the needed size is reported */
+    FERRY_ERR_CONNECTION_RESET = -11,/* the peer closed or reset the connection */
+    FERRY_ERR_ENDPOINT_TIMEOUT = -12,/* the peer stopped answering: presumed dead */
+    FERRY_ERR_ACCESS_DENIED = -13,   /* wrong remote key or outside a registered region */
+    FERRY_ERR_IO = -14,              /* an operating system call failed */
+    FERRY_ERR_BUSY = -15,            /* there are events pending (arm), or object in use */
+    FERRY_ERR_EXISTS = -16,          /* already registered */
+    FERRY_ERR_NO_ELEM = -17,         /* no such element (unknown AM id, handler, device) */
+    FERRY_ERR_BAD_CONFIG = -18,      /* a FERRY_* variable has a value that is not accepted */
+    FERRY_ERR_NO_DEVICE = -19,       /* no usable device or transport */
+    FERRY_ERR_PROTOCOL = -20,        /* a peer sent something malformed */
+    FERRY_ERR_BOOTSTRAP = -21,       /* the launcher's key-value service failed */
+    FERRY_ERR_MESSAGE_TRUNCATED = -22, /* a received message was longer than the buffer */
+    FERRY_ERR_NOT_CONNECTED = -23,   /* endpoint closed or failed */
+    FERRY_ERR_LAST = -24
+} ferry_status_t;
+
+/** A short, human sentence for a status code (never NULL). */
+FERRY_API const char *ferry_status_string(ferry_status_t status);
+
+/** The library version as "major.minor.patch". */
+FERRY_API const char *ferry_version(void);
+
+/* ---------------------------------------------------------------------------------------- */
+/* Handles                                                                                    */
+/* ---------------------------------------------------------------------------------------- */
+
+typedef struct ferry_context ferry_context_t;
+typedef struct ferry_worker ferry_worker_t;
+typedef struct ferry_ep ferry_ep_t;
+typedef struct ferry_mem ferry_mem_t;
+typedef struct ferry_rkey ferry_rkey_t;
+typedef struct ferry_world ferry_world_t;
+typedef struct ferry_request ferry_request_t;
+
+/** Completion callback of a request: called once, from progress, with the final status. */
+typedef void (*ferry_request_cb_t)(ferry_request_t *req, ferry_status_t status);
+
+/** Size of the library-private part of a request, in 8-byte words. */
+#define FERRY_REQUEST_PRIV_WORDS 24
+
+/**
+ * A request: caller-owned storage for one nonblocking operation.  Set `cb` (may be NULL) and
+ * `user_data` before the call; the library never allocates or frees requests.  After
+ * completion, `status` holds the result; for a tag receive, `tag` and `length` describe the
+ * message received.  The storage may be reused once the operation completed.
+ */
+struct ferry_request {
+    ferry_request_cb_t cb;
+    void *user_data;
+    ferry_status_t status; /* set before cb runs */
+    uint64_t tag;          /* tag receive: the sender's tag */
+    size_t length;         /* tag receive: bytes received; get: bytes read */
+    uint64_t priv[FERRY_REQUEST_PRIV_WORDS];
+};
+
+/* ---------------------------------------------------------------------------------------- */
+/* Context                                                                                    */
+/* ---------------------------------------------------------------------------------------- */
+
+/** Features the application intends to use; transports are chosen to serve them. */
+enum ferry_feature {
+    FERRY_FEATURE_AM = 1u << 0,
+    FERRY_FEATURE_TAG = 1u << 1,
+    FERRY_FEATURE_RMA = 1u << 2,
+    FERRY_FEATURE_AMO = 1u << 3,
+};
+
+enum ferry_context_field {
+    FERRY_CONTEXT_FIELD_FEATURES = 1u << 0,
+    FERRY_CONTEXT_FIELD_NAME = 1u << 1, /* a name used in logs */
+};
+
+typedef struct ferry_context_params {
+    uint64_t field_mask;
+    uint64_t features; /* ferry_feature bits; default: all */
+    const char *name;
+} ferry_context_params_t;
+
+/**
+ * Create a context: reads FERRY_* configuration, finds transports and devices.
+ * params may be NULL (all defaults).  A bad FERRY_* value fails with FERRY_ERR_BAD_CONFIG
+ * and a log message naming the variable, its value and what is accepted.
+ */
+FERRY_API ferry_status_t ferry_context_create(const ferry_context_params_t *params,
+                                              ferry_context_t **context_p);
+/** Destroy a context; every worker and memory handle must be gone.  NULL is accepted. */
+FERRY_API void ferry_context_destroy(ferry_context_t *context);
+
+/** Print the configuration (every variable, value, default and meaning) to a stream. */
+FERRY_API void ferry_config_print(const ferry_context_t *context, void *file /* FILE * */);
+
+/* ---------------------------------------------------------------------------------------- */
+/* Worker                                                                                     */
+/* ---------------------------------------------------------------------------------------- */
+
+/** How ferry_worker_wait() idles: also set by FERRY_WAIT=spin|adaptive|block. */
+typedef enum ferry_wait_mode {
+    FERRY_WAIT_DEFAULT = 0, /* from FERRY_WAIT; default adaptive */
+    FERRY_WAIT_SPIN,        /* poll without pause: lowest latency, burns a core */
+    FERRY_WAIT_ADAPTIVE,    /* spin briefly, then yield, then sleep on the event fd */
+    FERRY_WAIT_BLOCK,       /* sleep on the event fd at once */
+} ferry_wait_mode_t;
+
+enum ferry_worker_field {
+    FERRY_WORKER_FIELD_WAIT_MODE = 1u << 0,
+    FERRY_WORKER_FIELD_USER_DATA = 1u << 1,
+};
+
+typedef struct ferry_worker_params {
+    uint64_t field_mask;
+    ferry_wait_mode_t wait_mode;
+    void *user_data;
+} ferry_worker_params_t;
+
+FERRY_API ferry_status_t ferry_worker_create(ferry_context_t *context,
+                                             const ferry_worker_params_t *params,
+                                             ferry_worker_t **worker_p);
+/** Destroy a worker: endpoints still open are closed by force.  NULL is accepted. */
+FERRY_API void ferry_worker_destroy(ferry_worker_t *worker);
+
+/**
+ * Make progress: poll every interface, run received message handlers and completion
+ * callbacks.  Never blocks.  Returns the number of events processed (0 = nothing to do).
+ */
+FERRY_API unsigned ferry_worker_progress(ferry_worker_t *worker);
+
+/**
+ * Progress until at least one event happened or timeout_ms passed (-1 = no limit), idling as
+ * the wait mode says.  Returns FERRY_OK when something happened, FERRY_ERR_TIMED_OUT if not.
+ */
+FERRY_API ferry_status_t ferry_worker_wait(ferry_worker_t *worker, int timeout_ms);
+
+/**
+ * The worker's event file descriptor, for event loops: it becomes readable when there may be
+ * work.  Before sleeping on it, call ferry_worker_arm(); FERRY_ERR_BUSY means "work is
+ * pending already: progress, do not sleep".
+ */
+FERRY_API ferry_status_t ferry_worker_get_fd(ferry_worker_t *worker, int *fd_p);
+FERRY_API ferry_status_t ferry_worker_arm(ferry_worker_t *worker);
+
+/** Wake a worker sleeping in ferry_worker_wait() from another thread. */
+FERRY_API ferry_status_t ferry_worker_signal(ferry_worker_t *worker);
+
+/**
+ * Copy the worker's address blob into buf.  On entry *len is the size of buf; on return, the
+ * size of the address.  If buf is NULL or too small, FERRY_ERR_TRUNCATED and *len = needed.
+ */
+FERRY_API ferry_status_t ferry_worker_get_address(ferry_worker_t *worker, void *buf,
+                                                  size_t *len);
+
+/** Flush: complete every operation of every endpoint of the worker remotely. */
+FERRY_API ferry_status_t ferry_worker_flush(ferry_worker_t *worker, ferry_request_t *req);
+
+/** Print a worker's interfaces and per-endpoint lanes and statistics. */
+FERRY_API void ferry_worker_print_info(const ferry_worker_t *worker, void *file /* FILE * */);
+
+/* ---------------------------------------------------------------------------------------- */
+/* Endpoint                                                                                   */
+/* ---------------------------------------------------------------------------------------- */
+
+/** Called (from progress) when an endpoint fails: the peer died, reset, or timed out. */
+typedef void (*ferry_ep_err_cb_t)(void *arg, ferry_ep_t *ep, ferry_status_t status);
+
+enum ferry_ep_field {
+    FERRY_EP_FIELD_ADDRESS = 1u << 0,  /* address + address_len: a peer's worker address */
+    FERRY_EP_FIELD_ERR_HANDLER = 1u << 1,
+    FERRY_EP_FIELD_USER_DATA = 1u << 2,
+};
+
+typedef struct ferry_ep_params {
+    uint64_t field_mask;
+    const void *address;
+    size_t address_len;
+    ferry_ep_err_cb_t err_cb;
+    void *err_arg;
+    void *user_data;
+} ferry_ep_params_t;
+
+/**
+ * Create an endpoint to the worker whose address is given.  The connection is made lazily:
+ * sends may be issued at once.  FERRY_ERR_INVALID_ADDR for a malformed address,
+ * FERRY_ERR_UNREACHABLE when no transport reaches it.
+ */
+FERRY_API ferry_status_t ferry_ep_create(ferry_worker_t *worker, const ferry_ep_params_t *params,
+                                         ferry_ep_t **ep_p);
+
+enum ferry_ep_close_mode {
+    FERRY_EP_CLOSE_FLUSH = 0, /* complete every pending operation first */
+    FERRY_EP_CLOSE_FORCE = 1, /* drop them: they complete with FERRY_ERR_CANCELED */
+};
+
+/** Close an endpoint.  The handle is invalid once this returns OK or the request completes. */
+FERRY_API ferry_status_t ferry_ep_close(ferry_ep_t *ep, unsigned mode, ferry_request_t *req);
+
+/** Complete every earlier operation on this endpoint remotely. */
+FERRY_API ferry_status_t ferry_ep_flush(ferry_ep_t *ep, ferry_request_t *req);
+
+/** Order: operations issued after the fence are performed after those before it. */
+FERRY_API ferry_status_t ferry_ep_fence(ferry_ep_t *ep);
+
+FERRY_API void *ferry_ep_get_user_data(const ferry_ep_t *ep);
+FERRY_API ferry_worker_t *ferry_ep_get_worker(const ferry_ep_t *ep);
+
+/** Per-endpoint counters (every transport fills what it has; the rest stays 0). */
+typedef struct ferry_ep_stats {
+    uint64_t tx_msgs, tx_bytes, rx_msgs, rx_bytes;
+    uint64_t retransmits, dup_acks, fast_retransmits, timeouts;
+    uint64_t drops_bad_key, drops_malformed, drops_duplicate, drops_unknown_ep;
+    uint64_t rtt_ns, rto_ns;       /* current estimates (reliable transports) */
+    uint64_t window_used, window_max;
+} ferry_ep_stats_t;
+
+FERRY_API ferry_status_t ferry_ep_get_stats(const ferry_ep_t *ep, ferry_ep_stats_t *stats);
+
+/* ---------------------------------------------------------------------------------------- */
+/* Active messages                                                                            */
+/* ---------------------------------------------------------------------------------------- */
+
+/** Active message ids: 0 .. FERRY_AM_ID_MAX. */
+#define FERRY_AM_ID_MAX 255
+/** The largest user header an AM may carry. */
+#define FERRY_AM_HEADER_MAX 1024
+
+/**
+ * An active message handler.  Runs from ferry_worker_progress() of the receiving worker.
+ * header/data are valid only during the call (copy what you keep).  reply_ep is an endpoint
+ * to the sender's worker: the handler may send on it (it is owned by the library and lives
+ * as long as the worker or until closed).  Return FERRY_OK.
+ */
+typedef ferry_status_t (*ferry_am_cb_t)(void *arg, const void *header, size_t header_len,
+                                        const void *data, size_t data_len, ferry_ep_t *reply_ep);
+
+/** Register (cb != NULL) or remove (cb == NULL) the handler of an AM id. */
+FERRY_API ferry_status_t ferry_worker_set_am_handler(ferry_worker_t *worker, unsigned id,
+                                                     ferry_am_cb_t cb, void *arg);
+
+/**
+ * Send an active message: a header (up to FERRY_AM_HEADER_MAX bytes) and data, contiguous.
+ * With req == NULL the data is copied before return.  An id with no handler at the receiver
+ * is dropped there and counted (with a warning naming the id).
+ */
+FERRY_API ferry_status_t ferry_am_send(ferry_ep_t *ep, unsigned id, const void *header,
+                                       size_t header_len, const void *data, size_t data_len,
+                                       ferry_request_t *req);
+
+/** The same with the data gathered from an iovec. */
+FERRY_API ferry_status_t ferry_am_sendv(ferry_ep_t *ep, unsigned id, const void *header,
+                                        size_t header_len, const struct iovec *iov,
+                                        size_t iovcnt, ferry_request_t *req);
+
+/* ---------------------------------------------------------------------------------------- */
+/* Tagged messages                                                                            */
+/* ---------------------------------------------------------------------------------------- */
+
+typedef struct ferry_tag_info {
+    uint64_t tag;
+    size_t length;
+} ferry_tag_info_t;
+
+/** Send a tagged message; matched at the receiver by tag & mask, in order per sender. */
+FERRY_API ferry_status_t ferry_tag_send(ferry_ep_t *ep, uint64_t tag, const void *buf,
+                                        size_t len, ferry_request_t *req);
+/** Post a receive; req->tag and req->length say what arrived. */
+FERRY_API ferry_status_t ferry_tag_recv(ferry_worker_t *worker, void *buf, size_t len,
+                                        uint64_t tag, uint64_t tag_mask, ferry_request_t *req);
+/** Is a matching message waiting?  FERRY_OK and *info, or FERRY_ERR_NO_MESSAGE. */
+FERRY_API ferry_status_t ferry_tag_probe(ferry_worker_t *worker, uint64_t tag, uint64_t tag_mask,
+                                         ferry_tag_info_t *info);
+
+/** Cancel a pending request: it completes with FERRY_ERR_CANCELED if it had not completed. */
+FERRY_API ferry_status_t ferry_request_cancel(ferry_worker_t *worker, ferry_request_t *req);
+
+/* ---------------------------------------------------------------------------------------- */
+/* Memory, remote keys, RMA, atomics                                                          */
+/* ---------------------------------------------------------------------------------------- */
+
+enum ferry_mem_access {
+    FERRY_MEM_REMOTE_READ = 1u << 0,
+    FERRY_MEM_REMOTE_WRITE = 1u << 1,
+    FERRY_MEM_REMOTE_ATOMIC = 1u << 2,
+};
+
+enum ferry_mem_field {
+    FERRY_MEM_FIELD_ADDRESS = 1u << 0,
+    FERRY_MEM_FIELD_LENGTH = 1u << 1,
+    FERRY_MEM_FIELD_ACCESS = 1u << 2,
+};
+
+typedef struct ferry_mem_params {
+    uint64_t field_mask;
+    void *address;
+    size_t length;
+    unsigned access; /* ferry_mem_access bits; default: all */
+} ferry_mem_params_t;
+
+/** Register memory for remote access.  Address and length are required. */
+FERRY_API ferry_status_t ferry_mem_map(ferry_context_t *context, const ferry_mem_params_t *params,
+                                       ferry_mem_t **mem_p);
+FERRY_API ferry_status_t ferry_mem_unmap(ferry_context_t *context, ferry_mem_t *mem);
+
+/** Pack a remote key for a peer (same size/TRUNCATED convention as the worker address). */
+FERRY_API ferry_status_t ferry_rkey_pack(ferry_context_t *context, const ferry_mem_t *mem,
+                                         void *buf, size_t *len);
+/** Unpack a peer's remote key for use on an endpoint to that peer. */
+FERRY_API ferry_status_t ferry_rkey_unpack(ferry_ep_t *ep, const void *buf, size_t len,
+                                           ferry_rkey_t **rkey_p);
+FERRY_API void ferry_rkey_destroy(ferry_rkey_t *rkey);
+
+/** Write len bytes to remote_addr inside the region of rkey.  Remote completion: flush. */
+FERRY_API ferry_status_t ferry_put(ferry_ep_t *ep, const void *buf, size_t len,
+                                   uint64_t remote_addr, ferry_rkey_t *rkey, ferry_request_t *req);
+/** Read len bytes from remote_addr.  Needs a request unless it completes at once. */
+FERRY_API ferry_status_t ferry_get(ferry_ep_t *ep, void *buf, size_t len, uint64_t remote_addr,
+                                   ferry_rkey_t *rkey, ferry_request_t *req);
+
+typedef enum ferry_atomic_op {
+    FERRY_ATOMIC_ADD,   /* *r += operand */
+    FERRY_ATOMIC_AND,
+    FERRY_ATOMIC_OR,
+    FERRY_ATOMIC_XOR,
+    FERRY_ATOMIC_SWAP,  /* *r = operand */
+    FERRY_ATOMIC_CSWAP, /* if (*r == compare) *r = operand */
+} ferry_atomic_op_t;
+
+/**
+ * A 32- or 64-bit atomic (size 4 or 8) at remote_addr, which must be aligned to size.  If
+ * result is not NULL the old value is written there (fetching form; needs a request unless
+ * it completes at once).  CSWAP always fetches.
+ */
+FERRY_API ferry_status_t ferry_atomic(ferry_ep_t *ep, ferry_atomic_op_t op, size_t size,
+                                      uint64_t operand, uint64_t compare, void *result,
+                                      uint64_t remote_addr, ferry_rkey_t *rkey,
+                                      ferry_request_t *req);
+
+/* ---------------------------------------------------------------------------------------- */
+/* World: the processes of a launched job                                                     */
+/* ---------------------------------------------------------------------------------------- */
+
+/**
+ * Join the job this process was started in (ferryrun, Open MPI's mpirun, MPICH's hydra,
+ * Slurm's srun --mpi=pmix, or none: a singleton of one).  Publishes the worker's address
+ * through the launcher's key-value service; endpoints to ranks are created on first use.
+ * FERRY_BOOT=builtin|pmix|pmi1|singleton forces a backend.  Collective: every rank calls it.
+ */
+FERRY_API ferry_status_t ferry_world_create(ferry_worker_t *worker, ferry_world_t **world_p);
+FERRY_API void ferry_world_destroy(ferry_world_t *world);
+FERRY_API int ferry_world_rank(const ferry_world_t *world);
+FERRY_API int ferry_world_size(const ferry_world_t *world);
+FERRY_API int ferry_world_local_rank(const ferry_world_t *world);
+FERRY_API int ferry_world_local_size(const ferry_world_t *world);
+/** The endpoint to a rank (created and connected on first use; owned by the world). */
+FERRY_API ferry_status_t ferry_world_ep(ferry_world_t *world, int rank, ferry_ep_t **ep_p);
+/** Block (progressing the worker) until every rank has called it. */
+FERRY_API ferry_status_t ferry_world_barrier(ferry_world_t *world);
+/** The bootstrap backend's name: "builtin", "pmix", "pmi1" or "singleton". */
+FERRY_API const char *ferry_world_backend(const ferry_world_t *world);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* FERRY_H */

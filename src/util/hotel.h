@@ -1,0 +1,51 @@
+/*
+ * hotel.h - the retransmission hotel: O(1) check-in / check-out timers on a timing wheel.
+ *
+ * The name is the usnic design's: every sent segment "checks into the hotel" until it is
+ * acknowledged (check-out) or its stay runs out (expiry: resend).  Rooms are intrusive
+ * (embedded in the guest), so check-in never allocates.  The wheel has nslots slots of
+ * tick_ns each; a stay longer than the wheel's span is kept in its slot and skipped until its
+ * round comes.  Rooms expire in order of their expiry time up to one tick of granularity, and
+ * rooms due in the same tick expire in check-in order.
+ */
+#ifndef FY_UTIL_HOTEL_H
+#define FY_UTIL_HOTEL_H
+
+#include <stdint.h>
+
+#include "ferry.h"
+#include "util/list.h"
+
+typedef struct fy_hotel_room {
+    fy_list_t link;   /* self-linked when not checked in */
+    uint64_t expiry;  /* absolute, ns */
+} fy_hotel_room_t;
+
+struct fy_hotel;
+/* Called for each expired room, already checked out; it may check the room in again. */
+typedef void (*fy_hotel_expire_cb_t)(struct fy_hotel *hotel, fy_hotel_room_t *room, void *arg);
+
+typedef struct fy_hotel {
+    fy_list_t *slots;
+    unsigned nslots;      /* power of two */
+    uint64_t tick_ns;
+    uint64_t current_tick;/* the next tick to process */
+    size_t occupancy;
+    fy_hotel_expire_cb_t expire_cb;
+    void *arg;
+} fy_hotel_t;
+
+ferry_status_t fy_hotel_init(fy_hotel_t *h, uint64_t tick_ns, unsigned nslots,
+                             fy_hotel_expire_cb_t cb, void *arg, uint64_t now_ns);
+void fy_hotel_destroy(fy_hotel_t *h);
+static inline void fy_hotel_room_init(fy_hotel_room_t *r) { fy_list_init(&r->link); }
+static inline int fy_hotel_is_checked_in(const fy_hotel_room_t *r) { return fy_list_is_linked(&r->link); }
+/* Check in for stay_ns from now (re-check-in of a room moves it). */
+void fy_hotel_checkin(fy_hotel_t *h, fy_hotel_room_t *r, uint64_t stay_ns, uint64_t now_ns);
+/* Check out before expiry (no-op if not checked in). */
+void fy_hotel_checkout(fy_hotel_t *h, fy_hotel_room_t *r);
+/* Expire every room due at now_ns; returns how many expired. */
+unsigned fy_hotel_run(fy_hotel_t *h, uint64_t now_ns);
+static inline size_t fy_hotel_occupancy(const fy_hotel_t *h) { return h->occupancy; }
+
+#endif

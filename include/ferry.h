@@ -353,6 +353,13 @@ enum ferry_mem_field {
     FERRY_MEM_FIELD_ADDRESS = 1u << 0,
     FERRY_MEM_FIELD_LENGTH = 1u << 1,
     FERRY_MEM_FIELD_ACCESS = 1u << 2,
+    FERRY_MEM_FIELD_FLAGS = 1u << 3,
+};
+
+enum ferry_mem_flag {
+    /* Allocate the memory (shared, so local peers can map it: RMA and atomics then need no
+     * system call).  address is ignored; ferry_mem_query() gives where it is. */
+    FERRY_MEM_ALLOCATE = 1u << 0,
 };
 
 typedef struct ferry_mem_params {
@@ -360,12 +367,16 @@ typedef struct ferry_mem_params {
     void *address;
     size_t length;
     unsigned access; /* ferry_mem_access bits; default: all */
+    unsigned flags;  /* ferry_mem_flag bits */
 } ferry_mem_params_t;
 
-/** Register memory for remote access.  Address and length are required. */
+/** Register (or with FERRY_MEM_ALLOCATE, allocate and register) memory for remote access.
+ *  Length is required; address too unless allocating. */
 FERRY_API ferry_status_t ferry_mem_map(ferry_context_t *context, const ferry_mem_params_t *params,
                                        ferry_mem_t **mem_p);
 FERRY_API ferry_status_t ferry_mem_unmap(ferry_context_t *context, ferry_mem_t *mem);
+/** Where a registered region is. */
+FERRY_API ferry_status_t ferry_mem_query(const ferry_mem_t *mem, void **address_p, size_t *length_p);
 
 /** Pack a remote key for a peer (same size/TRUNCATED convention as the worker address). */
 FERRY_API ferry_status_t ferry_rkey_pack(ferry_context_t *context, const ferry_mem_t *mem,

@@ -17,6 +17,7 @@
 #define FY_BOOT_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "ferry.h"
 
@@ -40,5 +41,11 @@ ferry_status_t fy_boot_fence(fy_boot_t *boot);
 ferry_status_t fy_boot_get(fy_boot_t *boot, int rank, const char *key, void *buf, size_t *len);
 ferry_status_t fy_boot_barrier(fy_boot_t *boot);
 void fy_boot_finalize(fy_boot_t *boot);
+
+/* The largest value the launcher stores under one of its keys (0 = no limit).  Longer values
+ * are split over several launcher keys and reassembled by fy_boot_get (tests, logs). */
+size_t fy_boot_value_limit(const fy_boot_t *boot);
+/* FERRY_BOOT_TIMEOUT in nanoseconds: how long fence and barrier wait (default 60 s). */
+uint64_t fy_boot_timeout_ns(const fy_boot_t *boot);
 
 #endif

@@ -6,8 +6,10 @@
  * tables feed `ferry_info -c`, so the documentation of a variable lives in one place.
  *
  * Value syntax:
- *   size   1234, 4k, 64K, 2m, 1g (powers of 1024), "inf"            -> size_t
- *   time   250ns, 50us, 5ms, 2s, 1m; a bare number is in seconds      -> uint64_t ns
+ *   size   1234, 4k, 64K, 2m, 1g (powers of 1024; also t, and an optional
+ *          trailing b: 4kb), "inf" = SIZE_MAX                         -> size_t
+ *   time   250ns, 50us, 5ms, 2s, 1m, 1.5ms; a bare number is in seconds;
+ *          "inf" = UINT64_MAX                                        -> uint64_t ns
  *   bool   y/yes/on/1/true, n/no/off/0/false                         -> int
  *   int    decimal (or 0x hex)                                       -> long
  *   uint   decimal (or 0x hex), no sign                               -> unsigned long
@@ -15,6 +17,8 @@
  *   enum   one of the table's choices (case-insensitive)              -> int (index)
  *   string anything                                                   -> char * (owned)
  *   list   comma-separated names; a leading ^ excludes them instead   -> fy_config_list_t
+ *          (names compare case-insensitively; the name "all" matches every name, so
+ *          "all" selects everything and "^" alone excludes nothing)
  *
  * A bad value is FERRY_ERR_BAD_CONFIG with an error naming the variable, the value and what
  * is accepted.  fy_config_warn_unused() warns once for any FERRY_* variable no table knows.
@@ -67,9 +71,12 @@ typedef struct fy_config_table {
 #define FY_CONFIG_ENUM_FIELD(_name, _dflt, _doc, _struct, _member, _choices)                   \
     { _name, _dflt, _doc, FY_CFG_ENUM, offsetof(_struct, _member), _choices }
 
-/* Fill opts from the environment (defaults for unset variables). */
+/* Fill opts from the environment (defaults for unset variables).  On failure nothing is left
+ * allocated in opts; on success the caller ends with fy_config_release(). */
 ferry_status_t fy_config_read(const fy_config_table_t *table, void *opts);
-/* Parse one value (as the environment would give it) into one field of opts. */
+/* Parse one value (as the environment would give it) into one field of opts, which must have
+ * been filled by fy_config_read().  name is the field name ("WINDOW") or the full variable
+ * name; on failure the field keeps its old value. */
 ferry_status_t fy_config_set(const fy_config_table_t *table, void *opts, const char *name,
                              const char *value);
 /* Free strings and lists owned by opts. */
@@ -85,10 +92,14 @@ ferry_status_t fy_config_parse_list(const char *s, fy_config_list_t *out);
 void fy_config_list_release(fy_config_list_t *l);
 /* Is name selected by the list?  (in the list, or not in an exclusion list) */
 int fy_config_list_selects(const fy_config_list_t *l, const char *name);
-/* Position of name in an inclusion list (-1 if absent / excluded); gives a preference order. */
+/* Position of name in an inclusion list (-1 if absent / excluded); gives a preference order.
+ * A name matched only by "all" gets the position of "all"; in an exclusion list every name
+ * not excluded is at 0.  So the index is >= 0 exactly when the name is selected. */
 int fy_config_list_index(const fy_config_list_t *l, const char *name);
 
-/* Warn for each FERRY_* variable that none of the tables (nor extra_names) knows. Returns count. */
+/* Warn for each FERRY_* variable that none of the tables (nor extra_names, given with or
+ * without the FERRY_ prefix) knows; FERRY_LOG_LEVEL and FERRY_LOG_FILE are always known.
+ * Returns the count. */
 unsigned fy_config_warn_unused(const fy_config_table_t *const *tables, size_t ntables,
                                const char *const *extra_names);
 

@@ -26,7 +26,8 @@ typedef struct fy_hash {
 
 ferry_status_t fy_hash_init(fy_hash_t *h, size_t initial_capacity);
 void fy_hash_destroy(fy_hash_t *h);
-/* Insert or replace; value must not be NULL.  FERRY_ERR_NO_MEMORY if it cannot grow. */
+/* Insert or replace; value must not be NULL (FERRY_ERR_INVALID_PARAM).  FERRY_ERR_NO_MEMORY if
+ * it cannot grow. */
 ferry_status_t fy_hash_put(fy_hash_t *h, uint64_t key, void *value);
 /* The value, or NULL. */
 void *fy_hash_get(const fy_hash_t *h, uint64_t key);

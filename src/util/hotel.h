@@ -22,7 +22,10 @@ typedef struct fy_hotel_room {
 } fy_hotel_room_t;
 
 struct fy_hotel;
-/* Called for each expired room, already checked out; it may check the room in again. */
+/* Called for each expired room, already checked out; it may check the room (or any other) in
+ * or out.  A room checked in from the callback fires again in the same fy_hotel_run() only if
+ * it lands in a later tick that run still has to process and is due by its now; one landing in
+ * the tick being processed (e.g. a zero stay) waits for the next run. */
 typedef void (*fy_hotel_expire_cb_t)(struct fy_hotel *hotel, fy_hotel_room_t *room, void *arg);
 
 typedef struct fy_hotel {
@@ -44,7 +47,7 @@ static inline int fy_hotel_is_checked_in(const fy_hotel_room_t *r) { return fy_l
 void fy_hotel_checkin(fy_hotel_t *h, fy_hotel_room_t *r, uint64_t stay_ns, uint64_t now_ns);
 /* Check out before expiry (no-op if not checked in). */
 void fy_hotel_checkout(fy_hotel_t *h, fy_hotel_room_t *r);
-/* Expire every room due at now_ns; returns how many expired. */
+/* Expire every room due at now_ns (expiry <= now_ns: never early); returns how many expired. */
 unsigned fy_hotel_run(fy_hotel_t *h, uint64_t now_ns);
 static inline size_t fy_hotel_occupancy(const fy_hotel_t *h) { return h->occupancy; }
 

@@ -1,0 +1,278 @@
+/*
+ * am.c - active messages: the send paths by size and the receive dispatch.
+ *
+ * Sending picks the transport operation by total size: am_short (the header, user header and
+ * data copied straight into the transport: no allocation, no operation object), am_bcopy (the
+ * same through a transport buffer), or am_zcopy (sent from the caller's memory, completed
+ * later).  Only when the transport pushes back (FERRY_ERR_NO_RESOURCE), or for zcopy, does an
+ * operation object come from the worker's pool; without a request the data is copied so the
+ * call can return FERRY_OK at once.
+ *
+ * Receiving checks everything that came from outside before trusting it: the header length,
+ * the AM id, that a handler is registered, and which endpoint the message belongs to.  Bad
+ * input is counted and dropped with a log line, never delivered.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "proto/proto_int.h"
+
+static void am_comp_cb(fy_tl_comp_t *comp, ferry_status_t st)
+{
+    fy_op_t *op = fy_container_of(comp, fy_op_t, comp);
+    fy_worker_complete_later(op->worker, op, st);
+}
+
+/* Build the proto header for ep into buf; returns its length (8, or 16 naming the sender). */
+static inline size_t am_proto_hdr(ferry_ep_t *ep, unsigned id, size_t header_len, uint8_t *buf)
+{
+    fy_am_hdr_t h;
+    h.header_len = (uint16_t)header_len;
+    if (FY_LIKELY(ep->state == FY_EP_CONNECTED)) {
+        h.id_flags = (uint16_t)id;
+        h.ep_id = ep->remote_id;
+        memcpy(buf, &h, sizeof(h));
+        return sizeof(h);
+    }
+    h.id_flags = (uint16_t)(id | FY_AM_F_SRC);
+    h.ep_id = ep->id;
+    memcpy(buf, &h, sizeof(h));
+    memcpy(buf + sizeof(h), &ep->worker->uuid, 8);
+    return sizeof(h) + 8;
+}
+
+/* Start (or retry) an operation on its lane. */
+ferry_status_t fy_op_start(fy_op_t *op)
+{
+    ferry_ep_t *ep = op->ep;
+    switch (op->type) {
+    case FY_OP_AM: {
+        fy_lane_t *lane = &ep->lanes[FY_LANE_AM];
+        const fy_tl_ops_t *ops = lane->iface->tl->ops;
+        const fy_tl_iface_attr_t *attr = &lane->iface->attr;
+        struct iovec iov[FY_MAX_IOV + 2];
+        size_t n = 0;
+        if (op->hdr_len != 0) {
+            iov[n].iov_base = op->hdr;
+            iov[n++].iov_len = op->hdr_len;
+        }
+        for (size_t i = 0; i < op->iovcnt; i++)
+            iov[n++] = op->iov[i];
+        size_t total = fy_iov_total(iov, n);
+        ferry_status_t st;
+        if (total <= attr->max_short && (attr->caps & FY_TL_CAP_AM_SHORT) && n <= attr->max_iov)
+            st = ops->am_short(lane->tl_ep, (uint8_t)op->am_id, iov, n);
+        else if (total <= attr->max_bcopy && (attr->caps & FY_TL_CAP_AM_BCOPY) &&
+                 n <= attr->max_iov)
+            st = ops->am_bcopy(lane->tl_ep, (uint8_t)op->am_id, iov, n);
+        else if (total <= attr->max_zcopy && (attr->caps & FY_TL_CAP_AM_ZCOPY)) {
+            /* the proto header as the transport header; user header + data from memory */
+            op->comp.cb = am_comp_cb;
+            iov[0].iov_base = op->hdr + op->proto_len;
+            iov[0].iov_len = op->hdr_len - op->proto_len;
+            st = ops->am_zcopy(lane->tl_ep, (uint8_t)op->am_id, op->hdr, op->proto_len, iov, n,
+                               &op->comp);
+        } else {
+            fy_error("active message of %zu bytes exceeds what %s carries (%zu)", total,
+                     lane->iface->tl->name, attr->max_zcopy);
+            return FERRY_ERR_INVALID_PARAM;
+        }
+        if (st == FERRY_OK || st == FERRY_INPROGRESS) {
+            ep->stats.tx_msgs++;
+            ep->stats.tx_bytes += total;
+        }
+        return st;
+    }
+    case FY_OP_FLUSH:
+    case FY_OP_CLOSE:
+        return fy_ep_flush_start(op);
+    default:
+        return fy_rma_start(op);
+    }
+}
+
+static ferry_status_t check_send(ferry_ep_t *ep, unsigned id, const void *header,
+                                 size_t header_len, size_t iovcnt)
+{
+    if (FY_UNLIKELY(ep == NULL || id >= FY_AM_ID_TOTAL || header_len > FERRY_AM_HEADER_MAX ||
+                    (header == NULL && header_len != 0) || iovcnt > FY_MAX_IOV)) {
+        if (ep != NULL && header_len > FERRY_AM_HEADER_MAX)
+            fy_error("AM header of %zu bytes is over the limit of %d", header_len,
+                     FERRY_AM_HEADER_MAX);
+        return FERRY_ERR_INVALID_PARAM;
+    }
+    if (FY_UNLIKELY(ep->state == FY_EP_FAILED))
+        return ep->failure;
+    if (FY_UNLIKELY(ep->state == FY_EP_CLOSED))
+        return FERRY_ERR_NOT_CONNECTED;
+    return FERRY_OK;
+}
+
+ferry_status_t fy_am_send(ferry_ep_t *ep, unsigned id, const void *header, size_t header_len,
+                          const struct iovec *data, size_t iovcnt, ferry_request_t *req)
+{
+    ferry_status_t st = check_send(ep, id, header, header_len, iovcnt);
+    if (FY_UNLIKELY(st != FERRY_OK))
+        return st;
+    size_t dlen = fy_iov_total(data, iovcnt);
+
+    /* Fast path: copied into the transport at once. */
+    fy_lane_t *lane = &ep->lanes[FY_LANE_AM];
+    const fy_tl_iface_attr_t *attr = &lane->iface->attr;
+    uint8_t ph[16];
+    if (FY_LIKELY(fy_queue_is_empty(&ep->pending) && iovcnt + 2 <= attr->max_iov)) {
+        size_t plen = am_proto_hdr(ep, id, header_len, ph);
+        size_t total = plen + header_len + dlen;
+        if (total <= attr->max_bcopy) {
+            struct iovec iov[FY_MAX_IOV + 2];
+            size_t n = 0;
+            iov[n].iov_base = ph;
+            iov[n++].iov_len = plen;
+            if (header_len != 0) {
+                iov[n].iov_base = (void *)header;
+                iov[n++].iov_len = header_len;
+            }
+            for (size_t i = 0; i < iovcnt; i++)
+                iov[n++] = data[i];
+            const fy_tl_ops_t *ops = lane->iface->tl->ops;
+            st = total <= attr->max_short ? ops->am_short(lane->tl_ep, FY_TLAM_MSG, iov, n)
+                                          : ops->am_bcopy(lane->tl_ep, FY_TLAM_MSG, iov, n);
+            if (FY_LIKELY(st == FERRY_OK)) {
+                ep->stats.tx_msgs++;
+                ep->stats.tx_bytes += total;
+                return FERRY_OK;
+            }
+            if (st != FERRY_ERR_NO_RESOURCE)
+                return st;
+        }
+    }
+
+    /* Slow path: an operation object (zcopy, or queued behind back-pressure). */
+    fy_op_t *op = fy_op_get(ep->worker, ep, FY_OP_AM, req);
+    if (op == NULL)
+        return FERRY_ERR_NO_MEMORY;
+    op->am_id = FY_TLAM_MSG;
+    op->proto_len = am_proto_hdr(ep, id, header_len, op->hdr);
+    if (header_len != 0)
+        memcpy(op->hdr + op->proto_len, header, header_len);
+    op->hdr_len = op->proto_len + header_len;
+    if (req == NULL && dlen != 0) {
+        /* No request: the caller's buffers are free when we return. */
+        op->copy = malloc(dlen);
+        if (op->copy == NULL) {
+            fy_op_put(op);
+            return FERRY_ERR_NO_MEMORY;
+        }
+        fy_iov_gather(op->copy, data, iovcnt);
+        op->iov[0].iov_base = op->copy;
+        op->iov[0].iov_len = dlen;
+        op->iovcnt = 1;
+    } else {
+        for (size_t i = 0; i < iovcnt; i++)
+            op->iov[i] = data[i];
+        op->iovcnt = iovcnt;
+    }
+    return fy_ep_submit(ep, op);
+}
+
+ferry_status_t ferry_am_send(ferry_ep_t *ep, unsigned id, const void *header, size_t header_len,
+                             const void *data, size_t data_len, ferry_request_t *req)
+{
+    if (FY_UNLIKELY(id > FERRY_AM_ID_MAX || (data == NULL && data_len != 0)))
+        return FERRY_ERR_INVALID_PARAM;
+    struct iovec iov = {(void *)data, data_len};
+    return fy_am_send(ep, id, header, header_len, &iov, data_len != 0 ? 1 : 0, req);
+}
+
+ferry_status_t ferry_am_sendv(ferry_ep_t *ep, unsigned id, const void *header, size_t header_len,
+                              const struct iovec *iov, size_t iovcnt, ferry_request_t *req)
+{
+    if (FY_UNLIKELY(id > FERRY_AM_ID_MAX || (iov == NULL && iovcnt != 0)))
+        return FERRY_ERR_INVALID_PARAM;
+    if (iovcnt > FY_MAX_IOV) {
+        fy_error("ferry_am_sendv: %zu iov entries, at most %d", iovcnt, FY_MAX_IOV);
+        return FERRY_ERR_INVALID_PARAM;
+    }
+    return fy_am_send(ep, id, header, header_len, iov, iovcnt, req);
+}
+
+ferry_status_t fy_am_set_handler(ferry_worker_t *w, unsigned id, ferry_am_cb_t cb, void *arg)
+{
+    if (w == NULL || id >= FY_AM_ID_TOTAL)
+        return FERRY_ERR_INVALID_PARAM;
+    w->am[id].cb = cb;
+    w->am[id].arg = arg;
+    return FERRY_OK;
+}
+
+ferry_status_t ferry_worker_set_am_handler(ferry_worker_t *w, unsigned id, ferry_am_cb_t cb,
+                                           void *arg)
+{
+    if (w == NULL || id > FERRY_AM_ID_MAX) {
+        if (w != NULL)
+            fy_error("AM id %u is out of range (0..%d)", id, FERRY_AM_ID_MAX);
+        return FERRY_ERR_INVALID_PARAM;
+    }
+    return fy_am_set_handler(w, id, cb, arg);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Receive                                                                                     */
+/* ------------------------------------------------------------------------------------------ */
+
+void fy_am_recv_cb(void *arg, uint8_t am_id, const void *data, size_t len)
+{
+    fy_iface_t *fi = arg;
+    ferry_worker_t *w = fi->worker;
+    if (FY_UNLIKELY(am_id != FY_TLAM_MSG)) {
+        if (am_id == FY_TLAM_WIREUP_REQ || am_id == FY_TLAM_WIREUP_REP)
+            fy_wireup_am_cb(fi, am_id, data, len);
+        else
+            w->drops_malformed++;
+        return;
+    }
+    fy_am_hdr_t h;
+    if (FY_UNLIKELY(len < sizeof(h))) {
+        w->drops_malformed++;
+        return;
+    }
+    memcpy(&h, data, sizeof(h));
+    const uint8_t *p = (const uint8_t *)data + sizeof(h);
+    size_t rest = len - sizeof(h);
+    unsigned id = h.id_flags & FY_AM_ID_MASK;
+    ferry_ep_t *ep;
+    if (FY_LIKELY(!(h.id_flags & FY_AM_F_SRC))) {
+        ep = fy_worker_ep_lookup(w, h.ep_id);
+    } else {
+        uint64_t uuid;
+        if (rest < 8) {
+            w->drops_malformed++;
+            return;
+        }
+        memcpy(&uuid, p, 8);
+        p += 8;
+        rest -= 8;
+        ep = fy_wireup_find_src(w, uuid, h.ep_id);
+    }
+    if (FY_UNLIKELY(ep == NULL || ep->state == FY_EP_CLOSED)) {
+        if (w->drops_unknown_ep++ == 0)
+            fy_warn("dropping a message for an unknown endpoint (id %u)", h.ep_id);
+        return;
+    }
+    if (FY_UNLIKELY(h.header_len > rest || h.header_len > FERRY_AM_HEADER_MAX ||
+                    id >= FY_AM_ID_TOTAL)) {
+        if (w->drops_malformed++ == 0)
+            fy_warn("dropping a malformed message (header_len %u of %zu bytes, id %u)",
+                    h.header_len, rest, id);
+        return;
+    }
+    fy_am_entry_t *e = &w->am[id];
+    ep->stats.rx_msgs++;
+    ep->stats.rx_bytes += len;
+    if (FY_UNLIKELY(e->cb == NULL)) {
+        if (w->drops_no_handler++ < 8)
+            fy_warn("dropping an active message with id %u: no handler is registered", id);
+        return;
+    }
+    e->cb(e->arg, p, h.header_len, p + h.header_len, rest - h.header_len, ep);
+}

@@ -1,0 +1,450 @@
+/*
+ * ep.c - endpoints: creation (lanes through wireup.c), the pending queue that absorbs
+ * back-pressure, flush, close, and failure.
+ *
+ * An operation a transport cannot take now (FERRY_ERR_NO_RESOURCE) waits on its endpoint's
+ * pending queue, and every later operation of that endpoint waits behind it, so order is
+ * kept.  Progress retries the queues of the endpoints that have one.  An endpoint counts its
+ * operations in flight; flush waits for that count to reach zero and for each transport
+ * endpoint's own flush; close is flush followed by destruction.  Failure (a peer died, reset,
+ * or stopped answering) completes everything pending with the error and tells the user's
+ * error handler once.  The memory of a closed endpoint is kept until its last operation has
+ * completed, so a late completion never touches freed memory.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "proto/proto_int.h"
+
+ferry_status_t fy_ep_create_internal(ferry_worker_t *w, const void *addr, size_t len, int is_reply,
+                                     ferry_ep_t **ep_p)
+{
+    ferry_ep_t *ep;
+    ferry_status_t st = fy_worker_ep_alloc(w, &ep);
+    if (st != FERRY_OK)
+        return st;
+    ep->is_reply = is_reply;
+    ep->state = FY_EP_WIREUP;
+    st = fy_ep_connect(ep, addr, len);
+    if (st != FERRY_OK) {
+        for (unsigned i = 0; i < ep->ntl_eps; i++)
+            ep->tl_eps[i]->iface->component->ops->ep_destroy(ep->tl_eps[i]);
+        fy_worker_ep_free(w, ep);
+        return st;
+    }
+    if (!is_reply) {
+        /* Introduce ourselves: the first message on the AM lane, so everything after it is
+         * known at the peer. */
+        fy_op_t *op = fy_op_get(w, ep, FY_OP_AM, NULL);
+        size_t need = sizeof(fy_wireup_msg_t) + w->address_len;
+        if (op == NULL || (op->copy = malloc(need)) == NULL) {
+            if (op != NULL)
+                fy_op_put(op);
+            fy_ep_destroy_now(ep);
+            return FERRY_ERR_NO_MEMORY;
+        }
+        fy_wireup_msg_t m = {w->uuid, ep->remote_uuid, ep->id, 0, (uint32_t)w->address_len, 0};
+        memcpy(op->copy, &m, sizeof(m));
+        memcpy((uint8_t *)op->copy + sizeof(m), w->address, w->address_len);
+        op->am_id = FY_TLAM_WIREUP_REQ;
+        op->hdr_len = 0;
+        op->iov[0].iov_base = op->copy;
+        op->iov[0].iov_len = need;
+        op->iovcnt = 1;
+        st = fy_ep_submit(ep, op);
+        if (st < 0) {
+            fy_ep_destroy_now(ep);
+            return st;
+        }
+    }
+    *ep_p = ep;
+    return FERRY_OK;
+}
+
+ferry_status_t ferry_ep_create(ferry_worker_t *w, const ferry_ep_params_t *params,
+                               ferry_ep_t **ep_p)
+{
+    if (w == NULL || params == NULL || ep_p == NULL)
+        return FERRY_ERR_INVALID_PARAM;
+    uint64_t known = FERRY_EP_FIELD_ADDRESS | FERRY_EP_FIELD_ERR_HANDLER | FERRY_EP_FIELD_USER_DATA;
+    if ((params->field_mask & ~known) != 0) {
+        fy_error("ferry_ep_create: unknown field_mask bits 0x%llx",
+                 (unsigned long long)(params->field_mask & ~known));
+        return FERRY_ERR_INVALID_PARAM;
+    }
+    if (!(params->field_mask & FERRY_EP_FIELD_ADDRESS) || params->address == NULL ||
+        params->address_len == 0) {
+        fy_error("ferry_ep_create: an address is required (FERRY_EP_FIELD_ADDRESS)");
+        return FERRY_ERR_INVALID_PARAM;
+    }
+    ferry_ep_t *ep;
+    ferry_status_t st = fy_ep_create_internal(w, params->address, params->address_len, 0, &ep);
+    if (st != FERRY_OK)
+        return st;
+    if (params->field_mask & FERRY_EP_FIELD_ERR_HANDLER) {
+        ep->err_cb = params->err_cb;
+        ep->err_arg = params->err_arg;
+    }
+    if (params->field_mask & FERRY_EP_FIELD_USER_DATA)
+        ep->user_data = params->user_data;
+    *ep_p = ep;
+    return FERRY_OK;
+}
+
+void *ferry_ep_get_user_data(const ferry_ep_t *ep) { return ep != NULL ? ep->user_data : NULL; }
+ferry_worker_t *ferry_ep_get_worker(const ferry_ep_t *ep) { return ep != NULL ? ep->worker : NULL; }
+
+ferry_status_t ferry_ep_get_stats(const ferry_ep_t *ep, ferry_ep_stats_t *stats)
+{
+    if (ep == NULL || stats == NULL)
+        return FERRY_ERR_INVALID_PARAM;
+    *stats = ep->stats;
+    /* Transport counters (retransmissions, RTT...) of the AM lane add to proto's. */
+    const fy_lane_t *lane = &ep->lanes[FY_LANE_AM];
+    if (lane->iface != NULL && lane->iface->tl->ops->ep_get_stats != NULL &&
+        ep->state != FY_EP_CLOSED) {
+        ferry_ep_stats_t t;
+        memset(&t, 0, sizeof(t));
+        if (lane->iface->tl->ops->ep_get_stats(lane->tl_ep, &t) == FERRY_OK) {
+            stats->retransmits = t.retransmits;
+            stats->dup_acks = t.dup_acks;
+            stats->fast_retransmits = t.fast_retransmits;
+            stats->timeouts = t.timeouts;
+            stats->drops_bad_key = t.drops_bad_key;
+            stats->drops_malformed = t.drops_malformed;
+            stats->drops_duplicate = t.drops_duplicate;
+            stats->drops_unknown_ep = t.drops_unknown_ep;
+            stats->rtt_ns = t.rtt_ns;
+            stats->rto_ns = t.rto_ns;
+            stats->window_used = t.window_used;
+            stats->window_max = t.window_max;
+        }
+    }
+    return FERRY_OK;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Submission and the pending queue                                                            */
+/* ------------------------------------------------------------------------------------------ */
+
+static void ep_add_pending(ferry_ep_t *ep, fy_op_t *op)
+{
+    fy_queue_push(&ep->pending, &op->q);
+    if (!fy_list_is_linked(&ep->pending_link))
+        fy_list_add_tail(&ep->worker->pending_eps, &ep->pending_link);
+}
+
+static void op_count(fy_op_t *op)
+{
+    if (!op->counted && op->type != FY_OP_FLUSH && op->type != FY_OP_CLOSE && op->ep != NULL) {
+        op->counted = 1;
+        op->ep->outstanding++;
+    }
+}
+
+/*
+ * Hand an operation to its endpoint.  Returns what the API call returns: OK (done, or copied
+ * and queued without a request: the op is owned here), INPROGRESS (the request's callback will
+ * come), or an error (the op was released).
+ */
+ferry_status_t fy_ep_submit(ferry_ep_t *ep, fy_op_t *op)
+{
+    if (FY_UNLIKELY(ep->state == FY_EP_FAILED || ep->state == FY_EP_CLOSED)) {
+        ferry_status_t st = ep->state == FY_EP_FAILED ? ep->failure : FERRY_ERR_NOT_CONNECTED;
+        fy_op_put(op);
+        return st;
+    }
+    ferry_status_t st;
+    if (!fy_queue_is_empty(&ep->pending)) {
+        st = FERRY_ERR_NO_RESOURCE;
+    } else {
+        st = fy_op_start(op);
+    }
+    switch (st) {
+    case FERRY_OK:
+        fy_op_put(op);
+        return FERRY_OK;
+    case FERRY_INPROGRESS:
+        op_count(op);
+        return op->req != NULL ? FERRY_INPROGRESS : FERRY_OK;
+    case FERRY_ERR_NO_RESOURCE:
+        op_count(op);
+        ep_add_pending(ep, op);
+        return op->req != NULL ? FERRY_INPROGRESS : FERRY_OK;
+    default:
+        fy_op_put(op);
+        return st;
+    }
+}
+
+unsigned fy_worker_progress_pending(ferry_worker_t *w)
+{
+    unsigned n = 0;
+    fy_list_t *pos, *tmp;
+    fy_list_for_each_safe(pos, tmp, &w->pending_eps)
+    {
+        ferry_ep_t *ep = fy_container_of(pos, ferry_ep_t, pending_link);
+        fy_qelem_t *e;
+        while ((e = fy_queue_peek(&ep->pending)) != NULL) {
+            fy_op_t *op = fy_container_of(e, fy_op_t, q);
+            ferry_status_t st = fy_op_start(op);
+            if (st == FERRY_ERR_NO_RESOURCE)
+                break;
+            fy_queue_pop(&ep->pending);
+            n++;
+            if (st != FERRY_INPROGRESS)
+                fy_worker_complete_later(w, op, st);
+        }
+        if (fy_queue_is_empty(&ep->pending))
+            fy_list_del(&ep->pending_link);
+    }
+    return n;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Flush and close                                                                             */
+/* ------------------------------------------------------------------------------------------ */
+
+void fy_ep_flush_sub_done(fy_op_t *op, ferry_status_t st)
+{
+    if (st != FERRY_OK && op->status == FERRY_OK)
+        op->status = st;
+    if (--op->nsub == 0)
+        fy_worker_complete_later(op->worker, op, op->status);
+}
+
+static void flush_comp_cb(fy_tl_comp_t *comp, ferry_status_t st)
+{
+    fy_ep_flush_sub_done(fy_container_of(comp, fy_op_t, comp), st);
+}
+
+void fy_ep_op_done(ferry_ep_t *ep)
+{
+    if (--ep->outstanding != 0)
+        return;
+    fy_list_t *pos, *tmp;
+    fy_list_for_each_safe(pos, tmp, &ep->close_waiters)
+    {
+        fy_op_t *op = fy_container_of(pos, fy_op_t, wait_link);
+        fy_list_del(&op->wait_link);
+        fy_ep_flush_sub_done(op, FERRY_OK);
+    }
+    if (ep->state == FY_EP_CLOSED && fy_list_is_empty(&ep->close_waiters))
+        fy_ep_destroy_now(ep);
+}
+
+/* Start a flush (or the flush part of a close): OK if already complete, else INPROGRESS. */
+ferry_status_t fy_ep_flush_start(fy_op_t *op)
+{
+    ferry_ep_t *ep = op->ep;
+    op->status = FERRY_OK;
+    op->nsub = 1; /* held until every part is started */
+    op->comp.cb = flush_comp_cb;
+    for (unsigned i = 0; i < ep->ntl_eps; i++) {
+        fy_tl_ep_t *te = ep->tl_eps[i];
+        if (te->iface->component->ops->ep_flush == NULL)
+            continue;
+        ferry_status_t st = te->iface->component->ops->ep_flush(te, &op->comp);
+        if (st == FERRY_INPROGRESS)
+            op->nsub++;
+        else if (st == FERRY_ERR_NO_RESOURCE)
+            return st; /* retried from the pending queue */
+        else if (st != FERRY_OK && op->status == FERRY_OK)
+            op->status = st;
+    }
+    if (ep->emulated_since_flush) {
+        ferry_status_t st = fy_rma_flush_ping(op);
+        if (st == FERRY_INPROGRESS)
+            op->nsub++;
+        else if (st != FERRY_OK && op->status == FERRY_OK)
+            op->status = st;
+    }
+    if (ep->outstanding > 0) {
+        fy_list_add_tail(&ep->close_waiters, &op->wait_link);
+        op->nsub++;
+    }
+    if (--op->nsub == 0)
+        return op->status == FERRY_OK ? FERRY_OK : op->status;
+    return FERRY_INPROGRESS;
+}
+
+/* Run until req completes (the blocking form of calls given no request). */
+static ferry_status_t wait_req(ferry_worker_t *w, ferry_request_t *req)
+{
+    while (req->status == FERRY_INPROGRESS)
+        ferry_worker_wait(w, 100);
+    return req->status;
+}
+
+ferry_status_t ferry_ep_flush(ferry_ep_t *ep, ferry_request_t *req)
+{
+    if (ep == NULL || ep->state == FY_EP_CLOSED)
+        return FERRY_ERR_INVALID_PARAM;
+    ferry_request_t local;
+    ferry_request_t *r = req;
+    if (r == NULL) {
+        memset(&local, 0, sizeof(local));
+        r = &local;
+    }
+    fy_op_t *op = fy_op_get(ep->worker, ep, FY_OP_FLUSH, r);
+    if (op == NULL)
+        return FERRY_ERR_NO_MEMORY;
+    ferry_status_t st = fy_ep_submit(ep, op);
+    if (st == FERRY_OK && ep->rma_error != FERRY_OK) {
+        st = ep->rma_error;
+        ep->rma_error = FERRY_OK;
+    }
+    if (st == FERRY_INPROGRESS && req == NULL)
+        st = wait_req(ep->worker, r);
+    return st;
+}
+
+ferry_status_t ferry_ep_fence(ferry_ep_t *ep)
+{
+    if (ep == NULL || ep->state == FY_EP_CLOSED)
+        return FERRY_ERR_INVALID_PARAM;
+    /* Every lane of an endpoint delivers in order and emulated operations travel on the AM
+     * lane; a fence is needed only between native RMA and the rest: flush then. */
+    return ep->rma_native ? ferry_ep_flush(ep, NULL) : FERRY_OK;
+}
+
+ferry_status_t ferry_worker_flush(ferry_worker_t *w, ferry_request_t *req)
+{
+    if (w == NULL)
+        return FERRY_ERR_INVALID_PARAM;
+    /* Flush each endpoint in turn (blocking form); simple and correct. */
+    ferry_status_t result = FERRY_OK;
+    for (uint32_t i = 0; i < w->eps_cap; i++) {
+        ferry_ep_t *ep = w->eps[i];
+        if (ep == NULL || ep->state != FY_EP_CONNECTED)
+            continue;
+        ferry_status_t st = ferry_ep_flush(ep, NULL);
+        if (st != FERRY_OK && result == FERRY_OK)
+            result = st;
+    }
+    if (req != NULL)
+        req->status = result;
+    return result;
+}
+
+void fy_ep_destroy_now(ferry_ep_t *ep)
+{
+    ferry_worker_t *w = ep->worker;
+    for (unsigned i = 0; i < ep->ntl_eps; i++)
+        ep->tl_eps[i]->iface->component->ops->ep_destroy(ep->tl_eps[i]);
+    ep->ntl_eps = 0;
+    fy_wireup_forget(ep);
+    if (fy_list_is_linked(&ep->pending_link))
+        fy_list_del(&ep->pending_link);
+    /* Completions still queued must not reach back into this endpoint. */
+    for (fy_qelem_t *e = w->completed.head; e != NULL; e = e->next) {
+        fy_op_t *op = fy_container_of(e, fy_op_t, q);
+        if (op->ep == ep) {
+            op->ep = NULL;
+            op->counted = 0;
+        }
+    }
+    fy_worker_ep_free(w, ep);
+}
+
+static void fail_waiting(uint64_t key, void *value, void *arg)
+{
+    (void)key;
+    fy_op_t *op = value;
+    ferry_ep_t *ep = ((void **)arg)[0];
+    fy_op_t **list = ((void **)arg)[1];
+    if (op->ep == ep) {
+        op->q.next = (fy_qelem_t *)*list;
+        *list = op;
+    }
+}
+
+void fy_ep_fail(ferry_ep_t *ep, ferry_status_t st)
+{
+    if (ep->state == FY_EP_FAILED || ep->state == FY_EP_CLOSED)
+        return;
+    ferry_worker_t *w = ep->worker;
+    ep->state = FY_EP_FAILED;
+    ep->failure = st;
+    fy_qelem_t *e;
+    while ((e = fy_queue_pop(&ep->pending)) != NULL)
+        fy_worker_complete_later(w, fy_container_of(e, fy_op_t, q), st);
+    if (fy_list_is_linked(&ep->pending_link))
+        fy_list_del(&ep->pending_link);
+    /* Emulated operations waiting for the peer's answer will never get it. */
+    fy_op_t *list = NULL;
+    void *args[2] = {ep, &list};
+    fy_hash_foreach(&w->waiting, fail_waiting, args);
+    while (list != NULL) {
+        fy_op_t *op = list;
+        list = (fy_op_t *)op->q.next;
+        fy_hash_del(&w->waiting, op->wait_id);
+        op->wait_id = 0;
+        if (op->type == FY_OP_FLUSH || op->type == FY_OP_CLOSE)
+            fy_ep_flush_sub_done(op, st);
+        else
+            fy_worker_complete_later(w, op, st);
+    }
+    if (st != FERRY_ERR_CANCELED) {
+        fy_warn("endpoint %u to worker %016llx failed: %s", ep->id,
+                (unsigned long long)ep->remote_uuid, ferry_status_string(st));
+        if (ep->err_cb != NULL)
+            ep->err_cb(ep->err_arg, ep, st);
+    }
+}
+
+void fy_ep_tl_err_cb(void *arg, fy_tl_ep_t *tl_ep, ferry_status_t status)
+{
+    (void)arg;
+    ferry_ep_t *ep = tl_ep->owner;
+    if (ep != NULL)
+        fy_ep_fail(ep, status);
+}
+
+/* The end of a close: after the flush (or at once by force). */
+void fy_ep_close_now(ferry_ep_t *ep)
+{
+    if (ep->state != FY_EP_FAILED)
+        fy_ep_fail(ep, FERRY_ERR_CANCELED);
+    ep->state = FY_EP_CLOSED;
+    for (unsigned i = 0; i < ep->ntl_eps; i++)
+        ep->tl_eps[i]->iface->component->ops->ep_destroy(ep->tl_eps[i]);
+    ep->ntl_eps = 0;
+    if (ep->outstanding == 0 && fy_list_is_empty(&ep->close_waiters))
+        fy_ep_destroy_now(ep);
+}
+
+ferry_status_t ferry_ep_close(ferry_ep_t *ep, unsigned mode, ferry_request_t *req)
+{
+    if (ep == NULL || ep->state == FY_EP_CLOSED ||
+        (mode != FERRY_EP_CLOSE_FLUSH && mode != FERRY_EP_CLOSE_FORCE))
+        return FERRY_ERR_INVALID_PARAM;
+    ferry_worker_t *w = ep->worker;
+    if (ep->worker->ctx->opts.stats) {
+        fprintf(stderr, "ferry stats: ep %u -> %016llx\n", ep->id,
+                (unsigned long long)ep->remote_uuid);
+        ferry_worker_print_info(w, stderr);
+    }
+    if (mode == FERRY_EP_CLOSE_FLUSH && ep->state != FY_EP_FAILED) {
+        ferry_request_t local;
+        ferry_request_t *r = req;
+        if (r == NULL) {
+            memset(&local, 0, sizeof(local));
+            r = &local;
+        }
+        fy_op_t *op = fy_op_get(w, ep, FY_OP_CLOSE, r);
+        if (op == NULL)
+            return FERRY_ERR_NO_MEMORY;
+        ferry_status_t st = fy_ep_submit(ep, op);
+        if (st == FERRY_INPROGRESS) {
+            if (req != NULL)
+                return st; /* fy_op_finish closes it before the callback */
+            st = wait_req(w, r);
+            return st == FERRY_OK || st == FERRY_ERR_CANCELED ? FERRY_OK : st;
+        }
+        if (ep->state == FY_EP_CLOSED)
+            return FERRY_OK;
+    }
+    fy_ep_close_now(ep);
+    return FERRY_OK;
+}

@@ -1,0 +1,285 @@
+/*
+ * proto_int.h - the private structures of proto/: context, worker, endpoint, operations, and
+ * the wire header ferry puts in front of every active message.  Shared by the files of proto/
+ * only.
+ */
+#ifndef FY_PROTO_INT_H
+#define FY_PROTO_INT_H
+
+#include <pthread.h>
+#include <stdint.h>
+
+#include "ferry.h"
+#include "proto/proto.h"
+#include "tl/tl.h"
+#include "util/config.h"
+#include "util/hash.h"
+#include "util/list.h"
+#include "util/log.h"
+#include "util/mpool.h"
+#include "util/region.h"
+#include "util/status.h"
+
+#define FY_MAX_TLS 8
+#define FY_MAX_DEVS 8
+#define FY_MAX_IFACES 16
+#define FY_MAX_IOV 16
+#define FY_ADDR_MAGIC 0x41575946u /* "FYWA" */
+#define FY_RKEY_MAGIC 0x4b525946u /* "FYRK" */
+#define FY_ADDR_VERSION 1
+
+/* Transport-level AM ids ferry uses (tl ids are 0..FY_TL_AM_ID_MAX). */
+enum {
+    FY_TLAM_MSG = 0,        /* an AM with the proto header below */
+    FY_TLAM_WIREUP_REQ = 1, /* "I am (uuid, ep id), here is my address" */
+    FY_TLAM_WIREUP_REP = 2, /* "your ep id X is my ep id Y" */
+};
+
+/*
+ * The proto header, in front of every FY_TLAM_MSG (8 bytes, host order: peers run the same
+ * build on hosts of one byte order):
+ *
+ *   0               16              32                              63
+ *   +---------------+---------------+-------------------------------+
+ *   | id:9 flags:7  | header_len    |  ep id (receiver's, or the    |
+ *   |               |               |  sender's with FY_AM_F_SRC)   |
+ *   +---------------+---------------+-------------------------------+
+ *   [ src worker uuid: 8 bytes, only with FY_AM_F_SRC ]
+ *   user header (header_len bytes) | data
+ *
+ * Before the receiver's answer to wireup arrives, the sender does not know its ep id there;
+ * it then names itself (uuid, its own ep id) and the receiver finds the ep in a hash map.
+ */
+typedef struct fy_am_hdr {
+    uint16_t id_flags;
+    uint16_t header_len;
+    uint32_t ep_id;
+} fy_am_hdr_t;
+
+#define FY_AM_ID_MASK 0x1ffu
+#define FY_AM_F_SRC (1u << 9)
+
+typedef struct fy_wireup_msg {
+    uint64_t src_uuid;
+    uint64_t dst_uuid;
+    uint32_t src_ep_id;
+    uint32_t dst_ep_id; /* REP: the requester's ep id */
+    uint32_t addr_len;  /* REQ: the requester's worker address follows */
+    uint32_t reserved;
+} fy_wireup_msg_t;
+
+/* Context configuration (FERRY_*). */
+typedef struct fy_ctx_opts {
+    fy_config_list_t tls;
+    int wait_mode;     /* index into spin, adaptive, block */
+    uint64_t spin_ns;  /* adaptive: spin this long, */
+    uint64_t yield_ns; /* then yield this long, then sleep */
+    int stats;
+    int rma_emulate;
+    char *job_key;
+} fy_ctx_opts_t;
+
+typedef struct fy_ctx_tl {
+    const fy_tl_component_t *tl;
+    fy_tl_md_t *md;
+    fy_tl_device_t devs[FY_MAX_DEVS];
+    unsigned ndevs;
+    unsigned index; /* in context->tls */
+} fy_ctx_tl_t;
+
+struct ferry_context {
+    fy_ctx_opts_t opts;
+    uint64_t features;
+    char name[32];
+    fy_ctx_tl_t tls[FY_MAX_TLS];
+    unsigned ntls;
+    uint64_t job_key;
+    fy_region_table_t regions; /* for RMA emulated over AM */
+    pthread_mutex_t lock;
+    unsigned nworkers;
+};
+
+/* One open interface of a worker. */
+typedef struct fy_iface {
+    fy_tl_iface_t *tl_iface;
+    const fy_tl_component_t *tl;
+    fy_ctx_tl_t *ctl;
+    fy_tl_iface_attr_t attr;
+    int fd;
+    unsigned index;
+    ferry_worker_t *worker;
+} fy_iface_t;
+
+typedef struct fy_lane {
+    fy_iface_t *iface;
+    fy_tl_ep_t *tl_ep;
+} fy_lane_t;
+
+enum fy_ep_state {
+    FY_EP_WIREUP,    /* sending with FY_AM_F_SRC until the peer's ep id is known */
+    FY_EP_CONNECTED,
+    FY_EP_FAILED,
+    FY_EP_CLOSED,
+};
+
+/* Operation classes a lane is chosen for. */
+enum { FY_LANE_AM, FY_LANE_RMA, FY_LANE_AMO, FY_LANE_COUNT };
+
+struct ferry_ep {
+    ferry_worker_t *worker;
+    uint32_t id;        /* index in worker->eps */
+    uint32_t remote_id; /* valid when CONNECTED */
+    uint64_t remote_uuid;
+    int state;
+    int is_reply;       /* created by the library on a peer's wireup */
+    ferry_status_t failure;
+    fy_lane_t lanes[FY_LANE_COUNT]; /* lanes may share an iface/tl ep */
+    fy_tl_ep_t *tl_eps[FY_MAX_IFACES]; /* distinct tl eps, for flush/destroy */
+    unsigned ntl_eps;
+    int rma_native, amo_native;
+    fy_queue_t pending;     /* ops waiting for resources, in order */
+    fy_list_t pending_link; /* on worker->pending_eps when pending is not empty */
+    uint64_t outstanding;   /* ops started and not completed (for flush/close) */
+    uint64_t emulated_since_flush;
+    ferry_status_t rma_error; /* a refused emulated put, reported by the next flush */
+    ferry_ep_err_cb_t err_cb;
+    void *err_arg;
+    void *user_data;
+    ferry_ep_stats_t stats;
+    fy_list_t close_waiters; /* flush/close ops waiting for outstanding == 0 */
+};
+
+typedef struct fy_am_entry {
+    ferry_am_cb_t cb;
+    void *arg;
+} fy_am_entry_t;
+
+struct ferry_worker {
+    ferry_context_t *ctx;
+    uint64_t uuid;
+    int wait_mode;
+    void *user_data;
+    fy_iface_t ifaces[FY_MAX_IFACES];
+    unsigned nifaces;
+    int epfd;
+    int sigfd;
+    int can_sleep; /* every iface has an event fd */
+    fy_am_entry_t am[FY_AM_ID_TOTAL];
+    ferry_ep_t **eps;
+    uint32_t eps_cap;
+    fy_hash_t by_src;     /* (peer uuid, peer ep id) -> ep, for FY_AM_F_SRC messages */
+    fy_list_t pending_eps;
+    fy_queue_t completed; /* ops whose callback runs at the next progress */
+    fy_mpool_t ops;
+    uint64_t drops_no_handler, drops_unknown_ep, drops_malformed;
+    int in_progress;
+    uint8_t *address;
+    size_t address_len;
+    /* ops waiting for a reply (emulated get/amo, flush round trips), by id */
+    fy_hash_t waiting;
+    uint64_t next_wait_id;
+};
+
+/* An operation in flight.  Allocated from worker->ops; the user's request points to it. */
+typedef enum fy_op_type {
+    FY_OP_AM,
+    FY_OP_PUT,
+    FY_OP_GET,
+    FY_OP_AMO,
+    FY_OP_FLUSH,
+    FY_OP_CLOSE,
+    FY_OP_RMA_EMU, /* an emulated RMA/AMO waiting for its reply */
+} fy_op_type_t;
+
+typedef struct fy_op {
+    fy_qelem_t q;
+    fy_tl_comp_t comp;
+    fy_list_t wait_link;
+    ferry_request_t *req;
+    ferry_ep_t *ep;
+    ferry_worker_t *worker;
+    fy_op_type_t type;
+    ferry_status_t status;
+    int counted; /* in ep->outstanding */
+    int nsub;    /* sub-operations still running (flush of several lanes) */
+    /* arguments, kept for a retry after NO_RESOURCE */
+    unsigned am_id;
+    void *copy;  /* owned copy of header+data when the caller gave no request */
+    struct iovec iov[FY_MAX_IOV + 2];
+    size_t iovcnt;
+    uint8_t hdr[16 + FERRY_AM_HEADER_MAX]; /* proto header + user header */
+    size_t hdr_len;   /* proto header + user header */
+    size_t proto_len; /* proto header alone */
+    /* rma */
+    uint64_t remote_addr;
+    ferry_rkey_t *rkey;
+    ferry_atomic_op_t amo_op;
+    size_t amo_size;
+    uint64_t operand, compare;
+    void *result;
+    void *buf;
+    size_t len;
+    uint64_t wait_id;
+    unsigned mode; /* close mode */
+} fy_op_t;
+
+struct ferry_mem {
+    void *address;
+    size_t length;
+    unsigned access;
+    int allocated;
+    fy_region_t region;
+    void *memh[FY_MAX_TLS]; /* per transport, NULL if it does not register */
+};
+
+struct ferry_rkey {
+    ferry_ep_t *ep;
+    uint64_t region_id, key, base, length;
+    unsigned access;
+    const fy_tl_component_t *tl; /* of the ep's RMA lane, if it unpacked natively */
+    fy_tl_md_t *md;
+    void *tl_rkey;
+};
+
+/* mem.c: shared memory for FERRY_MEM_ALLOCATE */
+void *fy_mem_alloc_shared(size_t len);
+void fy_mem_free_shared(void *addr, size_t len);
+/* context.c */
+extern const fy_config_table_t fy_ctx_config_table;
+/* worker.c */
+ferry_status_t fy_worker_ep_alloc(ferry_worker_t *w, ferry_ep_t **ep_p);
+void fy_worker_ep_free(ferry_worker_t *w, ferry_ep_t *ep);
+ferry_ep_t *fy_worker_ep_lookup(ferry_worker_t *w, uint32_t id);
+void fy_worker_complete_later(ferry_worker_t *w, fy_op_t *op, ferry_status_t st);
+fy_op_t *fy_op_get(ferry_worker_t *w, ferry_ep_t *ep, fy_op_type_t type, ferry_request_t *req);
+void fy_op_put(fy_op_t *op);
+void fy_op_finish(fy_op_t *op, ferry_status_t st); /* complete: callback now (from progress) */
+/* wireup.c */
+ferry_status_t fy_address_pack(ferry_worker_t *w);
+ferry_status_t fy_ep_connect(ferry_ep_t *ep, const void *addr, size_t len);
+void fy_wireup_am_cb(void *arg, uint8_t am_id, const void *data, size_t len);
+ferry_ep_t *fy_wireup_find_src(ferry_worker_t *w, uint64_t uuid, uint32_t ep_id);
+void fy_wireup_forget(ferry_ep_t *ep);
+/* ep.c */
+ferry_status_t fy_ep_create_internal(ferry_worker_t *w, const void *addr, size_t len,
+                                     int is_reply, ferry_ep_t **ep_p);
+void fy_ep_fail(ferry_ep_t *ep, ferry_status_t st);
+void fy_ep_op_done(ferry_ep_t *ep);
+void fy_ep_tl_err_cb(void *arg, fy_tl_ep_t *tl_ep, ferry_status_t status);
+void fy_ep_destroy_now(ferry_ep_t *ep);
+void fy_ep_close_now(ferry_ep_t *ep);
+ferry_status_t fy_ep_flush_start(fy_op_t *op);
+void fy_ep_flush_sub_done(fy_op_t *op, ferry_status_t st);
+/* am.c */
+void fy_am_recv_cb(void *arg, uint8_t am_id, const void *data, size_t len);
+ferry_status_t fy_op_start(fy_op_t *op);
+unsigned fy_worker_progress_pending(ferry_worker_t *w);
+ferry_status_t fy_ep_submit(ferry_ep_t *ep, fy_op_t *op);
+/* rma.c */
+void fy_rma_init_worker(ferry_worker_t *w);
+ferry_status_t fy_rma_start(fy_op_t *op);
+ferry_status_t fy_rma_flush_ping(fy_op_t *flush_op);
+
+static inline fy_op_t *fy_op_of_req(ferry_request_t *req) { return (fy_op_t *)req->priv[0]; }
+
+#endif

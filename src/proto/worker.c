@@ -1,0 +1,483 @@
+/*
+ * worker.c - the worker: a progress engine with its own interfaces (one per transport device),
+ * endpoint table, active message handlers and completion queue.
+ *
+ * Progress polls every interface (the transports deliver received messages and completions
+ * from there), retries operations that waited for resources, then runs the callbacks of
+ * operations completed outside a transport's progress.  Waiting without burning a core: every
+ * interface that can wake a sleeper gives an event fd; the worker gathers them in one epoll
+ * set, which is also the fd it gives to event loops.  FERRY_WAIT=adaptive spins for a few
+ * microseconds (the latency of an answer that is already on its way), then yields the core
+ * (cheap when another process on the same core is about to answer), then sleeps on the fd.
+ */
+#include <errno.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include "proto/proto_int.h"
+#include "util/clock.h"
+
+static ferry_status_t open_ifaces(ferry_worker_t *w)
+{
+    ferry_context_t *ctx = w->ctx;
+    w->can_sleep = 1;
+    for (unsigned t = 0; t < ctx->ntls; t++) {
+        fy_ctx_tl_t *ctl = &ctx->tls[t];
+        for (unsigned d = 0; d < ctl->ndevs && w->nifaces < FY_MAX_IFACES; d++) {
+            fy_iface_t *fi = &w->ifaces[w->nifaces];
+            fy_tl_iface_params_t p = {
+                .device = ctl->devs[d].name,
+                .am_cb = fy_am_recv_cb,
+                .am_arg = fi,
+                .err_cb = fy_ep_tl_err_cb,
+                .err_arg = fi,
+                .job_key = ctx->job_key,
+                .worker_uuid = w->uuid,
+            };
+            ferry_status_t st = ctl->tl->ops->iface_open(ctl->md, &p, &fi->tl_iface);
+            if (st != FERRY_OK) {
+                fy_warn("cannot open %s/%s: %s", ctl->tl->name, ctl->devs[d].name,
+                        ferry_status_string(st));
+                continue;
+            }
+            fi->tl = ctl->tl;
+            fi->ctl = ctl;
+            fi->worker = w;
+            fi->index = w->nifaces;
+            memset(&fi->attr, 0, sizeof(fi->attr));
+            ctl->tl->ops->iface_query(fi->tl_iface, &fi->attr);
+            fi->fd = ctl->tl->ops->iface_event_fd != NULL
+                         ? ctl->tl->ops->iface_event_fd(fi->tl_iface)
+                         : -1;
+            if (fi->fd >= 0) {
+                struct epoll_event ev = {.events = EPOLLIN, .data.u32 = fi->index};
+                if (epoll_ctl(w->epfd, EPOLL_CTL_ADD, fi->fd, &ev) != 0) {
+                    fy_warn("epoll_ctl(%s): %m", ctl->tl->name);
+                    w->can_sleep = 0;
+                }
+            } else {
+                w->can_sleep = 0;
+            }
+            fy_debug("worker %016llx: opened %s/%s (latency %.0f ns, bw %.1f GB/s)",
+                     (unsigned long long)w->uuid, ctl->tl->name, ctl->devs[d].name,
+                     fi->attr.latency_ns, fi->attr.bandwidth / 1e9);
+            w->nifaces++;
+        }
+    }
+    return w->nifaces > 0 ? FERRY_OK : FERRY_ERR_NO_DEVICE;
+}
+
+ferry_status_t ferry_worker_create(ferry_context_t *ctx, const ferry_worker_params_t *params,
+                                   ferry_worker_t **worker_p)
+{
+    if (ctx == NULL || worker_p == NULL)
+        return FERRY_ERR_INVALID_PARAM;
+    *worker_p = NULL;
+    uint64_t known = FERRY_WORKER_FIELD_WAIT_MODE | FERRY_WORKER_FIELD_USER_DATA;
+    if (params != NULL && (params->field_mask & ~known) != 0) {
+        fy_error("ferry_worker_create: unknown field_mask bits 0x%llx",
+                 (unsigned long long)(params->field_mask & ~known));
+        return FERRY_ERR_INVALID_PARAM;
+    }
+    ferry_worker_t *w = calloc(1, sizeof(*w));
+    if (w == NULL)
+        return FERRY_ERR_NO_MEMORY;
+    w->ctx = ctx;
+    w->uuid = fy_random64();
+    w->wait_mode = FERRY_WAIT_SPIN + ctx->opts.wait_mode;
+    if (params != NULL && (params->field_mask & FERRY_WORKER_FIELD_WAIT_MODE) &&
+        params->wait_mode != FERRY_WAIT_DEFAULT) {
+        if (params->wait_mode < FERRY_WAIT_SPIN || params->wait_mode > FERRY_WAIT_BLOCK) {
+            free(w);
+            return FERRY_ERR_INVALID_PARAM;
+        }
+        w->wait_mode = params->wait_mode;
+    }
+    if (params != NULL && (params->field_mask & FERRY_WORKER_FIELD_USER_DATA))
+        w->user_data = params->user_data;
+    fy_list_init(&w->pending_eps);
+    fy_queue_init(&w->completed);
+    ferry_status_t st = FERRY_ERR_IO;
+    w->epfd = epoll_create1(EPOLL_CLOEXEC);
+    if (w->epfd < 0)
+        goto err_free;
+    w->sigfd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (w->sigfd < 0)
+        goto err_epfd;
+    struct epoll_event ev = {.events = EPOLLIN, .data.u32 = UINT32_MAX};
+    if (epoll_ctl(w->epfd, EPOLL_CTL_ADD, w->sigfd, &ev) != 0)
+        goto err_sigfd;
+    if ((st = fy_hash_init(&w->by_src, 64)) != FERRY_OK)
+        goto err_sigfd;
+    if ((st = fy_hash_init(&w->waiting, 64)) != FERRY_OK)
+        goto err_hash1;
+    if ((st = fy_mpool_init(&w->ops, "ops", sizeof(fy_op_t), 64, 64, 0)) != FERRY_OK)
+        goto err_hash2;
+    w->eps_cap = 64;
+    w->eps = calloc(w->eps_cap, sizeof(*w->eps));
+    if (w->eps == NULL) {
+        st = FERRY_ERR_NO_MEMORY;
+        goto err_mpool;
+    }
+    fy_rma_init_worker(w);
+    if ((st = open_ifaces(w)) != FERRY_OK)
+        goto err_ifaces;
+    if ((st = fy_address_pack(w)) != FERRY_OK)
+        goto err_ifaces;
+    pthread_mutex_lock(&ctx->lock);
+    ctx->nworkers++;
+    pthread_mutex_unlock(&ctx->lock);
+    *worker_p = w;
+    return FERRY_OK;
+
+err_ifaces:
+    for (unsigned i = 0; i < w->nifaces; i++)
+        w->ifaces[i].tl->ops->iface_close(w->ifaces[i].tl_iface);
+    free(w->address);
+    free(w->eps);
+err_mpool:
+    fy_mpool_destroy(&w->ops);
+err_hash2:
+    fy_hash_destroy(&w->waiting);
+err_hash1:
+    fy_hash_destroy(&w->by_src);
+err_sigfd:
+    close(w->sigfd);
+err_epfd:
+    close(w->epfd);
+err_free:
+    free(w);
+    return st;
+}
+
+void ferry_worker_destroy(ferry_worker_t *w)
+{
+    if (w == NULL)
+        return;
+    /* Close every endpoint by force: their operations complete with CANCELED. */
+    for (uint32_t i = 0; i < w->eps_cap; i++)
+        if (w->eps[i] != NULL)
+            fy_ep_fail(w->eps[i], FERRY_ERR_CANCELED);
+    for (int pass = 0; pass < 4; pass++)
+        ferry_worker_progress(w);
+    for (uint32_t i = 0; i < w->eps_cap; i++)
+        if (w->eps[i] != NULL)
+            fy_ep_destroy_now(w->eps[i]);
+    for (unsigned i = 0; i < w->nifaces; i++)
+        w->ifaces[i].tl->ops->iface_close(w->ifaces[i].tl_iface);
+    /* Callbacks of operations the transports completed while closing. */
+    fy_qelem_t *e;
+    while ((e = fy_queue_pop(&w->completed)) != NULL) {
+        fy_op_t *op = fy_container_of(e, fy_op_t, q);
+        fy_op_finish(op, op->status);
+    }
+    pthread_mutex_lock(&w->ctx->lock);
+    w->ctx->nworkers--;
+    pthread_mutex_unlock(&w->ctx->lock);
+    free(w->eps);
+    free(w->address);
+    fy_mpool_destroy(&w->ops);
+    fy_hash_destroy(&w->waiting);
+    fy_hash_destroy(&w->by_src);
+    close(w->sigfd);
+    close(w->epfd);
+    free(w);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Endpoint table and operation objects                                                        */
+/* ------------------------------------------------------------------------------------------ */
+
+ferry_status_t fy_worker_ep_alloc(ferry_worker_t *w, ferry_ep_t **ep_p)
+{
+    uint32_t id;
+    for (id = 0; id < w->eps_cap; id++)
+        if (w->eps[id] == NULL)
+            break;
+    if (id == w->eps_cap) {
+        uint32_t ncap = w->eps_cap * 2;
+        ferry_ep_t **n = realloc(w->eps, ncap * sizeof(*n));
+        if (n == NULL)
+            return FERRY_ERR_NO_MEMORY;
+        memset(n + w->eps_cap, 0, (ncap - w->eps_cap) * sizeof(*n));
+        w->eps = n;
+        w->eps_cap = ncap;
+    }
+    ferry_ep_t *ep = calloc(1, sizeof(*ep));
+    if (ep == NULL)
+        return FERRY_ERR_NO_MEMORY;
+    ep->worker = w;
+    ep->id = id;
+    fy_queue_init(&ep->pending);
+    fy_list_init(&ep->pending_link);
+    fy_list_init(&ep->close_waiters);
+    w->eps[id] = ep;
+    *ep_p = ep;
+    return FERRY_OK;
+}
+
+void fy_worker_ep_free(ferry_worker_t *w, ferry_ep_t *ep)
+{
+    w->eps[ep->id] = NULL;
+    free(ep);
+}
+
+ferry_ep_t *fy_worker_ep_lookup(ferry_worker_t *w, uint32_t id)
+{
+    return id < w->eps_cap ? w->eps[id] : NULL;
+}
+
+fy_op_t *fy_op_get(ferry_worker_t *w, ferry_ep_t *ep, fy_op_type_t type, ferry_request_t *req)
+{
+    fy_op_t *op = fy_mpool_get(&w->ops);
+    if (op == NULL)
+        return NULL;
+    memset(op, 0, offsetof(fy_op_t, hdr));
+    op->worker = w;
+    op->ep = ep;
+    op->type = type;
+    op->req = req;
+    fy_list_init(&op->wait_link);
+    if (req != NULL) {
+        req->status = FERRY_INPROGRESS;
+        req->priv[0] = (uint64_t)(uintptr_t)op;
+    }
+    return op;
+}
+
+void fy_op_put(fy_op_t *op)
+{
+    if (op->req != NULL)
+        op->req->priv[0] = 0;
+    free(op->copy);
+    fy_mpool_put(&op->worker->ops, op);
+}
+
+/* Complete an op now: count it off its endpoint, call the user's callback, recycle it. */
+void fy_op_finish(fy_op_t *op, ferry_status_t st)
+{
+    ferry_request_t *req = op->req;
+    ferry_ep_t *ep = op->ep;
+    if (op->wait_id != 0)
+        fy_hash_del(&op->worker->waiting, op->wait_id);
+    fy_list_del(&op->wait_link);
+    int counted = op->counted;
+    if (op->type == FY_OP_CLOSE && ep != NULL) {
+        op->ep = NULL;
+        fy_ep_close_now(ep);
+        ep = NULL;
+    }
+    op->req = NULL;
+    fy_op_put(op);
+    if (req != NULL) {
+        req->status = st;
+        req->priv[0] = 0;
+        if (req->cb != NULL)
+            req->cb(req, st);
+    } else if (st != FERRY_OK && st != FERRY_ERR_CANCELED && ep != NULL && ep->err_cb != NULL &&
+               ep->state != FY_EP_FAILED) {
+        fy_warn("operation without request failed on ep %u: %s", ep->id,
+                ferry_status_string(st));
+    }
+    if (counted && ep != NULL)
+        fy_ep_op_done(ep);
+}
+
+void fy_worker_complete_later(ferry_worker_t *w, fy_op_t *op, ferry_status_t st)
+{
+    op->status = st;
+    fy_queue_push(&w->completed, &op->q);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Progress and waiting                                                                        */
+/* ------------------------------------------------------------------------------------------ */
+
+unsigned ferry_worker_progress(ferry_worker_t *w)
+{
+    if (FY_UNLIKELY(w == NULL))
+        return 0;
+    unsigned n = 0;
+    for (unsigned i = 0; i < w->nifaces; i++)
+        n += w->ifaces[i].tl->ops->iface_progress(w->ifaces[i].tl_iface);
+    if (FY_UNLIKELY(!fy_list_is_empty(&w->pending_eps)))
+        n += fy_worker_progress_pending(w);
+    if (FY_UNLIKELY(!fy_queue_is_empty(&w->completed))) {
+        /* Take the queue as it is: callbacks may complete more ops (they run next time). */
+        fy_queue_t q = w->completed;
+        if (q.head == NULL)
+            q.ptail = &q.head;
+        fy_queue_init(&w->completed);
+        fy_qelem_t *e;
+        while ((e = fy_queue_pop(&q)) != NULL) {
+            fy_op_t *op = fy_container_of(e, fy_op_t, q);
+            fy_op_finish(op, op->status);
+            n++;
+        }
+    }
+    return n;
+}
+
+ferry_status_t ferry_worker_get_fd(ferry_worker_t *w, int *fd_p)
+{
+    if (w == NULL || fd_p == NULL)
+        return FERRY_ERR_INVALID_PARAM;
+    if (!w->can_sleep)
+        return FERRY_ERR_UNSUPPORTED;
+    *fd_p = w->epfd;
+    return FERRY_OK;
+}
+
+static void drain_sigfd(ferry_worker_t *w)
+{
+    uint64_t v;
+    while (read(w->sigfd, &v, sizeof(v)) == sizeof(v)) {
+    }
+}
+
+ferry_status_t ferry_worker_arm(ferry_worker_t *w)
+{
+    if (w == NULL)
+        return FERRY_ERR_INVALID_PARAM;
+    if (!w->can_sleep)
+        return FERRY_ERR_UNSUPPORTED;
+    if (!fy_queue_is_empty(&w->completed) || !fy_list_is_empty(&w->pending_eps))
+        return FERRY_ERR_BUSY;
+    for (unsigned i = 0; i < w->nifaces; i++) {
+        fy_iface_t *fi = &w->ifaces[i];
+        if (fi->tl->ops->iface_event_arm != NULL &&
+            fi->tl->ops->iface_event_arm(fi->tl_iface) != FERRY_OK)
+            return FERRY_ERR_BUSY;
+    }
+    return FERRY_OK;
+}
+
+ferry_status_t ferry_worker_signal(ferry_worker_t *w)
+{
+    if (w == NULL)
+        return FERRY_ERR_INVALID_PARAM;
+    uint64_t one = 1;
+    if (write(w->sigfd, &one, sizeof(one)) != sizeof(one) && errno != EAGAIN)
+        return FERRY_ERR_IO;
+    return FERRY_OK;
+}
+
+/* Sleep on the epoll set until something is ready or timeout_ms passes. */
+static void sleep_on_fd(ferry_worker_t *w, int timeout_ms)
+{
+    struct epoll_event evs[8];
+    int n = epoll_wait(w->epfd, evs, 8, timeout_ms);
+    for (int i = 0; i < n; i++)
+        if (evs[i].data.u32 == UINT32_MAX)
+            drain_sigfd(w);
+}
+
+ferry_status_t ferry_worker_wait(ferry_worker_t *w, int timeout_ms)
+{
+    if (w == NULL)
+        return FERRY_ERR_INVALID_PARAM;
+    uint64_t start = fy_time_ns();
+    uint64_t deadline = timeout_ms < 0 ? UINT64_MAX : start + (uint64_t)timeout_ms * FY_NSEC_PER_MSEC;
+    uint64_t spin_until = start + w->ctx->opts.spin_ns;
+    uint64_t yield_until = spin_until + w->ctx->opts.yield_ns;
+    int mode = w->wait_mode;
+    if (mode == FERRY_WAIT_BLOCK)
+        spin_until = yield_until = start;
+    for (;;) {
+        if (ferry_worker_progress(w) != 0)
+            return FERRY_OK;
+        uint64_t now = fy_time_ns();
+        if (now >= deadline)
+            return FERRY_ERR_TIMED_OUT;
+        if (mode == FERRY_WAIT_SPIN || now < spin_until)
+            continue;
+        if (now < yield_until) {
+            sched_yield();
+            continue;
+        }
+        if (!w->can_sleep) {
+            /* Some interface cannot wake us: nap briefly instead of spinning. */
+            struct timespec ts = {0, 50000};
+            nanosleep(&ts, NULL);
+            continue;
+        }
+        ferry_status_t st = ferry_worker_arm(w);
+        if (st == FERRY_ERR_BUSY)
+            continue;
+        int ms;
+        if (deadline == UINT64_MAX)
+            ms = -1;
+        else
+            ms = (int)((deadline - now + FY_NSEC_PER_MSEC - 1) / FY_NSEC_PER_MSEC);
+        sleep_on_fd(w, ms);
+    }
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Queries                                                                                     */
+/* ------------------------------------------------------------------------------------------ */
+
+ferry_status_t ferry_worker_get_address(ferry_worker_t *w, void *buf, size_t *len)
+{
+    if (w == NULL || len == NULL)
+        return FERRY_ERR_INVALID_PARAM;
+    if (buf == NULL || *len < w->address_len) {
+        *len = w->address_len;
+        return FERRY_ERR_TRUNCATED;
+    }
+    memcpy(buf, w->address, w->address_len);
+    *len = w->address_len;
+    return FERRY_OK;
+}
+
+ferry_context_t *fy_worker_context(ferry_worker_t *w) { return w->ctx; }
+
+static const char *lane_names[FY_LANE_COUNT] = {"am", "rma", "amo"};
+
+void ferry_worker_print_info(const ferry_worker_t *w, void *file)
+{
+    FILE *f = file != NULL ? file : stdout;
+    if (w == NULL)
+        return;
+    fprintf(f, "worker %016llx: %u interface(s), wait mode %s\n", (unsigned long long)w->uuid,
+            w->nifaces,
+            w->wait_mode == FERRY_WAIT_SPIN       ? "spin"
+            : w->wait_mode == FERRY_WAIT_ADAPTIVE ? "adaptive"
+                                                  : "block");
+    for (unsigned i = 0; i < w->nifaces; i++) {
+        const fy_iface_t *fi = &w->ifaces[i];
+        fprintf(f, "  [%u] %-5s %-10s latency %7.0f ns  bandwidth %7.2f GB/s  short %zu  "
+                   "bcopy %zu  zcopy %zu  caps 0x%llx\n",
+                i, fi->tl->name, fi->tl_iface->dev_name, fi->attr.latency_ns,
+                fi->attr.bandwidth / 1e9, fi->attr.max_short, fi->attr.max_bcopy,
+                fi->attr.max_zcopy, (unsigned long long)fi->attr.caps);
+        if (fi->tl->ops->iface_print != NULL)
+            fi->tl->ops->iface_print(fi->tl_iface, f);
+    }
+    for (uint32_t i = 0; i < w->eps_cap; i++) {
+        const ferry_ep_t *ep = w->eps[i];
+        if (ep == NULL)
+            continue;
+        fprintf(f, "  ep %u -> %016llx%s state %d:", ep->id, (unsigned long long)ep->remote_uuid,
+                ep->is_reply ? " (reply)" : "", ep->state);
+        for (int l = 0; l < FY_LANE_COUNT; l++)
+            if (ep->lanes[l].iface != NULL)
+                fprintf(f, " %s=%s/%s%s", lane_names[l], ep->lanes[l].iface->tl->name,
+                        ep->lanes[l].iface->tl_iface->dev_name,
+                        (l == FY_LANE_RMA && !ep->rma_native) ||
+                                (l == FY_LANE_AMO && !ep->amo_native)
+                            ? "(emulated)"
+                            : "");
+        fprintf(f, "  tx %llu msgs rx %llu msgs\n", (unsigned long long)ep->stats.tx_msgs,
+                (unsigned long long)ep->stats.rx_msgs);
+    }
+    if (w->drops_no_handler || w->drops_unknown_ep || w->drops_malformed)
+        fprintf(f, "  dropped: %llu without handler, %llu unknown ep, %llu malformed\n",
+                (unsigned long long)w->drops_no_handler, (unsigned long long)w->drops_unknown_ep,
+                (unsigned long long)w->drops_malformed);
+}

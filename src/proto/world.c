@@ -1,0 +1,284 @@
+/*
+ * world.c - the processes of a launched job, addressed by rank: ferry_world_*.
+ *
+ * This is the "oob" connection manager of DESIGN.md seen from the application: each worker
+ * publishes its address once through the bootstrap (boot/, whichever launcher it is), and an
+ * endpoint to a rank is created from that rank's address the first time it is asked for.  A
+ * job of N ranks where each talks to a few others therefore costs N puts, one fence, and a
+ * get per peer actually used, never N^2 connections up front.
+ *
+ * The barrier is a dissemination barrier over active messages (FY_AM_ID_WORLD): in round k
+ * every rank signals rank+2^k and waits for rank-2^k, so ceil(log2 N) rounds and N messages
+ * per round, no root.  Each message carries the barrier's epoch and round.  A rank can be at
+ * most one barrier ahead of another (leaving barrier e takes every rank having entered it), so
+ * arrivals are counted per (epoch parity, round), and a message for the next barrier that
+ * lands while this one is still running is kept for it.  While it waits, the barrier
+ * progresses the worker through ferry_worker_wait(), which sleeps on the worker's event fd
+ * when idle: on an oversubscribed machine a waiting rank gives its core to the rank it waits
+ * for instead of spinning against it.
+ */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "boot/boot.h"
+#include "ferry.h"
+#include "proto/proto.h"
+#include "util/clock.h"
+#include "util/log.h"
+
+#define WORLD_ADDR_KEY "fy.world.addr"
+#define WORLD_MAX_ROUNDS 32
+#define WORLD_WAIT_SLICE_MS 100 /* re-check the deadline this often while asleep */
+
+/*
+ * The barrier message: the AM header, nothing else (host order: a job runs one build on hosts
+ * of one byte order, as the proto header assumes).
+ *
+ *   0               4       6       8               12
+ *   +---------------+-------+-------+---------------+
+ *   | epoch         | round | 0     | sender rank   |
+ *   +---------------+-------+-------+---------------+
+ */
+typedef struct world_msg {
+    uint32_t epoch;
+    uint16_t round;
+    uint16_t reserved;
+    uint32_t src;
+} world_msg_t;
+
+struct ferry_world {
+    ferry_worker_t *worker;
+    fy_boot_t *boot;
+    fy_boot_info_t info;
+    ferry_ep_t **eps;  /* per rank, created on first use */
+    unsigned rounds;   /* ceil(log2(size)) */
+    uint32_t epoch;    /* barriers completed */
+    uint32_t arrived[2][WORLD_MAX_ROUNDS]; /* messages received, per epoch parity and round */
+};
+
+static ferry_status_t world_am_handler(void *arg, const void *header, size_t header_len,
+                                       const void *data, size_t data_len, ferry_ep_t *reply_ep)
+{
+    ferry_world_t *w = arg;
+    world_msg_t m;
+    if (header_len != sizeof(m)) {
+        fy_warn("world barrier: dropped a message with a %zu-byte header (expected %zu)",
+                header_len, sizeof(m));
+        return FERRY_OK;
+    }
+    memcpy(&m, header, sizeof(m));
+    if (m.round >= w->rounds || m.src >= (uint32_t)w->info.size ||
+        (m.epoch != w->epoch && m.epoch != w->epoch + 1)) {
+        fy_warn("world barrier: dropped a message from rank %u for barrier %u round %u (this "
+                "rank is at barrier %u of %u rounds)",
+                m.src, m.epoch, m.round, w->epoch, w->rounds);
+        return FERRY_OK;
+    }
+    w->arrived[m.epoch & 1][m.round]++;
+    return FERRY_OK;
+}
+
+static void world_ep_error(void *arg, ferry_ep_t *ep, ferry_status_t status)
+{
+    ferry_world_t *w = arg;
+    int rank = -1;
+    for (int r = 0; r < w->info.size && rank < 0; r++)
+        if (w->eps[r] == ep)
+            rank = r;
+    /* A peer that finished and left is normal at the end of a job: say it quietly.  The
+     * operation that needed it reports the error itself. */
+    fy_info("world: the endpoint to rank %d failed: %s", rank, ferry_status_string(status));
+}
+
+ferry_status_t ferry_world_create(ferry_worker_t *worker, ferry_world_t **world_p)
+{
+    if (worker == NULL || world_p == NULL)
+        return FERRY_ERR_INVALID_PARAM;
+    *world_p = NULL;
+    ferry_world_t *w = calloc(1, sizeof(*w));
+    if (w == NULL)
+        return FERRY_ERR_NO_MEMORY;
+    w->worker = worker;
+    void *addr = NULL;
+    ferry_status_t st = fy_boot_init(&w->boot);
+    if (st != FERRY_OK)
+        goto fail;
+    w->info = *fy_boot_info(w->boot);
+    fy_log_set_rank(w->info.rank);
+    while ((1u << w->rounds) < (unsigned)w->info.size)
+        w->rounds++;
+    w->eps = calloc((size_t)w->info.size, sizeof(*w->eps));
+    if (w->eps == NULL) {
+        st = FERRY_ERR_NO_MEMORY;
+        goto fail;
+    }
+
+    size_t len = 0;
+    st = ferry_worker_get_address(worker, NULL, &len);
+    if (st != FERRY_ERR_TRUNCATED && st != FERRY_OK)
+        goto fail;
+    addr = malloc(len > 0 ? len : 1);
+    if (addr == NULL) {
+        st = FERRY_ERR_NO_MEMORY;
+        goto fail;
+    }
+    st = ferry_worker_get_address(worker, addr, &len);
+    if (st != FERRY_OK)
+        goto fail;
+    /* the handler is in place before the fence: no peer sends before its fence completes */
+    st = fy_am_set_handler(worker, FY_AM_ID_WORLD, world_am_handler, w);
+    if (st != FERRY_OK)
+        goto fail;
+    st = fy_boot_put(w->boot, WORLD_ADDR_KEY, addr, len);
+    if (st == FERRY_OK)
+        st = fy_boot_fence(w->boot);
+    if (st != FERRY_OK) {
+        fy_am_set_handler(worker, FY_AM_ID_WORLD, NULL, NULL);
+        goto fail;
+    }
+    free(addr);
+    fy_debug("world: rank %d of %d (%s), worker address %zu bytes", w->info.rank, w->info.size,
+             w->info.backend, len);
+    *world_p = w;
+    return FERRY_OK;
+fail:
+    free(addr);
+    free(w->eps);
+    fy_boot_finalize(w->boot);
+    free(w);
+    return st;
+}
+
+void ferry_world_destroy(ferry_world_t *w)
+{
+    if (w == NULL)
+        return;
+    for (int r = 0; r < w->info.size; r++) {
+        if (w->eps[r] == NULL)
+            continue;
+        /* flush: what this rank sent last (its final barrier messages) must arrive */
+        ferry_status_t st = ferry_ep_close(w->eps[r], FERRY_EP_CLOSE_FLUSH, NULL);
+        if (st != FERRY_OK)
+            fy_debug("world: closing the endpoint to rank %d: %s", r, ferry_status_string(st));
+    }
+    fy_am_set_handler(w->worker, FY_AM_ID_WORLD, NULL, NULL);
+    free(w->eps);
+    fy_boot_finalize(w->boot);
+    free(w);
+}
+
+int ferry_world_rank(const ferry_world_t *w) { return w != NULL ? w->info.rank : -1; }
+int ferry_world_size(const ferry_world_t *w) { return w != NULL ? w->info.size : -1; }
+int ferry_world_local_rank(const ferry_world_t *w) { return w != NULL ? w->info.local_rank : -1; }
+int ferry_world_local_size(const ferry_world_t *w) { return w != NULL ? w->info.local_size : -1; }
+
+const char *ferry_world_backend(const ferry_world_t *w)
+{
+    return w != NULL ? w->info.backend : "none";
+}
+
+ferry_status_t ferry_world_ep(ferry_world_t *w, int rank, ferry_ep_t **ep_p)
+{
+    if (w == NULL || ep_p == NULL)
+        return FERRY_ERR_INVALID_PARAM;
+    if (rank < 0 || rank >= w->info.size) {
+        fy_error("ferry_world_ep: rank %d is outside the job (size %d)", rank, w->info.size);
+        return FERRY_ERR_INVALID_PARAM;
+    }
+    if (w->eps[rank] != NULL) {
+        *ep_p = w->eps[rank];
+        return FERRY_OK;
+    }
+    uint8_t small[512];
+    void *addr = small;
+    size_t len = sizeof(small);
+    ferry_status_t st = fy_boot_get(w->boot, rank, WORLD_ADDR_KEY, addr, &len);
+    if (st == FERRY_ERR_TRUNCATED) {
+        addr = malloc(len);
+        if (addr == NULL)
+            return FERRY_ERR_NO_MEMORY;
+        st = fy_boot_get(w->boot, rank, WORLD_ADDR_KEY, addr, &len);
+    }
+    if (st == FERRY_ERR_NO_ELEM)
+        fy_error("rank %d published no worker address: did it call ferry_world_create?", rank);
+    if (st == FERRY_OK) {
+        ferry_ep_params_t p = {
+            .field_mask = FERRY_EP_FIELD_ADDRESS | FERRY_EP_FIELD_ERR_HANDLER,
+            .address = addr,
+            .address_len = len,
+            .err_cb = world_ep_error,
+            .err_arg = w,
+        };
+        st = ferry_ep_create(w->worker, &p, &w->eps[rank]);
+        if (st != FERRY_OK)
+            fy_error("cannot create an endpoint to rank %d: %s", rank, ferry_status_string(st));
+    }
+    if (addr != small)
+        free(addr);
+    if (st != FERRY_OK)
+        return st;
+    *ep_p = w->eps[rank];
+    return FERRY_OK;
+}
+
+/* Send this rank's round-k message to `to`, retrying while the transport pushes back. */
+static ferry_status_t barrier_send(ferry_world_t *w, int to, unsigned round, uint64_t deadline)
+{
+    ferry_ep_t *ep;
+    ferry_status_t st = ferry_world_ep(w, to, &ep);
+    if (st != FERRY_OK)
+        return st;
+    world_msg_t m = {.epoch = w->epoch, .round = (uint16_t)round, .reserved = 0,
+                     .src = (uint32_t)w->info.rank};
+    for (;;) {
+        st = fy_am_send(ep, FY_AM_ID_WORLD, &m, sizeof(m), NULL, 0, NULL);
+        if (st != FERRY_ERR_NO_RESOURCE)
+            break;
+        if (fy_time_ns() >= deadline)
+            return FERRY_ERR_TIMED_OUT;
+        ferry_worker_wait(w->worker, 1);
+    }
+    if (st != FERRY_OK && st != FERRY_INPROGRESS) {
+        fy_error("world barrier %u: sending to rank %d failed: %s", w->epoch, to,
+                 ferry_status_string(st));
+        return st;
+    }
+    return FERRY_OK;
+}
+
+ferry_status_t ferry_world_barrier(ferry_world_t *w)
+{
+    if (w == NULL)
+        return FERRY_ERR_INVALID_PARAM;
+    uint64_t timeout = fy_boot_timeout_ns(w->boot);
+    uint64_t deadline = fy_time_ns() + timeout;
+    if (deadline < timeout)
+        deadline = UINT64_MAX;
+    const int size = w->info.size, rank = w->info.rank;
+    unsigned parity = w->epoch & 1;
+    for (unsigned k = 0; k < w->rounds; k++) {
+        int dist = 1 << k;
+        int to = (rank + dist) % size, from = (rank - dist % size + size) % size;
+        ferry_status_t st = barrier_send(w, to, k, deadline);
+        if (st != FERRY_OK)
+            return st;
+        while (w->arrived[parity][k] == 0) {
+            if (ferry_worker_progress(w->worker) != 0)
+                continue;
+            uint64_t now = fy_time_ns();
+            if (now >= deadline) {
+                fy_error("world barrier %u timed out after %.3g s (FERRY_BOOT_TIMEOUT) in round "
+                         "%u of %u: rank %d never signalled this rank %d",
+                         w->epoch, (double)timeout / 1e9, k + 1, w->rounds, from, rank);
+                return FERRY_ERR_TIMED_OUT;
+            }
+            uint64_t left_ms = (deadline - now) / FY_NSEC_PER_MSEC + 1;
+            ferry_worker_wait(w->worker, left_ms < WORLD_WAIT_SLICE_MS ? (int)left_ms
+                                                                       : WORLD_WAIT_SLICE_MS);
+        }
+        w->arrived[parity][k]--;
+    }
+    w->epoch++;
+    return FERRY_OK;
+}

@@ -1,0 +1,472 @@
+/*
+ * shm.h - internals of the shared-memory transport: the segment and cell layout (the wire
+ * format between processes), the lock-free ring, and the md / iface / ep / op objects.
+ *
+ * THE RING.  Every iface owns one segment (util/shmem.h) holding a multi-producer,
+ * single-consumer ring of `ring_size` cells of `cell_size` bytes (a power of two, 128 by
+ * default: two cache lines, so the adjacent-line prefetcher never couples neighbours), and
+ * one buffer of `bcopy_size` bytes per cell.  Each cell begins with a 64-bit state word:
+ *
+ *    63            35 34 33  32 31                    0
+ *   +----------------+--+------+-----------------------+
+ *   | owner pid      |S | phase| ticket                |
+ *   +----------------+--+------+-----------------------+
+ *   phase: FREE (may be claimed for `ticket`), CLAIMED (a producer is writing `ticket`),
+ *          READY (ticket is published); S: the consumer sleeps, wake it (FREE only)
+ *
+ * A producer reads the ring's tail (a hint on its own cache line), claims the cell with one
+ * compare-and-swap FREE|t -> CLAIMED|t|pid, advances the tail, writes the message and
+ * publishes with one release store READY|t|pid.  Tickets are claimed strictly in order
+ * (the tail moves only by CAS from the claimed ticket, and anyone who finds the cell at the
+ * tail taken helps it along), so the consumer needs no tail: it checks the one state word of
+ * cell `head` and nothing else — one load when idle, no system call, no lock.  A cell still
+ * holding the previous lap's message makes the CAS fail with an older ticket: the ring is
+ * full and the producer returns FERRY_ERR_NO_RESOURCE, so nothing is ever overwritten.  The
+ * consumer frees cells (FREE|t+ring_size) in batches, off the critical path of a ping-pong.
+ * Because a claim names its owner, a producer killed between claim and publish is detected
+ * (the owner is dead) and its cell skipped instead of blocking the ring forever.  Order per
+ * ep follows from the ticket order.  Sleeping: the consumer arms by CAS FREE|head ->
+ * FREE|head|S on the cell the next message must take; the producer's claim CAS sees S
+ * atomically, so only a producer that finds S sends a wake-up datagram.
+ *
+ * CELL TYPES.  SHORT: data inline after the 16-byte header.  BCOPY: data in the cell's
+ * buffer.  PULL: a zcopy descriptor in the buffer (sender pid, iov, reply address, header);
+ * the receiver pulls the data with process_vm_readv and answers ZDONE through the sender's
+ * ring.  FRAG: one chunk of a zcopy message pushed through the ring where cross-memory
+ * attach is denied.  AMO_REQ / AMO_REP: an atomic on memory the initiator cannot map,
+ * performed by the target's progress.
+ */
+#ifndef FY_TL_SHM_H
+#define FY_TL_SHM_H
+
+#include <stdint.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+
+#include "tl/tl.h"
+#include "util/hash.h"
+#include "util/list.h"
+#include "util/mpool.h"
+#include "util/region.h"
+#include "util/shmem.h"
+#include "util/status.h"
+
+#define SHM_SEG_MAGIC 0x316d737972726566ull /* "ferrysm1" */
+#define SHM_ADDR_VERSION 1
+#define SHM_RKEY_MAGIC 0x6b72736du          /* "msrk" */
+
+#define SHM_MAX_IOV 16
+#define SHM_MAX_ZCOPY_HDR 2048
+#define SHM_MAX_WAITERS 16     /* senders that may sleep waiting for room in one ring */
+#define SHM_RX_BATCH 32        /* cells handled per progress call */
+#define SHM_RELEASE_BATCH 16   /* consumed cells freed together */
+
+/* ---- the cell state word ---- */
+#define SHM_PHASE_FREE 0ull
+#define SHM_PHASE_CLAIMED 1ull
+#define SHM_PHASE_READY 2ull
+#define SHM_SLEEP_BIT (1ull << 34)
+#define SHM_OWNER_SHIFT 35
+#define SHM_KEY_MASK 0x3ffffffffull /* phase + ticket */
+#define SHM_STATE(phase, ticket) (((phase) << 32) | (uint64_t)(uint32_t)(ticket))
+
+enum shm_cell_type {
+    SHM_CELL_SHORT = 1,
+    SHM_CELL_BCOPY,
+    SHM_CELL_PULL,
+    SHM_CELL_FRAG,
+    SHM_CELL_ZDONE,
+    SHM_CELL_AMO_REQ,
+    SHM_CELL_AMO_REP,
+};
+
+/* A cell: 16-byte header, then inline data up to cell_size. */
+typedef struct shm_cell {
+    uint64_t state;
+    uint8_t type;
+    uint8_t am_id;
+    uint16_t flags;
+    uint32_t len; /* bytes of data (inline or in the buffer) */
+    uint8_t data[];
+} shm_cell_t;
+#define SHM_CELL_HDR sizeof(shm_cell_t)
+
+/* The head of a segment.  Read-mostly fields first; the producers' tail and the waiter
+ * slots on cache lines of their own (128-byte apart: adjacent-line prefetch). */
+typedef struct shm_seg_hdr {
+    uint64_t magic;
+    uint64_t id;          /* random; names the iface (and its wake-up socket) */
+    uint64_t base;        /* where the owner mapped the segment (a CMA probe reads it) */
+    uint32_t pid;
+    uint32_t ring_size;
+    uint32_t cell_size;
+    uint32_t bcopy_size;
+    uint64_t cells_off, bufs_off, seg_size;
+    uint32_t closed; /* the owner closed the iface: its eps fail */
+    uint32_t flags;
+    _Alignas(128) uint32_t tail;       /* producers only */
+    _Alignas(128) uint32_t nwaiters;   /* a hint: some slot is taken */
+    uint64_t waiters[SHM_MAX_WAITERS]; /* ids of senders waiting for room */
+} shm_seg_hdr_t;
+
+/* Device address: which host and namespaces (48 bytes). */
+typedef struct shm_dev_addr {
+    uint8_t boot_id[16];
+    uint64_t ns_ipc, ns_mnt, ns_pid, ns_net;
+} shm_dev_addr_t;
+
+/*
+ * Interface address (40 bytes):
+ *   | id (8) | seg ino (8) | seg size (8) | pid (4) | seg fd (4) | version:8 flags:8 (4) |
+ *   | bcopy_size (4) |
+ */
+typedef struct shm_iface_addr {
+    uint64_t id;
+    uint64_t ino;
+    uint64_t size;
+    int32_t pid;
+    int32_t fd;
+    uint16_t version;
+    uint16_t flags; /* SHM_ADDR_F_* */
+    uint32_t bcopy_size;
+} shm_iface_addr_t;
+#define SHM_ADDR_F_NO_CMA 1u /* this iface does not pull with cross-memory attach */
+
+/* A zcopy descriptor (PULL), in the cell's buffer, followed by the AM header. */
+typedef struct shm_pull_desc {
+    uint64_t cookie;
+    uint64_t data_len;
+    uint32_t hdr_len;
+    uint32_t iovcnt;
+    shm_iface_addr_t reply; /* the sender: where ZDONE goes */
+    struct {
+        uint64_t addr, len;
+    } iov[SHM_MAX_IOV];
+} shm_pull_desc_t;
+
+/* A pushed chunk (FRAG): inline; the chunk itself is in the buffer. */
+typedef struct shm_frag_hdr {
+    uint64_t token;  /* sender pid << 32 | sender ep token */
+    uint64_t total;  /* header + data of the whole message */
+    uint64_t offset; /* of this chunk */
+} shm_frag_hdr_t;
+
+/* ZDONE and AMO_REP: inline. */
+typedef struct shm_reply {
+    uint64_t cookie;
+    int32_t status;
+    uint32_t pad;
+    uint64_t value; /* AMO_REP: the old value */
+} shm_reply_t;
+
+/* AMO_REQ: in the buffer. */
+typedef struct shm_amo_req {
+    uint64_t cookie;
+    shm_iface_addr_t reply;
+    uint64_t region_id, region_key;
+    uint64_t addr, operand, compare;
+    uint8_t op, size, fetch, pad[5];
+} shm_amo_req_t;
+
+/* Status in a ZDONE that asks the sender to push the data through the ring instead. */
+#define SHM_STATUS_NEED_PUSH 1000
+
+/* ---- memory keys ---- */
+typedef struct shm_rkey_packed {
+    uint32_t magic;
+    uint32_t access;
+    uint64_t base, length;
+    uint64_t region_id, region_key;
+    fy_shmem_ref_t shm; /* shm.pid is always the owner; shm.fd < 0: not shared memory */
+    uint64_t shm_offset;
+} shm_rkey_packed_t;
+
+typedef struct shm_rkey {
+    shm_rkey_packed_t p;
+    char *mapped; /* where base is in this process, or NULL */
+    void *attach; /* fy_shmem_attach()ed segment, or NULL */
+} shm_rkey_t;
+
+typedef struct shm_memh {
+    fy_region_t region;
+    fy_shmem_ref_t shm;
+    uint64_t shm_offset;
+} shm_memh_t;
+
+/* ---- configuration (FERRY_SHM_*) ---- */
+typedef struct shm_opts {
+    unsigned long ring_size;
+    size_t cell_size;
+    size_t bcopy_size;
+    size_t zcopy_thresh;
+    int cma;
+    uint64_t liveness_ns;
+    size_t rx_keep;
+} shm_opts_t;
+
+typedef struct shm_md {
+    fy_tl_md_t super;
+    shm_opts_t opts;
+    shm_dev_addr_t dev_addr;
+} shm_md_t;
+
+/* A peer iface this iface sends to or answers: its mapped segment and liveness. */
+typedef struct shm_peer {
+    uint64_t id;
+    shm_iface_addr_t addr;
+    shm_seg_hdr_t *hdr;
+    char *cells, *bufs;
+    uint32_t mask;
+    unsigned cell_shift;
+    uint32_t bcopy_size;
+    int pidfd;
+    ferry_status_t status; /* FERRY_OK while alive */
+    int full;              /* a send found the ring full since the last arm */
+    struct sockaddr_un sun;
+    socklen_t sunlen;
+    fy_list_t replies;     /* shm_pending_reply_t waiting for room */
+    fy_list_t link;        /* iface->peers */
+    fy_list_t full_link;   /* iface->full_peers */
+} shm_peer_t;
+
+typedef struct shm_pending_reply {
+    fy_list_t link;
+    uint8_t type;
+    shm_reply_t r;
+} shm_pending_reply_t;
+
+enum shm_op_type { SHM_OP_PULL, SHM_OP_PUSH, SHM_OP_AMO, SHM_OP_FLUSH };
+
+typedef struct shm_ep shm_ep_t;
+
+typedef struct shm_op {
+    fy_list_t link; /* ep->ops, in issue order */
+    uint64_t cookie;
+    shm_ep_t *ep;
+    fy_tl_comp_t *comp; /* NULL: no completion owed (non-fetching AMO) */
+    uint8_t type;
+    uint8_t am_id;
+    uint8_t probe;      /* a PULL that tests whether the peer can pull from us */
+    void *result;       /* AMO: where the old value goes */
+    size_t amo_size;
+    /* PULL (kept for a fallback to PUSH) and PUSH: the message */
+    size_t hdr_len, total, offset;
+    size_t iovcnt;
+    struct iovec iov[SHM_MAX_IOV];
+    char hdr[SHM_MAX_ZCOPY_HDR];
+} shm_op_t;
+
+enum shm_zc_mode { SHM_ZC_UNKNOWN, SHM_ZC_PULL, SHM_ZC_PUSH };
+/* ep->blocked bits: any of them makes a send take the slow path */
+#define SHM_EP_FAILED 1u
+#define SHM_EP_PROBING 2u
+#define SHM_EP_PUSHING 4u
+
+typedef struct shm_iface shm_iface_t;
+
+struct shm_ep {
+    fy_tl_ep_t super;
+    /* the fast path: the peer's ring */
+    char *cells;
+    uint32_t *tail;
+    uint32_t mask;
+    unsigned cell_shift;
+    uint32_t inline_max;
+    uint32_t bcopy_size;
+    char *bufs;
+    uint64_t owner; /* our pid, shifted into a state word */
+    unsigned blocked;
+    /* the rest */
+    shm_iface_t *iface;
+    shm_peer_t *peer;
+    uint32_t token;
+    ferry_status_t status;
+    int zc_mode;
+    int cma_ok; /* we can read/write the peer with process_vm_*v */
+    int notified;
+    shm_op_t *push_op;
+    fy_list_t ops;
+    fy_list_t link;      /* iface->eps */
+    fy_list_t push_link; /* iface->push_eps */
+    ferry_ep_stats_t stats;
+};
+
+typedef struct shm_frag_rx {
+    uint64_t token;
+    char *buf;
+    size_t total, got;
+    uint8_t am_id;
+} shm_frag_rx_t;
+
+struct shm_iface {
+    fy_tl_iface_t super;
+    /* the receive ring (hot) */
+    char *cells;
+    char *bufs;
+    uint32_t head;     /* next ticket to consume */
+    uint32_t released; /* tickets below this are FREE again */
+    uint32_t mask;
+    unsigned cell_shift;
+    uint32_t bcopy_size;
+    int in_progress;
+    uint64_t owner;
+    uint64_t polls;
+    /* slow-path work pending: pushes, replies, failed peers */
+    fy_list_t push_eps;
+    unsigned nreplies;
+    int pending_fail;
+    /* the rest */
+    shm_md_t *md;
+    shm_seg_hdr_t *hdr;
+    void *seg;
+    uint64_t id;
+    shm_iface_addr_t addr;
+    int sock;   /* bound wake-up socket */
+    int txsock; /* to send wake-ups */
+    int epfd;   /* the event fd: sock + peer pidfds */
+    int cma_ok; /* we pull with process_vm_readv (config, and not found denied) */
+    uint32_t next_token;
+    fy_hash_t peers; /* id -> shm_peer_t */
+    fy_list_t peer_list;
+    fy_list_t full_peers;
+    fy_list_t eps;
+    fy_hash_t ops; /* cookie -> shm_op_t */
+    uint64_t next_cookie;
+    fy_mpool_t op_mp;
+    fy_hash_t frags; /* token -> shm_frag_rx_t */
+    char *rxbuf;
+    size_t rxbuf_size;
+    uint64_t next_check_ns;
+    uint32_t stuck_ticket;
+    int stuck_seen;
+    struct {
+        uint64_t rx_msgs, rx_bytes, rx_pull, rx_frag, rx_amo, drops_malformed, drops_dead;
+        uint64_t wakeups_sent, full, skipped_dead;
+    } stats;
+};
+
+/* ---- the ring, inline for the fast paths ---- */
+
+static inline shm_cell_t *shm_cell_at(char *cells, unsigned shift, uint32_t mask, uint32_t t)
+{
+    return (shm_cell_t *)(cells + ((size_t)(t & mask) << shift));
+}
+
+/*
+ * Claim the next cell of a ring.  Returns the cell and its ticket, or NULL when the ring is
+ * full.  *wake is set when the consumer armed itself to sleep on this cell.
+ */
+static inline shm_cell_t *shm_ring_claim(char *cells, uint32_t *tailp, uint32_t mask,
+                                         unsigned shift, uint64_t owner, uint32_t *ticket_p,
+                                         int *wake)
+{
+    uint32_t pos = __atomic_load_n(tailp, __ATOMIC_RELAXED);
+    for (;;) {
+        shm_cell_t *c = shm_cell_at(cells, shift, mask, pos);
+        uint64_t expect = SHM_STATE(SHM_PHASE_FREE, pos);
+        uint64_t claim = owner | SHM_STATE(SHM_PHASE_CLAIMED, pos);
+        int ok = __atomic_compare_exchange_n(&c->state, &expect, claim, 0, __ATOMIC_ACQUIRE,
+                                             __ATOMIC_RELAXED);
+        if (FY_UNLIKELY(!ok) && expect == (SHM_STATE(SHM_PHASE_FREE, pos) | SHM_SLEEP_BIT)) {
+            ok = __atomic_compare_exchange_n(&c->state, &expect, claim, 0, __ATOMIC_ACQUIRE,
+                                             __ATOMIC_RELAXED);
+            *wake = ok;
+        }
+        uint32_t p = pos;
+        if (FY_LIKELY(ok)) {
+            __atomic_compare_exchange_n(tailp, &p, pos + 1, 0, __ATOMIC_RELAXED,
+                                        __ATOMIC_RELAXED);
+            *ticket_p = pos;
+            return c;
+        }
+        if ((int32_t)((uint32_t)expect - pos) < 0)
+            return NULL; /* the previous lap's message is still there: full */
+        /* Ticket pos is taken (or long done): move the tail past it, then retry there. */
+        if (__atomic_compare_exchange_n(tailp, &p, pos + 1, 0, __ATOMIC_RELAXED,
+                                        __ATOMIC_RELAXED))
+            pos = pos + 1;
+        else
+            pos = p;
+    }
+}
+
+static inline void shm_ring_publish(shm_cell_t *c, uint64_t owner, uint32_t ticket)
+{
+    __atomic_store_n(&c->state, owner | SHM_STATE(SHM_PHASE_READY, ticket), __ATOMIC_RELEASE);
+}
+
+static inline void shm_iov_gather(void *dst, const struct iovec *iov, size_t iovcnt)
+{
+    char *p = dst;
+    for (size_t i = 0; i < iovcnt; i++) {
+        memcpy(p, iov[i].iov_base, iov[i].iov_len);
+        p += iov[i].iov_len;
+    }
+}
+
+/* ---- between the files ---- */
+extern const fy_tl_component_t fy_tl_shm_component;
+extern const fy_config_table_t fy_shm_config_table;
+
+/* shm_md.c */
+ferry_status_t fy_shm_region_check(uint64_t id, uint64_t key, uint64_t addr, size_t len,
+                                   unsigned access, void **local);
+
+/* shm_iface.c */
+ferry_status_t fy_shm_iface_open(fy_tl_md_t *md, const fy_tl_iface_params_t *params,
+                                 fy_tl_iface_t **iface_p);
+void fy_shm_iface_close(fy_tl_iface_t *iface);
+void fy_shm_iface_query(fy_tl_iface_t *iface, fy_tl_iface_attr_t *attr);
+ferry_status_t fy_shm_iface_get_address(fy_tl_iface_t *iface, void *dev_addr, void *iface_addr);
+int fy_shm_iface_is_reachable(fy_tl_iface_t *iface, const void *dev_addr,
+                              const void *iface_addr);
+unsigned fy_shm_iface_progress(fy_tl_iface_t *iface);
+int fy_shm_iface_event_fd(fy_tl_iface_t *iface);
+ferry_status_t fy_shm_iface_event_arm(fy_tl_iface_t *iface);
+void fy_shm_iface_print(fy_tl_iface_t *iface, FILE *f);
+ferry_status_t fy_shm_peer_get(shm_iface_t *iface, const shm_iface_addr_t *addr,
+                               shm_peer_t **peer_p);
+void fy_shm_peer_wake(shm_iface_t *iface, shm_peer_t *peer);
+void fy_shm_peer_full(shm_iface_t *iface, shm_peer_t *peer);
+void fy_shm_peer_fail(shm_iface_t *iface, shm_peer_t *peer, ferry_status_t status);
+void fy_shm_reply(shm_iface_t *iface, const shm_iface_addr_t *to, uint8_t type, uint64_t cookie,
+                  ferry_status_t status, uint64_t value);
+
+/* shm_ep.c */
+ferry_status_t fy_shm_ep_create(fy_tl_iface_t *iface, const void *dev_addr,
+                                const void *iface_addr, fy_tl_ep_t **ep_p);
+void fy_shm_ep_destroy(fy_tl_ep_t *ep);
+ferry_status_t fy_shm_ep_flush(fy_tl_ep_t *ep, fy_tl_comp_t *comp);
+ferry_status_t fy_shm_ep_get_stats(fy_tl_ep_t *ep, ferry_ep_stats_t *stats);
+ferry_status_t fy_shm_am_short(fy_tl_ep_t *ep, uint8_t id, const struct iovec *iov,
+                               size_t iovcnt);
+ferry_status_t fy_shm_am_bcopy(fy_tl_ep_t *ep, uint8_t id, const struct iovec *iov,
+                               size_t iovcnt);
+ferry_status_t fy_shm_am_zcopy(fy_tl_ep_t *ep, uint8_t id, const void *hdr, size_t hdr_len,
+                               const struct iovec *iov, size_t iovcnt, fy_tl_comp_t *comp);
+shm_op_t *fy_shm_op_new(shm_ep_t *ep, uint8_t type, fy_tl_comp_t *comp);
+void fy_shm_op_complete(shm_op_t *op, ferry_status_t status);
+void fy_shm_op_drop(shm_op_t *op);
+void fy_shm_zdone(shm_iface_t *iface, const shm_reply_t *r);
+unsigned fy_shm_push_progress(shm_iface_t *iface);
+void fy_shm_ep_fail(shm_ep_t *ep, ferry_status_t status);
+
+/* shm_rma.c */
+ferry_status_t fy_shm_put_short(fy_tl_ep_t *ep, const void *buf, size_t len,
+                                uint64_t remote_addr, const void *rkey);
+ferry_status_t fy_shm_put_zcopy(fy_tl_ep_t *ep, const struct iovec *iov, size_t iovcnt,
+                                uint64_t remote_addr, const void *rkey, fy_tl_comp_t *comp);
+ferry_status_t fy_shm_get_zcopy(fy_tl_ep_t *ep, const struct iovec *iov, size_t iovcnt,
+                                uint64_t remote_addr, const void *rkey, fy_tl_comp_t *comp);
+ferry_status_t fy_shm_atomic(fy_tl_ep_t *ep, ferry_atomic_op_t op, size_t size, uint64_t operand,
+                             uint64_t compare, void *result, uint64_t remote_addr,
+                             const void *rkey, fy_tl_comp_t *comp);
+/* Copy between local and remote iov lists with process_vm_readv (write = 0) or
+ * process_vm_writev, across partial transfers; the lists are consumed.  0 or an errno. */
+int fy_shm_cma_copy(pid_t pid, struct iovec *l, size_t lcnt, struct iovec *r, size_t rcnt,
+                    int write);
+void fy_shm_amo_serve(shm_iface_t *iface, const shm_amo_req_t *req);
+void fy_shm_amo_reply(shm_iface_t *iface, const shm_reply_t *r);
+
+#endif

@@ -1,0 +1,508 @@
+/*
+ * shm_ep.c - shared-memory endpoints: creation from a peer's address, active messages
+ * (short, buffered, zero-copy), outstanding operations, flush and failure.
+ *
+ * The small-message path is a claim, a few stores and a release store into the peer's ring
+ * (shm.h): no system call, no lock, no allocation.  One flag (ep->blocked) keeps every rare
+ * state — a failed peer, a zero-copy probe, a pushed transfer — off that path.
+ *
+ * Zero-copy AMs are pulled by the receiver with process_vm_readv (single copy).  Whether the
+ * receiver may read our memory is only known when it tries, so the first zero-copy send of
+ * an ep is a probe: until its answer comes back the ep takes no other send (returning
+ * FERRY_ERR_NO_RESOURCE), so that if the receiver is refused and asks for the data to be
+ * pushed instead, the pushed message still arrives in order.  Pushing copies the message
+ * through the peer's cell buffers in chunks, continued from progress as cells free up; the
+ * ep again takes nothing else until the last chunk is in.  FERRY_SHM_CMA=n on either side
+ * makes every zero-copy send a push from the start.
+ *
+ * Operations that complete later (pulls, pushes, atomics answered by the target, flushes)
+ * sit on the ep's list in issue order, so a flush completes when it reaches the head.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include "tl/shm/shm.h"
+#include "util/log.h"
+
+static uint32_t shm_next_token; /* names eps of this process in pushed chunks */
+
+/* ---- operations --------------------------------------------------------------------------- */
+
+shm_op_t *fy_shm_op_new(shm_ep_t *ep, uint8_t type, fy_tl_comp_t *comp)
+{
+    shm_iface_t *iface = ep->iface;
+    shm_op_t *op = fy_mpool_get(&iface->op_mp);
+    if (op == NULL)
+        return NULL;
+    op->cookie = ++iface->next_cookie;
+    if (type != SHM_OP_FLUSH && fy_hash_put(&iface->ops, op->cookie, op) != FERRY_OK) {
+        fy_mpool_put(&iface->op_mp, op);
+        return NULL;
+    }
+    op->ep = ep;
+    op->comp = comp;
+    op->type = type;
+    op->probe = 0;
+    op->result = NULL;
+    op->offset = 0;
+    fy_list_add_tail(&ep->ops, &op->link);
+    return op;
+}
+
+/* Unlink an op from its ep and the cookie table (no callback). */
+static void op_unlink(shm_op_t *op)
+{
+    fy_list_del(&op->link);
+    if (op->type != SHM_OP_FLUSH)
+        fy_hash_del(&op->ep->iface->ops, op->cookie);
+}
+
+void fy_shm_op_drop(shm_op_t *op)
+{
+    op_unlink(op);
+    fy_mpool_put(&op->ep->iface->op_mp, op);
+}
+
+void fy_shm_op_complete(shm_op_t *op, ferry_status_t status)
+{
+    shm_ep_t *ep = op->ep;
+    shm_iface_t *iface = ep->iface;
+    op_unlink(op);
+    /* Flushes now at the head are complete too; take them off before any callback runs
+     * (a callback may destroy the ep). */
+    fy_list_t flushes;
+    fy_list_init(&flushes);
+    while (!fy_list_is_empty(&ep->ops)) {
+        shm_op_t *f = fy_container_of(ep->ops.next, shm_op_t, link);
+        if (f->type != SHM_OP_FLUSH)
+            break;
+        fy_list_del(&f->link);
+        fy_list_add_tail(&flushes, &f->link);
+    }
+    fy_tl_comp_t *comp = op->comp;
+    fy_mpool_put(&iface->op_mp, op);
+    if (comp != NULL)
+        comp->cb(comp, status);
+    fy_list_t *pos;
+    while ((pos = fy_list_pop_head(&flushes)) != NULL) {
+        shm_op_t *f = fy_container_of(pos, shm_op_t, link);
+        comp = f->comp;
+        fy_mpool_put(&iface->op_mp, f);
+        comp->cb(comp, FERRY_OK);
+    }
+}
+
+/* Complete a list of detached ops with one status. */
+static void complete_detached(shm_iface_t *iface, fy_list_t *ops, ferry_status_t status)
+{
+    fy_list_t *pos;
+    while ((pos = fy_list_pop_head(ops)) != NULL) {
+        shm_op_t *op = fy_container_of(pos, shm_op_t, link);
+        fy_tl_comp_t *comp = op->comp;
+        fy_mpool_put(&iface->op_mp, op);
+        if (comp != NULL)
+            comp->cb(comp, status);
+    }
+}
+
+/* Move every op of an ep to a local list (out of the cookie table). */
+static void detach_ops(shm_ep_t *ep, fy_list_t *out)
+{
+    fy_list_init(out);
+    fy_list_t *pos;
+    while ((pos = fy_list_pop_head(&ep->ops)) != NULL) {
+        shm_op_t *op = fy_container_of(pos, shm_op_t, link);
+        if (op->type != SHM_OP_FLUSH)
+            fy_hash_del(&ep->iface->ops, op->cookie);
+        fy_list_add_tail(out, &op->link);
+    }
+    if (ep->push_op != NULL) {
+        fy_list_del(&ep->push_link);
+        ep->push_op = NULL;
+    }
+}
+
+void fy_shm_ep_fail(shm_ep_t *ep, ferry_status_t status)
+{
+    shm_iface_t *iface = ep->iface;
+    fy_list_t ops;
+    ep->notified = 1;
+    ep->status = FERRY_ERR_NOT_CONNECTED;
+    ep->blocked = SHM_EP_FAILED;
+    detach_ops(ep, &ops);
+    fy_debug("shm ep to process %d failed: %s", (int)ep->peer->addr.pid,
+             ferry_status_string(status));
+    if (iface->super.params.err_cb != NULL)
+        iface->super.params.err_cb(iface->super.params.err_arg, &ep->super, status);
+    complete_detached(iface, &ops, status);
+}
+
+/* ---- create / destroy ------------------------------------------------------------------- */
+
+ferry_status_t fy_shm_ep_create(fy_tl_iface_t *tl_iface, const void *dev_addr,
+                                const void *iface_addr, fy_tl_ep_t **ep_p)
+{
+    shm_iface_t *iface = (shm_iface_t *)tl_iface;
+    if (dev_addr == NULL || iface_addr == NULL)
+        return FERRY_ERR_INVALID_ADDR;
+    if (!fy_shm_iface_is_reachable(tl_iface, dev_addr, iface_addr))
+        return FERRY_ERR_UNREACHABLE;
+    shm_iface_addr_t addr;
+    memcpy(&addr, iface_addr, sizeof(addr));
+    shm_peer_t *peer;
+    ferry_status_t st = fy_shm_peer_get(iface, &addr, &peer);
+    if (st != FERRY_OK)
+        return st;
+    if (peer->status != FERRY_OK)
+        return FERRY_ERR_UNREACHABLE;
+    shm_ep_t *ep;
+    if (posix_memalign((void **)&ep, 64, sizeof(*ep)) != 0)
+        return FERRY_ERR_NO_MEMORY;
+    memset(ep, 0, sizeof(*ep));
+    ep->super.iface = tl_iface;
+    ep->cells = peer->cells;
+    ep->tail = &peer->hdr->tail;
+    ep->mask = peer->mask;
+    ep->cell_shift = peer->cell_shift;
+    ep->inline_max = (uint32_t)((1u << peer->cell_shift) - SHM_CELL_HDR);
+    ep->bcopy_size = peer->bcopy_size;
+    ep->bufs = peer->bufs;
+    ep->owner = iface->owner;
+    ep->iface = iface;
+    ep->peer = peer;
+    ep->token = __atomic_add_fetch(&shm_next_token, 1, __ATOMIC_RELAXED);
+    ep->status = FERRY_OK;
+    fy_list_init(&ep->ops);
+    fy_list_init(&ep->push_link);
+    ep->stats.window_max = peer->mask + 1;
+
+    int self = addr.pid == (int32_t)getpid();
+    if (self) {
+        ep->cma_ok = 1; /* our own memory: plain copies */
+    } else if (iface->md->opts.cma) {
+        /* Can we reach the peer with cross-memory attach?  Read its segment's magic. */
+        uint64_t magic = 0;
+        struct iovec l = {&magic, sizeof(magic)};
+        struct iovec r = {(void *)(uintptr_t)peer->hdr->base, sizeof(magic)};
+        ep->cma_ok = fy_shm_cma_copy(addr.pid, &l, 1, &r, 1, 0) == 0 && magic == SHM_SEG_MAGIC;
+        if (!ep->cma_ok)
+            fy_info("cross-memory attach to process %d refused: put/get need shared memory, "
+                    "zero-copy messages are pushed", (int)addr.pid);
+    }
+    if (self || (iface->md->opts.cma && ep->cma_ok && !(addr.flags & SHM_ADDR_F_NO_CMA)))
+        ep->zc_mode = self ? SHM_ZC_PULL : SHM_ZC_UNKNOWN;
+    else
+        ep->zc_mode = SHM_ZC_PUSH;
+    fy_list_add_tail(&iface->eps, &ep->link);
+    *ep_p = &ep->super;
+    return FERRY_OK;
+}
+
+void fy_shm_ep_destroy(fy_tl_ep_t *tl_ep)
+{
+    if (tl_ep == NULL)
+        return;
+    shm_ep_t *ep = (shm_ep_t *)tl_ep;
+    shm_iface_t *iface = ep->iface;
+    fy_list_t ops;
+    detach_ops(ep, &ops);
+    fy_list_del(&ep->link);
+    free(ep);
+    complete_detached(iface, &ops, FERRY_ERR_CANCELED);
+}
+
+ferry_status_t fy_shm_ep_flush(fy_tl_ep_t *tl_ep, fy_tl_comp_t *comp)
+{
+    shm_ep_t *ep = (shm_ep_t *)tl_ep;
+    if (ep->blocked & SHM_EP_FAILED)
+        return ep->status;
+    /* Puts into mapped memory are plain stores: make them visible before we say done. */
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+    if (fy_list_is_empty(&ep->ops))
+        return FERRY_OK;
+    if (comp == NULL)
+        return FERRY_ERR_INVALID_PARAM;
+    if (fy_shm_op_new(ep, SHM_OP_FLUSH, comp) == NULL)
+        return FERRY_ERR_NO_RESOURCE;
+    return FERRY_INPROGRESS;
+}
+
+ferry_status_t fy_shm_ep_get_stats(fy_tl_ep_t *tl_ep, ferry_ep_stats_t *stats)
+{
+    shm_ep_t *ep = (shm_ep_t *)tl_ep;
+    *stats = ep->stats;
+    stats->window_used = fy_list_length(&ep->ops);
+    return FERRY_OK;
+}
+
+/* ---- active messages -------------------------------------------------------------------- */
+
+static ferry_status_t blocked_status(const shm_ep_t *ep)
+{
+    return (ep->blocked & SHM_EP_FAILED) ? ep->status : FERRY_ERR_NO_RESOURCE;
+}
+
+static ferry_status_t ep_full(shm_ep_t *ep)
+{
+    fy_shm_peer_full(ep->iface, ep->peer);
+    return ep->peer->status == FERRY_OK ? FERRY_ERR_NO_RESOURCE : FERRY_ERR_NOT_CONNECTED;
+}
+
+static inline char *cell_buf(const shm_ep_t *ep, uint32_t ticket)
+{
+    return ep->bufs + (size_t)(ticket & ep->mask) * ep->bcopy_size;
+}
+
+ferry_status_t fy_shm_am_short(fy_tl_ep_t *tl_ep, uint8_t id, const struct iovec *iov,
+                               size_t iovcnt)
+{
+    shm_ep_t *ep = (shm_ep_t *)tl_ep;
+    if (FY_UNLIKELY(ep->blocked))
+        return blocked_status(ep);
+    size_t len = fy_iov_total(iov, iovcnt);
+    if (FY_UNLIKELY(len > ep->inline_max)) /* the peer's cells are smaller than ours */
+        return fy_shm_am_bcopy(tl_ep, id, iov, iovcnt);
+    uint32_t t;
+    int wake = 0;
+    shm_cell_t *c =
+        shm_ring_claim(ep->cells, ep->tail, ep->mask, ep->cell_shift, ep->owner, &t, &wake);
+    if (FY_UNLIKELY(c == NULL))
+        return ep_full(ep);
+    c->type = SHM_CELL_SHORT;
+    c->am_id = id;
+    c->len = (uint32_t)len;
+    shm_iov_gather(c->data, iov, iovcnt);
+    shm_ring_publish(c, ep->owner, t);
+    if (FY_UNLIKELY(wake))
+        fy_shm_peer_wake(ep->iface, ep->peer);
+    ep->stats.tx_msgs++;
+    ep->stats.tx_bytes += len;
+    return FERRY_OK;
+}
+
+ferry_status_t fy_shm_am_bcopy(fy_tl_ep_t *tl_ep, uint8_t id, const struct iovec *iov,
+                               size_t iovcnt)
+{
+    shm_ep_t *ep = (shm_ep_t *)tl_ep;
+    if (FY_UNLIKELY(ep->blocked))
+        return blocked_status(ep);
+    size_t len = fy_iov_total(iov, iovcnt);
+    if (FY_UNLIKELY(len > ep->bcopy_size))
+        return FERRY_ERR_INVALID_PARAM;
+    uint32_t t;
+    int wake = 0;
+    shm_cell_t *c =
+        shm_ring_claim(ep->cells, ep->tail, ep->mask, ep->cell_shift, ep->owner, &t, &wake);
+    if (FY_UNLIKELY(c == NULL))
+        return ep_full(ep);
+    if (len <= ep->inline_max) {
+        c->type = SHM_CELL_SHORT;
+        shm_iov_gather(c->data, iov, iovcnt);
+    } else {
+        c->type = SHM_CELL_BCOPY;
+        shm_iov_gather(cell_buf(ep, t), iov, iovcnt);
+    }
+    c->am_id = id;
+    c->len = (uint32_t)len;
+    shm_ring_publish(c, ep->owner, t);
+    if (FY_UNLIKELY(wake))
+        fy_shm_peer_wake(ep->iface, ep->peer);
+    ep->stats.tx_msgs++;
+    ep->stats.tx_bytes += len;
+    return FERRY_OK;
+}
+
+/* Copy n bytes at offset off of the message [hdr | iov...] of op into dst. */
+static void op_copy_out(const shm_op_t *op, size_t off, char *dst, size_t n)
+{
+    if (off < op->hdr_len) {
+        size_t k = FY_MIN(n, op->hdr_len - off);
+        memcpy(dst, op->hdr + off, k);
+        dst += k;
+        n -= k;
+        off = 0;
+    } else {
+        off -= op->hdr_len;
+    }
+    for (size_t i = 0; i < op->iovcnt && n > 0; i++) {
+        if (off >= op->iov[i].iov_len) {
+            off -= op->iov[i].iov_len;
+            continue;
+        }
+        size_t k = FY_MIN(n, op->iov[i].iov_len - off);
+        memcpy(dst, (const char *)op->iov[i].iov_base + off, k);
+        dst += k;
+        n -= k;
+        off = 0;
+    }
+}
+
+/* Push chunks of op into the peer's ring while there is room.  1 when all are in. */
+static int push_some(shm_ep_t *ep, shm_op_t *op)
+{
+    do {
+        uint32_t t;
+        int wake = 0;
+        shm_cell_t *c =
+            shm_ring_claim(ep->cells, ep->tail, ep->mask, ep->cell_shift, ep->owner, &t, &wake);
+        if (c == NULL) {
+            fy_shm_peer_full(ep->iface, ep->peer);
+            return 0;
+        }
+        size_t n = FY_MIN((size_t)ep->bcopy_size, op->total - op->offset);
+        shm_frag_hdr_t fh = {((uint64_t)(uint32_t)getpid() << 32) | ep->token, op->total,
+                             op->offset};
+        memcpy(c->data, &fh, sizeof(fh));
+        op_copy_out(op, op->offset, cell_buf(ep, t), n);
+        c->type = SHM_CELL_FRAG;
+        c->am_id = op->am_id;
+        c->len = (uint32_t)n;
+        shm_ring_publish(c, ep->owner, t);
+        if (wake)
+            fy_shm_peer_wake(ep->iface, ep->peer);
+        op->offset += n;
+    } while (op->offset < op->total);
+    return 1;
+}
+
+static void push_start(shm_ep_t *ep, shm_op_t *op)
+{
+    op->type = SHM_OP_PUSH;
+    op->offset = 0;
+    op->probe = 0;
+    ep->push_op = op;
+    ep->blocked |= SHM_EP_PUSHING;
+    fy_list_add_tail(&ep->iface->push_eps, &ep->push_link);
+}
+
+unsigned fy_shm_push_progress(shm_iface_t *iface)
+{
+    unsigned n = 0;
+    fy_list_t *pos;
+again:
+    fy_list_for_each(pos, &iface->push_eps)
+    {
+        shm_ep_t *ep = fy_container_of(pos, shm_ep_t, push_link);
+        shm_op_t *op = ep->push_op;
+        if (!push_some(ep, op))
+            continue;
+        fy_list_del(&ep->push_link);
+        ep->push_op = NULL;
+        ep->blocked &= ~SHM_EP_PUSHING;
+        n++;
+        fy_shm_op_complete(op, FERRY_OK); /* may destroy eps: walk again */
+        goto again;
+    }
+    return n;
+}
+
+static void op_save_message(shm_op_t *op, uint8_t id, const void *hdr, size_t hdr_len,
+                            const struct iovec *iov, size_t iovcnt)
+{
+    op->am_id = id;
+    op->hdr_len = hdr_len;
+    memcpy(op->hdr, hdr, hdr_len);
+    op->iovcnt = iovcnt;
+    memcpy(op->iov, iov, iovcnt * sizeof(*iov));
+    op->total = hdr_len + fy_iov_total(iov, iovcnt);
+}
+
+ferry_status_t fy_shm_am_zcopy(fy_tl_ep_t *tl_ep, uint8_t id, const void *hdr, size_t hdr_len,
+                               const struct iovec *iov, size_t iovcnt, fy_tl_comp_t *comp)
+{
+    shm_ep_t *ep = (shm_ep_t *)tl_ep;
+    shm_iface_t *iface = ep->iface;
+    if (FY_UNLIKELY(ep->blocked))
+        return blocked_status(ep);
+    if (hdr_len > SHM_MAX_ZCOPY_HDR || iovcnt > SHM_MAX_IOV)
+        return FERRY_ERR_INVALID_PARAM;
+    size_t data_len = fy_iov_total(iov, iovcnt);
+    size_t total = hdr_len + data_len;
+    if (total <= FY_MIN(iface->md->opts.zcopy_thresh, (size_t)ep->bcopy_size)) {
+        /* Small: a copy through a cell buffer is faster than a pull and its answer. */
+        struct iovec v[SHM_MAX_IOV + 1];
+        v[0] = (struct iovec){(void *)(uintptr_t)hdr, hdr_len};
+        memcpy(&v[1], iov, iovcnt * sizeof(*iov));
+        return fy_shm_am_bcopy(tl_ep, id, v, iovcnt + 1);
+    }
+    if (comp == NULL)
+        return FERRY_ERR_INVALID_PARAM;
+    shm_op_t *op = fy_shm_op_new(ep, SHM_OP_PULL, comp);
+    if (op == NULL)
+        return FERRY_ERR_NO_RESOURCE;
+    op_save_message(op, id, hdr, hdr_len, iov, iovcnt);
+    ep->stats.tx_msgs++;
+    ep->stats.tx_bytes += total;
+
+    if (ep->zc_mode == SHM_ZC_PUSH) {
+        push_start(ep, op);
+        if (!push_some(ep, op))
+            return FERRY_INPROGRESS; /* progress pushes the rest */
+        fy_list_del(&ep->push_link);
+        ep->push_op = NULL;
+        ep->blocked &= ~SHM_EP_PUSHING;
+        fy_shm_op_drop(op); /* all copied: done now, no callback */
+        return FERRY_OK;
+    }
+
+    uint32_t t;
+    int wake = 0;
+    shm_cell_t *c =
+        shm_ring_claim(ep->cells, ep->tail, ep->mask, ep->cell_shift, ep->owner, &t, &wake);
+    if (c == NULL) {
+        ep->stats.tx_msgs--;
+        ep->stats.tx_bytes -= total;
+        fy_shm_op_drop(op);
+        return ep_full(ep);
+    }
+    shm_pull_desc_t *d = (shm_pull_desc_t *)cell_buf(ep, t);
+    d->cookie = op->cookie;
+    d->data_len = data_len;
+    d->hdr_len = (uint32_t)hdr_len;
+    d->iovcnt = (uint32_t)iovcnt;
+    d->reply = iface->addr;
+    for (size_t i = 0; i < iovcnt; i++) {
+        d->iov[i].addr = (uint64_t)(uintptr_t)iov[i].iov_base;
+        d->iov[i].len = iov[i].iov_len;
+    }
+    memcpy((char *)d + sizeof(*d), hdr, hdr_len);
+    c->type = SHM_CELL_PULL;
+    c->am_id = id;
+    c->len = (uint32_t)(sizeof(*d) + hdr_len);
+    if (ep->zc_mode == SHM_ZC_UNKNOWN) {
+        op->probe = 1;
+        ep->blocked |= SHM_EP_PROBING;
+    }
+    shm_ring_publish(c, ep->owner, t);
+    if (wake)
+        fy_shm_peer_wake(iface, ep->peer);
+    return FERRY_INPROGRESS;
+}
+
+/* The receiver's answer to a pull. */
+void fy_shm_zdone(shm_iface_t *iface, const shm_reply_t *r)
+{
+    shm_op_t *op = fy_hash_get(&iface->ops, r->cookie);
+    if (op == NULL || op->type != SHM_OP_PULL)
+        return; /* its ep was destroyed */
+    shm_ep_t *ep = op->ep;
+    ferry_status_t st = (ferry_status_t)r->status;
+    if (op->probe) {
+        ep->blocked &= ~SHM_EP_PROBING;
+        if (r->status == SHM_STATUS_NEED_PUSH) {
+            /* Nothing was sent after the probe: push it now, still in order. */
+            ep->zc_mode = SHM_ZC_PUSH;
+            push_start(ep, op);
+            return;
+        }
+        if (st == FERRY_OK)
+            ep->zc_mode = SHM_ZC_PULL;
+    } else if (r->status == SHM_STATUS_NEED_PUSH) {
+        fy_error("process %d refused a pull after accepting earlier ones: message lost",
+                 (int)ep->peer->addr.pid);
+        st = FERRY_ERR_IO;
+    }
+    fy_shm_op_complete(op, st);
+}

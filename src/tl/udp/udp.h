@@ -1,0 +1,430 @@
+/*
+ * udp.h - the udp transport's internal objects, shared by its files:
+ *
+ *   udp_component.c  config table, memory domain, rkeys, the ops table
+ *   udp_iface.c      interface selection, sockets, addresses, event fd, statistics
+ *   udp_conn.c       connections (the tl ep): handshake with MTU probe, ids, failure, flush
+ *   udp_tx.c         send path: fragments to segments, window, credits, ready queue, batching
+ *   udp_rx.c         receive path: validation, ordering, stash, delivery, reassembly, RMA target
+ *   udp_retx.c       ACKs, RTT estimate, the hotel and retransmissions
+ *   udp_rma.c        put / get initiator side
+ *   udp_fault.c      the deterministic fault injector
+ *   udp_csum.c       CRC32C
+ *
+ * Names follow the usnic notes: a fragment is what proto asks to send, a segment one
+ * datagram, a chunk the piece of a fragment that fits in one segment.  The tl ep is a
+ * connection (fy_udp_conn_t); connections are bidirectional, so ACKs ride on data both ways.
+ */
+#ifndef FY_TL_UDP_H
+#define FY_TL_UDP_H
+
+#include <netinet/in.h>
+#include <stdint.h>
+#include <sys/socket.h>
+
+#include "tl/tl.h"
+#include "tl/udp/udp_proto.h"
+#include "util/hash.h"
+#include "util/hotel.h"
+#include "util/list.h"
+#include "util/mpool.h"
+#include "util/netif.h"
+#include "util/region.h"
+
+#define FY_UDP_MAX_IOV 16
+#define FY_UDP_MAX_ZHDR 256  /* am_zcopy header */
+#define FY_UDP_BATCH 32      /* datagrams per recvmmsg / sendmmsg */
+#define FY_UDP_SEG_HDR_MAX (FY_UDP_HDR_LEN + 48)
+
+/* ---- configuration (FERRY_UDP_*) ------------------------------------------------------ */
+typedef struct fy_udp_opts {
+    char *if_include;
+    char *if_exclude;
+    int af;                 /* 0 any, 1 inet, 2 inet6 */
+    size_t mtu;             /* 0: the interface's */
+    size_t prio_mtu;
+    unsigned long window;
+    size_t credit;          /* bytes in flight per ep (also bounded by the peer's buffer) */
+    size_t rcvbuf, sndbuf;
+    unsigned long ack_passes;
+    uint64_t ack_delay;
+    unsigned long ack_every;
+    uint64_t rto_init, rto_min, rto_max;
+    uint64_t peer_timeout;
+    size_t max_zcopy;
+    unsigned long tx_budget;
+    int checksum;
+    int gso;
+    int stats;
+    /* fault injector */
+    unsigned long fault_seed;
+    double fault_drop, fault_dup, fault_reorder, fault_delay, fault_corrupt;
+    uint64_t fault_delay_time;
+    char *fault_channels;
+    size_t fault_max_dgram;
+} fy_udp_opts_t;
+
+extern const fy_config_table_t fy_udp_config_table;
+
+typedef struct fy_udp_md {
+    fy_tl_md_t super;
+    fy_udp_opts_t opts;
+    fy_region_table_t regions;
+} fy_udp_md_t;
+
+/* memh and rkey: the region id and key from the region table. */
+typedef struct fy_udp_key {
+    uint64_t id;
+    uint64_t key;
+} fy_udp_key_t;
+
+enum { FY_UDP_CH_PRIO = 0, FY_UDP_CH_DATA = 1, FY_UDP_NCH = 2 };
+
+/* ---- timers in the hotel: segments and connection handshakes ---------------------------- */
+enum { FY_UDP_TIMER_SEG = 1, FY_UDP_TIMER_CONN = 2 };
+typedef struct fy_udp_timer {
+    fy_hotel_room_t room;
+    uint8_t kind;
+} fy_udp_timer_t;
+
+/* ---- send side ------------------------------------------------------------------------ */
+/* What waits on an ep's send queue: a formed segment, a fragment to chunk, or a flush. */
+enum { FY_UDP_PEND_SEG = 1, FY_UDP_PEND_FRAG, FY_UDP_PEND_FLUSH };
+typedef struct fy_udp_pend {
+    fy_list_t link;
+    uint8_t kind;
+} fy_udp_pend_t;
+
+struct fy_udp_conn;
+struct fy_udp_rma_op;
+
+/* A large fragment: its message is iov[0..iovcnt) (an AM's header is iov[0], copied into
+ * hdr), sent in chunks straight from the caller's memory. */
+typedef struct fy_udp_frag {
+    fy_udp_pend_t pend;
+    uint8_t type;        /* FY_UDP_T_AM (fits one segment), _AM_CHUNK, _PUT, _GET_RESP */
+    uint8_t am_id;
+    int8_t status;       /* GET_RESP */
+    uint8_t queued;      /* still on the send queue (not every chunk made yet) */
+    uint32_t op_id;
+    uint64_t total;
+    uint64_t next_off;   /* bytes made into segments */
+    uint32_t outstanding;/* segments sent and not yet ACKed */
+    ferry_status_t result;
+    fy_tl_comp_t *comp;  /* am_zcopy: the caller's completion */
+    struct fy_udp_conn *conn;
+    struct fy_udp_seg *bounce; /* a copied message this fragment owns (am_bcopy) */
+    struct fy_udp_rma_op *op; /* put: its operation */
+    fy_udp_rma_t rma;    /* put */
+    size_t iovcnt;
+    struct iovec iov[FY_UDP_MAX_IOV + 1];
+    uint8_t hdr[FY_UDP_MAX_ZHDR];
+} fy_udp_frag_t;
+
+/* One datagram of the reliable stream, from its first send until ACKed. */
+typedef struct fy_udp_seg {
+    fy_udp_pend_t pend;   /* send queue (kind SEG) */
+    fy_udp_timer_t timer; /* the hotel */
+    fy_list_t rlink;      /* the iface's resend queue */
+    struct fy_udp_conn *conn;
+    fy_udp_frag_t *frag;  /* chunk source, or NULL: the data is inline below */
+    uint64_t off;         /* offset of this chunk in frag's message */
+    uint64_t tx_ns;       /* last transmission */
+    uint32_t seq;
+    uint32_t dlen;        /* data bytes (after hdr) */
+    uint16_t hlen;        /* base header + type header */
+    uint8_t tries;
+    uint8_t pool;         /* which mpool it came from */
+    uint8_t hdr[FY_UDP_SEG_HDR_MAX];
+    uint8_t data[];       /* inline data (bcopy) */
+} fy_udp_seg_t;
+
+enum { FY_UDP_POOL_SMALL, FY_UDP_POOL_LARGE, FY_UDP_POOL_DESC, FY_UDP_NPOOL };
+
+typedef struct fy_udp_flush {
+    fy_udp_pend_t pend;
+    fy_tl_comp_t *comp;
+    uint32_t seq;        /* every seq before it must be ACKed */
+    uint64_t rma;        /* ... and every RMA op numbered below it complete */
+} fy_udp_flush_t;
+
+typedef struct fy_udp_rma_op {
+    fy_list_t link;      /* conn->rma_fifo */
+    uint32_t op_id;
+    uint8_t is_get;
+    int pending;         /* put: RMA_DONE + source ACKed; get: the last GET_RESP */
+    ferry_status_t status;
+    fy_tl_comp_t *comp;
+    uint64_t total, got;
+    size_t iovcnt;
+    struct iovec iov[FY_UDP_MAX_IOV];
+} fy_udp_rma_op_t;
+
+/* ---- receive side --------------------------------------------------------------------- */
+typedef struct fy_udp_rxbuf {
+    uint32_t len;
+    uint8_t chan;
+    uint8_t pad[11];
+    uint8_t data[]; /* 16-byte aligned */
+} fy_udp_rxbuf_t;
+
+/* ---- connection (the tl ep) ----------------------------------------------------------- */
+enum { FY_UDP_CONN_CONNECTING = 1, FY_UDP_CONN_CONNECTED, FY_UDP_CONN_FAILED, FY_UDP_CONN_CLOSED };
+
+typedef struct fy_udp_conn {
+    fy_tl_ep_t super;
+    struct fy_udp_iface *iface;
+    uint32_t id, peer_id;
+    uint64_t peer_uuid;
+    uint8_t state;
+    uint8_t owned;        /* proto holds it (ep_create); else a passive peer connection */
+    uint8_t got_conn_ack, got_probe_ack;
+    uint8_t in_fail_list;
+    ferry_status_t fail_status;
+    struct sockaddr_storage addr[FY_UDP_NCH];
+    socklen_t addrlen;
+    fy_netif_addr_t peer_addr;
+    uint32_t seg_size;    /* data-channel datagram size on this path */
+    uint32_t prio_mtu;    /* priority-channel datagram size (min of both ends) */
+    uint32_t probe_size;  /* being probed */
+    uint32_t conn_tries;
+    uint64_t conn_start;
+    fy_udp_timer_t conn_timer;
+
+    /* send */
+    uint32_t snd_nxt, snd_una, wnd;
+    fy_udp_seg_t **win;
+    uint64_t inflight, credit;
+    fy_list_t sendq;
+    fy_list_t ready_link;
+    fy_list_t flushq;
+    fy_list_t rma_fifo;
+    uint32_t next_frag_id, next_op_id;
+    uint64_t rma_issued, rma_completed;
+    ferry_status_t sticky;   /* a refused put_short, reported by the next flush */
+    int64_t srtt, rttvar;    /* ns; srtt 0 = no sample yet */
+    uint64_t rto;
+    uint64_t last_rx_ns;
+
+    /* receive */
+    uint32_t rcv_nxt;
+    fy_udp_rxbuf_t **stash;  /* out-of-order segments, by seq & (wsize-1) */
+    uint32_t nstash;
+    uint8_t ack_pending, ack_now;
+    uint32_t ack_passes, ack_unsent;
+    uint64_t ack_since;
+    fy_list_t ack_link;
+    /* reassembly of a large AM (chunks of one fragment arrive in sequence order) */
+    uint8_t rx_active, rx_am_id;
+    uint32_t rx_frag_id;
+    uint64_t rx_total, rx_got;
+    uint8_t *rx_buf;
+    size_t rx_cap;
+    /* the put being received */
+    uint32_t rx_put_op;
+    ferry_status_t rx_put_status;
+
+    fy_list_t zombie_link;
+    ferry_ep_stats_t stats;
+} fy_udp_conn_t;
+
+/* ---- the fault injector -------------------------------------------------------------- */
+typedef struct fy_udp_fault {
+    int enabled;
+    unsigned chan_mask;
+    double drop, dup, reorder, delay, corrupt;
+    uint64_t delay_ns;
+    size_t max_dgram;
+    uint64_t rng[FY_UDP_NCH];
+    fy_list_t held;          /* delayed / reordered datagrams, by release time */
+    uint64_t n_drop, n_dup, n_reorder, n_delay, n_corrupt, n_oversize;
+} fy_udp_fault_t;
+
+/* ---- the interface -------------------------------------------------------------------- */
+typedef struct fy_udp_chan {
+    int fd;
+    uint16_t port;
+    uint32_t mtu;            /* largest datagram accepted on this channel */
+    fy_mpool_t rxpool;
+    size_t rxpool_max;
+    fy_udp_rxbuf_t *posted[FY_UDP_BATCH];
+    struct mmsghdr rmsg[FY_UDP_BATCH];
+    struct iovec riov[FY_UDP_BATCH];
+    struct sockaddr_storage rname[FY_UDP_BATCH];
+    /* transmit batch */
+    unsigned ntx, ntxiov;
+    struct mmsghdr tmsg[FY_UDP_BATCH];
+    struct iovec tiov[FY_UDP_BATCH * (FY_UDP_MAX_IOV + 4)];
+    fy_udp_seg_t *tseg[FY_UDP_BATCH]; /* the segment of each message, NULL if unsequenced */
+    uint8_t thdr[FY_UDP_BATCH][FY_UDP_SEG_HDR_MAX]; /* headers of unsequenced messages */
+    unsigned idle;           /* empty polls in a row */
+} fy_udp_chan_t;
+
+typedef struct fy_udp_iface {
+    fy_tl_iface_t super;
+    fy_udp_md_t *md;
+    const fy_udp_opts_t *opts;
+    uint64_t uuid, host_id;
+    fy_netif_addr_t addr;
+    int is_loopback;
+    uint32_t if_mtu;
+    uint32_t seg_size;       /* our largest data datagram */
+    uint32_t wsize;          /* window array size, a power of two >= opts->window */
+    uint64_t credit;         /* what we let a peer have in flight towards us */
+    int csum;                /* compute and require checksums */
+    fy_udp_chan_t ch[FY_UDP_NCH];
+    int epfd, tfd;
+    fy_hotel_t hotel;
+    fy_mpool_t seg_pool[FY_UDP_NPOOL];
+    size_t seg_pool_size[FY_UDP_NPOOL];
+    fy_mpool_t frag_pool, op_pool, flush_pool;
+    fy_udp_conn_t **conns;   /* by id & 0xffff */
+    uint16_t *conn_gen;
+    uint32_t conn_cap;
+    uint32_t nconns;
+    fy_hash_t by_peer;       /* (peer uuid, peer conn id) -> conn */
+    fy_list_t ready;         /* conns with data, window and credit */
+    fy_list_t resendq;       /* segments to retransmit */
+    fy_list_t acklist;       /* conns owing an ACK */
+    fy_list_t faillist;      /* conns to fail after the hotel ran */
+    fy_list_t zombies;       /* conns to free at the end of progress */
+    unsigned in_progress;
+    unsigned events;         /* counted by this progress call */
+    uint64_t now;            /* clock of the current progress pass */
+    uint64_t pass;
+    fy_udp_fault_t fault;
+    /* counters of what cannot be charged to an ep */
+    uint64_t drops_bad_key, drops_malformed, drops_unknown_ep, drops_csum, drops_trunc;
+    uint64_t drops_window, drops_stash, tx_errors, rx_dgrams, tx_dgrams;
+    int warned_emsgsize;
+} fy_udp_iface_t;
+
+/* ---- addresses ------------------------------------------------------------------------ */
+/* Device address: the interface's IP address, its MTU and host id.  24 + 8 bytes. */
+typedef struct fy_udp_dev_addr {
+    fy_netif_addr_t ip;
+    uint32_t mtu;
+    uint64_t host_id;
+} __attribute__((packed)) fy_udp_dev_addr_t;
+/* Interface address: the two ports and the iface's uuid. */
+typedef struct fy_udp_iface_addr {
+    uint16_t prio_port;
+    uint16_t data_port;
+    uint32_t seg_size;
+    uint64_t uuid;
+} fy_udp_iface_addr_t;
+
+/* ---- shared functions ----------------------------------------------------------------- */
+extern const fy_tl_component_t fy_tl_udp_component;
+
+/* udp_iface.c */
+ferry_status_t fy_udp_query_devices(fy_tl_md_t *md, fy_tl_device_t *devs, unsigned max,
+                                    unsigned *count);
+ferry_status_t fy_udp_iface_open(fy_tl_md_t *md, const fy_tl_iface_params_t *params,
+                                 fy_tl_iface_t **iface_p);
+void fy_udp_iface_close(fy_tl_iface_t *tl_iface);
+void fy_udp_iface_query(fy_tl_iface_t *tl_iface, fy_tl_iface_attr_t *attr);
+ferry_status_t fy_udp_iface_get_address(fy_tl_iface_t *tl_iface, void *dev_addr,
+                                        void *iface_addr);
+int fy_udp_iface_is_reachable(fy_tl_iface_t *tl_iface, const void *dev_addr,
+                              const void *iface_addr);
+unsigned fy_udp_iface_progress(fy_tl_iface_t *tl_iface);
+int fy_udp_iface_event_fd(fy_tl_iface_t *tl_iface);
+ferry_status_t fy_udp_iface_event_arm(fy_tl_iface_t *tl_iface);
+void fy_udp_iface_print(fy_tl_iface_t *tl_iface, FILE *f);
+
+/* udp_conn.c */
+ferry_status_t fy_udp_ep_create(fy_tl_iface_t *tl_iface, const void *dev_addr,
+                                const void *iface_addr, fy_tl_ep_t **ep_p);
+void fy_udp_ep_destroy(fy_tl_ep_t *ep);
+ferry_status_t fy_udp_ep_flush(fy_tl_ep_t *ep, fy_tl_comp_t *comp);
+ferry_status_t fy_udp_ep_get_stats(fy_tl_ep_t *ep, ferry_ep_stats_t *stats);
+fy_udp_conn_t *fy_udp_conn_lookup(fy_udp_iface_t *iface, uint32_t id);
+void fy_udp_conn_rx_ctrl(fy_udp_iface_t *iface, const fy_udp_hdr_t *h, const uint8_t *payload,
+                         size_t plen, const struct sockaddr_storage *from, uint8_t chan);
+void fy_udp_conn_timer_expired(fy_udp_iface_t *iface, fy_udp_conn_t *conn);
+void fy_udp_conn_schedule_fail(fy_udp_conn_t *conn, ferry_status_t status);
+void fy_udp_conn_run_failures(fy_udp_iface_t *iface);
+void fy_udp_conn_fail(fy_udp_conn_t *conn, ferry_status_t status, int notify);
+void fy_udp_flush_check(fy_udp_conn_t *conn);
+void fy_udp_conn_free_zombies(fy_udp_iface_t *iface);
+void fy_udp_conn_destroy_all(fy_udp_iface_t *iface);
+
+/* udp_tx.c */
+ferry_status_t fy_udp_am_short(fy_tl_ep_t *ep, uint8_t id, const struct iovec *iov,
+                               size_t iovcnt);
+ferry_status_t fy_udp_am_bcopy(fy_tl_ep_t *ep, uint8_t id, const struct iovec *iov,
+                               size_t iovcnt);
+ferry_status_t fy_udp_am_zcopy(fy_tl_ep_t *ep, uint8_t id, const void *hdr, size_t hdr_len,
+                               const struct iovec *iov, size_t iovcnt, fy_tl_comp_t *comp);
+fy_udp_seg_t *fy_udp_seg_alloc(fy_udp_iface_t *iface, size_t inline_len);
+void fy_udp_seg_free(fy_udp_iface_t *iface, fy_udp_seg_t *seg);
+void fy_udp_seg_init_hdr(fy_udp_conn_t *conn, fy_udp_seg_t *seg, uint8_t type, uint8_t am_id,
+                         size_t xhdr_len, size_t dlen);
+ferry_status_t fy_udp_send_inline(fy_udp_conn_t *conn, fy_udp_seg_t *seg);
+void fy_udp_enqueue(fy_udp_conn_t *conn, fy_udp_pend_t *pend);
+fy_udp_frag_t *fy_udp_frag_alloc(fy_udp_iface_t *iface);
+void fy_udp_frag_release_seg(fy_udp_iface_t *iface, fy_udp_frag_t *frag);
+void fy_udp_frag_finish(fy_udp_iface_t *iface, fy_udp_frag_t *frag);
+void fy_udp_frag_submit(fy_udp_conn_t *conn, fy_udp_frag_t *frag);
+void fy_udp_ready_add(fy_udp_conn_t *conn);
+unsigned fy_udp_tx_progress(fy_udp_iface_t *iface);
+void fy_udp_tx_ctrl(fy_udp_iface_t *iface, fy_udp_conn_t *conn, uint8_t chan, uint8_t type,
+                    const void *payload, size_t plen, size_t pad_to,
+                    const struct sockaddr_storage *to, socklen_t tolen);
+void fy_udp_tx_flush(fy_udp_iface_t *iface, uint8_t chan);
+void fy_udp_tx_flush_all(fy_udp_iface_t *iface);
+void fy_udp_send_acks(fy_udp_iface_t *iface, int force);
+void fy_udp_ack_schedule(fy_udp_conn_t *conn, int now);
+size_t fy_udp_chunk_payload(const fy_udp_conn_t *conn, uint8_t type);
+
+/* udp_rx.c */
+unsigned fy_udp_rx_progress(fy_udp_iface_t *iface, uint8_t chan);
+ferry_status_t fy_udp_chan_rx_init(fy_udp_iface_t *iface, uint8_t chan);
+void fy_udp_chan_rx_fini(fy_udp_iface_t *iface, uint8_t chan);
+void fy_udp_stash_clear(fy_udp_conn_t *conn);
+uint32_t fy_udp_sack_bits(const fy_udp_conn_t *conn);
+
+/* udp_retx.c */
+void fy_udp_process_ack(fy_udp_conn_t *conn, uint32_t ack, uint32_t sack, int pure);
+void fy_udp_hotel_expired(fy_hotel_t *hotel, fy_hotel_room_t *room, void *arg);
+uint64_t fy_udp_seg_stay(const fy_udp_conn_t *conn, const fy_udp_seg_t *seg);
+void fy_udp_seg_sent(fy_udp_conn_t *conn, fy_udp_seg_t *seg);
+void fy_udp_seg_unsent(fy_udp_iface_t *iface, fy_udp_seg_t *seg);
+void fy_udp_resend_push(fy_udp_iface_t *iface, fy_udp_seg_t *seg);
+
+/* udp_rma.c */
+ferry_status_t fy_udp_put_short(fy_tl_ep_t *ep, const void *buf, size_t len,
+                                uint64_t remote_addr, const void *rkey);
+ferry_status_t fy_udp_put_zcopy(fy_tl_ep_t *ep, const struct iovec *iov, size_t iovcnt,
+                                uint64_t remote_addr, const void *rkey, fy_tl_comp_t *comp);
+ferry_status_t fy_udp_get_zcopy(fy_tl_ep_t *ep, const struct iovec *iov, size_t iovcnt,
+                                uint64_t remote_addr, const void *rkey, fy_tl_comp_t *comp);
+void fy_udp_rma_op_done(fy_udp_conn_t *conn, fy_udp_rma_op_t *op);
+void fy_udp_rma_fail_all(fy_udp_conn_t *conn, ferry_status_t status);
+/* target side, called by udp_rx.c in sequence order */
+ferry_status_t fy_udp_rx_put(fy_udp_conn_t *conn, const fy_udp_chunk_t *ch,
+                             const fy_udp_rma_t *rma, const uint8_t *data, size_t dlen);
+ferry_status_t fy_udp_rx_get_req(fy_udp_conn_t *conn, const fy_udp_get_req_t *req);
+ferry_status_t fy_udp_rx_get_resp(fy_udp_conn_t *conn, const fy_udp_chunk_t *ch,
+                                  const uint8_t *data, size_t dlen);
+ferry_status_t fy_udp_rx_rma_done(fy_udp_conn_t *conn, const fy_udp_rma_done_t *d);
+
+/* udp_fault.c */
+ferry_status_t fy_udp_fault_init(fy_udp_iface_t *iface);
+void fy_udp_fault_fini(fy_udp_iface_t *iface);
+/* Send one datagram through the injector (it may drop, hold, copy or repeat it). */
+void fy_udp_fault_send(fy_udp_iface_t *iface, uint8_t chan, struct msghdr *msg);
+/* Release held datagrams that are due; returns the earliest pending release (0: none). */
+uint64_t fy_udp_fault_poll(fy_udp_iface_t *iface, uint64_t now);
+
+static inline fy_udp_iface_t *fy_udp_iface(fy_tl_iface_t *i) { return (fy_udp_iface_t *)i; }
+static inline fy_udp_conn_t *fy_udp_conn(fy_tl_ep_t *ep) { return (fy_udp_conn_t *)ep; }
+
+/* Bytes a segment is charged against the credit: its size plus the kernel's overhead. */
+static inline uint64_t fy_udp_seg_cost(const fy_udp_seg_t *seg)
+{
+    return (uint64_t)seg->hlen + seg->dlen + 512;
+}
+
+#endif

@@ -1,0 +1,580 @@
+/*
+ * udp_conn.c - connections, which are the udp transport's endpoints: their ids, the
+ * handshake that opens them, the path check before first use, failure and teardown, flush.
+ *
+ * A connection is bidirectional, so ACKs of one direction ride on the data of the other.
+ * Each end has a 32-bit id (slot index | generation << 16); every datagram names the
+ * receiver's id and the sender's, and a datagram naming an unknown id is dropped.
+ *
+ * Handshake (lazy: ep_create returns at once, sends queue until it completes):
+ *   initiator                                 responder
+ *   CONN_REQ (prio) ------------------------> find (uuid, src id) or adopt a connection of
+ *                                              its own to that uuid still unanswered, or
+ *                                              create a passive one
+ *            <------------------------------- CONN_ACK (its id, window, credit, sizes)
+ *   PROBE (data, full segment size) --------> known sender?
+ *            <------------------------------- PROBE_ACK (the size that arrived)
+ * Both are resent on a hotel timer until answered.  When CONN_ACK comes back but the full-
+ * size PROBE never does, small datagrams pass and large ones die: an MTU mismatch on the
+ * path.  That is logged as such and the probe falls back to smaller sizes (9000-, 1500-
+ * byte paths, then 576), so the connection works at a size the path carries.  No answer at
+ * all within FERRY_UDP_PEER_TIMEOUT: the ep fails (err_cb, FERRY_ERR_UNREACHABLE).
+ *
+ * When proto creates an ep to a remote iface that already opened a connection to us (a
+ * passive one), that connection is adopted, so there is one stream per pair of ifaces.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "tl/udp/udp.h"
+#include "util/clock.h"
+#include "util/log.h"
+
+#define CONN_RETRY_NS (5 * FY_NSEC_PER_MSEC)
+#define CONN_RETRY_MAX_NS (100 * FY_NSEC_PER_MSEC)
+#define PROBE_TRIES 8
+
+static uint64_t peer_key(uint64_t uuid, uint32_t id) { return fy_hash_mix64(uuid) ^ id; }
+
+fy_udp_conn_t *fy_udp_conn_lookup(fy_udp_iface_t *iface, uint32_t id)
+{
+    uint32_t idx = id & 0xffff;
+    fy_udp_conn_t *c;
+    if (idx >= iface->conn_cap)
+        return NULL;
+    c = iface->conns[idx];
+    return c != NULL && c->id == id ? c : NULL;
+}
+
+static fy_udp_conn_t *peer_lookup(fy_udp_iface_t *iface, uint64_t uuid, uint32_t id)
+{
+    fy_udp_conn_t *c = fy_hash_get(&iface->by_peer, peer_key(uuid, id));
+    return c != NULL && c->peer_uuid == uuid && c->peer_id == id ? c : NULL;
+}
+
+static void bind_peer(fy_udp_conn_t *c, uint32_t peer_id)
+{
+    c->peer_id = peer_id;
+    fy_hash_put(&c->iface->by_peer, peer_key(c->peer_uuid, peer_id), c);
+}
+
+static ferry_status_t slot_alloc(fy_udp_iface_t *iface, fy_udp_conn_t *c)
+{
+    uint32_t i;
+    for (i = 1; i < iface->conn_cap; i++)
+        if (iface->conns[i] == NULL)
+            break;
+    if (i == iface->conn_cap) {
+        uint32_t ncap = iface->conn_cap ? iface->conn_cap * 2 : 64;
+        if (ncap > 65536)
+            return FERRY_ERR_NO_RESOURCE;
+        fy_udp_conn_t **nc = realloc(iface->conns, ncap * sizeof(*nc));
+        if (nc == NULL)
+            return FERRY_ERR_NO_MEMORY;
+        iface->conns = nc;
+        uint16_t *ng = realloc(iface->conn_gen, ncap * sizeof(*ng));
+        if (ng == NULL)
+            return FERRY_ERR_NO_MEMORY;
+        iface->conn_gen = ng;
+        for (uint32_t j = iface->conn_cap; j < ncap; j++) {
+            nc[j] = NULL;
+            ng[j] = 0;
+        }
+        i = iface->conn_cap ? iface->conn_cap : 1;
+        iface->conn_cap = ncap;
+    }
+    if (++iface->conn_gen[i] == 0)
+        iface->conn_gen[i] = 1;
+    c->id = ((uint32_t)iface->conn_gen[i] << 16) | i;
+    iface->conns[i] = c;
+    iface->nconns++;
+    return FERRY_OK;
+}
+
+static void set_addrs(fy_udp_conn_t *c, const fy_netif_addr_t *ip, uint16_t prio_port,
+                      uint16_t data_port)
+{
+    fy_netif_addr_t a = *ip;
+    a.port_be = htons(prio_port);
+    c->addrlen = fy_netif_addr_to_sockaddr(&a, &c->addr[FY_UDP_CH_PRIO]);
+    a.port_be = htons(data_port);
+    fy_netif_addr_to_sockaddr(&a, &c->addr[FY_UDP_CH_DATA]);
+    c->peer_addr = a;
+    c->peer_addr.port_be = htons(prio_port);
+}
+
+static fy_udp_conn_t *conn_new(fy_udp_iface_t *iface, uint64_t peer_uuid)
+{
+    fy_udp_conn_t *c = calloc(1, sizeof(*c));
+    if (c == NULL)
+        return NULL;
+    c->win = calloc(iface->wsize, sizeof(*c->win));
+    if (c->win == NULL || slot_alloc(iface, c) != FERRY_OK) {
+        free(c->win);
+        free(c);
+        return NULL;
+    }
+    c->super.iface = &iface->super;
+    c->iface = iface;
+    c->peer_uuid = peer_uuid;
+    c->wnd = (uint32_t)iface->opts->window;
+    c->credit = iface->opts->credit;
+    c->seg_size = iface->seg_size;
+    c->prio_mtu = (uint32_t)iface->opts->prio_mtu;
+    c->rto = iface->opts->rto_init;
+    c->next_op_id = 1;
+    c->conn_start = c->last_rx_ns = fy_time_ns();
+    fy_list_init(&c->sendq);
+    fy_list_init(&c->ready_link);
+    fy_list_init(&c->flushq);
+    fy_list_init(&c->rma_fifo);
+    fy_list_init(&c->ack_link);
+    fy_list_init(&c->zombie_link);
+    fy_hotel_room_init(&c->conn_timer.room);
+    c->conn_timer.kind = FY_UDP_TIMER_CONN;
+    return c;
+}
+
+static void conn_msg_fill(fy_udp_iface_t *iface, fy_udp_conn_t *c, fy_udp_conn_msg_t *m,
+                          uint32_t probe_size)
+{
+    memset(m, 0, sizeof(*m));
+    m->uuid = iface->uuid;
+    m->prio_port = iface->ch[FY_UDP_CH_PRIO].port;
+    m->data_port = iface->ch[FY_UDP_CH_DATA].port;
+    m->window = (uint32_t)iface->opts->window;
+    m->seg_size = c->seg_size;
+    m->prio_mtu = (uint32_t)iface->opts->prio_mtu;
+    m->credit = iface->credit;
+    m->probe_size = probe_size;
+}
+
+static void apply_peer(fy_udp_conn_t *c, const fy_udp_conn_msg_t *m)
+{
+    const fy_udp_opts_t *o = c->iface->opts;
+    c->wnd = (uint32_t)FY_MIN((unsigned long)m->window, o->window);
+    if (c->wnd == 0)
+        c->wnd = 1;
+    c->credit = FY_MIN((uint64_t)o->credit, m->credit);
+    c->prio_mtu = (uint32_t)FY_MIN((size_t)m->prio_mtu, o->prio_mtu);
+    if (m->seg_size >= 576 && m->seg_size < c->seg_size)
+        c->seg_size = m->seg_size;
+}
+
+static void send_handshake(fy_udp_iface_t *iface, fy_udp_conn_t *c)
+{
+    fy_udp_conn_msg_t m;
+    if (!c->got_conn_ack) {
+        conn_msg_fill(iface, c, &m, 0);
+        fy_udp_tx_ctrl(iface, c, FY_UDP_CH_PRIO, FY_UDP_T_CONN_REQ, &m, sizeof(m), 0,
+                       &c->addr[FY_UDP_CH_PRIO], c->addrlen);
+    }
+    if (!c->got_probe_ack) {
+        conn_msg_fill(iface, c, &m, c->probe_size);
+        fy_udp_tx_ctrl(iface, c, FY_UDP_CH_DATA, FY_UDP_T_PROBE, &m, sizeof(m), c->probe_size,
+                       &c->addr[FY_UDP_CH_DATA], c->addrlen);
+    }
+    fy_udp_tx_flush_all(iface);
+    uint64_t stay = CONN_RETRY_NS << FY_MIN(c->conn_tries, 5u);
+    fy_hotel_checkin(&iface->hotel, &c->conn_timer.room, FY_MIN(stay, CONN_RETRY_MAX_NS),
+                     fy_time_ns());
+}
+
+ferry_status_t fy_udp_ep_create(fy_tl_iface_t *tl_iface, const void *dev_addr,
+                                const void *iface_addr, fy_tl_ep_t **ep_p)
+{
+    fy_udp_iface_t *iface = fy_udp_iface(tl_iface);
+    fy_udp_dev_addr_t d;
+    fy_udp_iface_addr_t a;
+    fy_udp_conn_t *c;
+
+    memcpy(&d, dev_addr, sizeof(d));
+    memcpy(&a, iface_addr, sizeof(a));
+    if (d.ip.family != iface->addr.family || a.uuid == 0)
+        return FERRY_ERR_INVALID_ADDR;
+    /* The peer connected to us first: take over its passive connection. */
+    for (uint32_t i = 1; i < iface->conn_cap; i++) {
+        c = iface->conns[i];
+        if (c != NULL && !c->owned && c->peer_uuid == a.uuid &&
+            c->state == FY_UDP_CONN_CONNECTED) {
+            c->owned = 1;
+            *ep_p = &c->super;
+            return FERRY_OK;
+        }
+    }
+    c = conn_new(iface, a.uuid);
+    if (c == NULL)
+        return FERRY_ERR_NO_MEMORY;
+    c->owned = 1;
+    c->state = FY_UDP_CONN_CONNECTING;
+    set_addrs(c, &d.ip, a.prio_port, a.data_port);
+    if (a.seg_size >= 576 && a.seg_size < c->seg_size)
+        c->seg_size = a.seg_size;
+    c->probe_size = c->seg_size;
+    send_handshake(iface, c);
+    *ep_p = &c->super;
+    return FERRY_OK;
+}
+
+static void maybe_connected(fy_udp_iface_t *iface, fy_udp_conn_t *c)
+{
+    if (c->state != FY_UDP_CONN_CONNECTING || !c->got_conn_ack || !c->got_probe_ack)
+        return;
+    c->state = FY_UDP_CONN_CONNECTED;
+    c->seg_size = c->probe_size;
+    c->last_rx_ns = iface->now;
+    fy_hotel_checkout(&iface->hotel, &c->conn_timer.room);
+    fy_udp_ready_add(c);
+}
+
+/* CONN_REQ, CONN_ACK, PROBE, PROBE_ACK: the datagram's header is valid (key, length). */
+void fy_udp_conn_rx_ctrl(fy_udp_iface_t *iface, const fy_udp_hdr_t *h, const uint8_t *payload,
+                         size_t plen, const struct sockaddr_storage *from, uint8_t chan)
+{
+    fy_udp_conn_msg_t m;
+    fy_udp_conn_t *c;
+
+    switch (h->type) {
+    case FY_UDP_T_CONN_REQ: {
+        fy_netif_addr_t ip;
+        if (plen < sizeof(m) || chan != FY_UDP_CH_PRIO || h->src_id == 0)
+            goto malformed;
+        memcpy(&m, payload, sizeof(m));
+        if (m.uuid == 0 ||
+            fy_netif_addr_from_sockaddr((const struct sockaddr *)from, &ip) != FERRY_OK)
+            goto malformed;
+        c = peer_lookup(iface, m.uuid, h->src_id);
+        if (c == NULL) {
+            for (uint32_t i = 1; i < iface->conn_cap && c == NULL; i++) {
+                fy_udp_conn_t *x = iface->conns[i];
+                if (x != NULL && x->peer_uuid == m.uuid && x->peer_id == 0 &&
+                    x->state == FY_UDP_CONN_CONNECTING)
+                    c = x;
+            }
+            if (c == NULL) {
+                c = conn_new(iface, m.uuid);
+                if (c == NULL)
+                    return; /* no memory: the peer will ask again */
+                c->state = FY_UDP_CONN_CONNECTED;
+                set_addrs(c, &ip, ntohs(ip.port_be), m.data_port);
+            }
+            bind_peer(c, h->src_id);
+            apply_peer(c, &m);
+        }
+        if (c->state == FY_UDP_CONN_FAILED || c->state == FY_UDP_CONN_CLOSED)
+            return;
+        c->last_rx_ns = iface->now;
+        conn_msg_fill(iface, c, &m, 0);
+        fy_udp_tx_ctrl(iface, c, FY_UDP_CH_PRIO, FY_UDP_T_CONN_ACK, &m, sizeof(m), 0,
+                       &c->addr[FY_UDP_CH_PRIO], c->addrlen);
+        return;
+    }
+    case FY_UDP_T_CONN_ACK:
+        if (plen < sizeof(m))
+            goto malformed;
+        memcpy(&m, payload, sizeof(m));
+        c = fy_udp_conn_lookup(iface, h->dst_id);
+        if (c == NULL || m.uuid != c->peer_uuid || h->src_id == 0)
+            goto unknown;
+        if (c->peer_id == 0)
+            bind_peer(c, h->src_id);
+        else if (c->peer_id != h->src_id)
+            goto unknown;
+        if (c->state != FY_UDP_CONN_CONNECTING)
+            return;
+        {
+            uint32_t seg = c->seg_size;
+            apply_peer(c, &m);
+            c->seg_size = seg; /* decided by the probe */
+        }
+        c->got_conn_ack = 1;
+        c->conn_tries = 0;
+        maybe_connected(iface, c);
+        return;
+    case FY_UDP_T_PROBE: {
+        fy_udp_probe_ack_t pa;
+        if (plen < sizeof(m) || chan != FY_UDP_CH_DATA)
+            goto malformed;
+        memcpy(&m, payload, sizeof(m));
+        if (m.probe_size != plen + FY_UDP_HDR_LEN)
+            goto malformed;
+        c = peer_lookup(iface, m.uuid, h->src_id);
+        if (c == NULL)
+            return; /* its CONN_REQ has not arrived yet: the peer probes again */
+        pa.probe_size = m.probe_size;
+        fy_udp_tx_ctrl(iface, c, FY_UDP_CH_PRIO, FY_UDP_T_PROBE_ACK, &pa, sizeof(pa), 0,
+                       &c->addr[FY_UDP_CH_PRIO], c->addrlen);
+        return;
+    }
+    case FY_UDP_T_PROBE_ACK: {
+        fy_udp_probe_ack_t pa;
+        if (plen < sizeof(pa))
+            goto malformed;
+        memcpy(&pa, payload, sizeof(pa));
+        c = fy_udp_conn_lookup(iface, h->dst_id);
+        if (c == NULL || (c->peer_id != 0 && c->peer_id != h->src_id))
+            goto unknown;
+        if (c->state != FY_UDP_CONN_CONNECTING || pa.probe_size != c->probe_size)
+            return;
+        c->got_probe_ack = 1;
+        maybe_connected(iface, c);
+        return;
+    }
+    default:
+        goto malformed;
+    }
+malformed:
+    iface->drops_malformed++;
+    return;
+unknown:
+    iface->drops_unknown_ep++;
+}
+
+/* Next smaller size to probe after a size that small datagrams got through and this did not. */
+static uint32_t probe_fallback(const fy_udp_conn_t *c)
+{
+    uint32_t ipudp = c->iface->addr.family == 4 ? 28 : 48;
+    static const uint32_t mtus[] = {9000, 1500, 576};
+    for (unsigned i = 0; i < FY_ARRAY_SIZE(mtus); i++)
+        if (mtus[i] - ipudp < c->probe_size)
+            return mtus[i] - ipudp;
+    return 0;
+}
+
+void fy_udp_conn_timer_expired(fy_udp_iface_t *iface, fy_udp_conn_t *c)
+{
+    char buf[FY_NETIF_ADDR_STRLEN];
+    if (c->state != FY_UDP_CONN_CONNECTING)
+        return;
+    c->conn_tries++;
+    if (iface->now - c->conn_start > iface->opts->peer_timeout) {
+        fy_error("udp: no answer from %s within %.1f s (%s): is the peer running, and is "
+                 "the address reachable?",
+                 fy_netif_addr_str(&c->peer_addr, 0, buf, sizeof(buf)),
+                 (double)iface->opts->peer_timeout / 1e9,
+                 c->got_conn_ack ? "handshake answered, path probe not" : "no handshake");
+        fy_udp_conn_schedule_fail(c, FERRY_ERR_UNREACHABLE);
+        return;
+    }
+    if (c->got_conn_ack && !c->got_probe_ack && c->conn_tries >= PROBE_TRIES) {
+        uint32_t next = probe_fallback(c);
+        fy_warn("udp: MTU mismatch on the path to %s: %u-byte datagrams get through but "
+                "%u-byte ones do not (local interface MTU %u); %s",
+                fy_netif_addr_str(&c->peer_addr, 0, buf, sizeof(buf)), (unsigned)c->prio_mtu,
+                c->probe_size, iface->if_mtu,
+                next ? "falling back to smaller segments; set FERRY_UDP_MTU to the path's MTU"
+                     : "giving up");
+        if (next == 0) {
+            fy_udp_conn_schedule_fail(c, FERRY_ERR_UNREACHABLE);
+            return;
+        }
+        c->probe_size = next;
+        c->conn_tries = 0;
+    }
+    send_handshake(iface, c);
+}
+
+void fy_udp_conn_schedule_fail(fy_udp_conn_t *c, ferry_status_t status)
+{
+    if (c->in_fail_list || c->state == FY_UDP_CONN_FAILED || c->state == FY_UDP_CONN_CLOSED)
+        return;
+    c->in_fail_list = 1;
+    c->fail_status = status;
+    fy_list_add_tail(&c->iface->faillist, &c->zombie_link);
+}
+
+void fy_udp_conn_run_failures(fy_udp_iface_t *iface)
+{
+    fy_list_t *e;
+    while ((e = fy_list_pop_head(&iface->faillist)) != NULL) {
+        fy_udp_conn_t *c = fy_container_of(e, fy_udp_conn_t, zombie_link);
+        c->in_fail_list = 0;
+        fy_udp_conn_fail(c, c->fail_status, 1);
+    }
+}
+
+static void zombie(fy_udp_iface_t *iface, fy_udp_conn_t *c)
+{
+    c->state = FY_UDP_CONN_CLOSED;
+    if (c->in_fail_list) {
+        fy_list_del(&c->zombie_link);
+        c->in_fail_list = 0;
+    }
+    iface->conns[c->id & 0xffff] = NULL;
+    iface->nconns--;
+    if (c->peer_id != 0 && fy_hash_get(&iface->by_peer, peer_key(c->peer_uuid, c->peer_id)) == c)
+        fy_hash_del(&iface->by_peer, peer_key(c->peer_uuid, c->peer_id));
+    fy_list_add_tail(&iface->zombies, &c->zombie_link);
+    if (iface->in_progress == 0)
+        fy_udp_conn_free_zombies(iface);
+}
+
+/* Fail every operation of the connection with status; the peer is gone (or we close). */
+void fy_udp_conn_fail(fy_udp_conn_t *c, ferry_status_t status, int notify)
+{
+    fy_udp_iface_t *iface = c->iface;
+    fy_list_t *e;
+
+    if (c->state == FY_UDP_CONN_FAILED || c->state == FY_UDP_CONN_CLOSED)
+        return;
+    c->state = FY_UDP_CONN_FAILED;
+    fy_hotel_checkout(&iface->hotel, &c->conn_timer.room);
+    fy_list_del(&c->ready_link);
+    fy_list_del(&c->ack_link);
+    c->ack_pending = 0;
+    /* Queued items first (they may be fragments with segments in the window). */
+    while ((e = fy_list_pop_head(&c->sendq)) != NULL) {
+        fy_udp_pend_t *p = fy_container_of(e, fy_udp_pend_t, link);
+        if (p->kind == FY_UDP_PEND_SEG) {
+            fy_udp_seg_free(iface, (fy_udp_seg_t *)p);
+        } else if (p->kind == FY_UDP_PEND_FRAG) {
+            fy_udp_frag_t *f = (fy_udp_frag_t *)p;
+            f->queued = 0;
+            f->result = status;
+            fy_udp_frag_finish(iface, f);
+        } else {
+            fy_udp_flush_t *fl = (fy_udp_flush_t *)p;
+            fl->comp->cb(fl->comp, status);
+            fy_mpool_put(&iface->flush_pool, fl);
+        }
+    }
+    for (uint32_t s = c->snd_una; s != c->snd_nxt; s++) {
+        fy_udp_seg_t *seg = c->win[s & (iface->wsize - 1)];
+        c->win[s & (iface->wsize - 1)] = NULL;
+        if (seg == NULL)
+            continue;
+        fy_hotel_checkout(&iface->hotel, &seg->timer.room);
+        fy_list_del(&seg->rlink);
+        if (seg->frag != NULL) {
+            seg->frag->result = status;
+            fy_udp_frag_release_seg(iface, seg->frag);
+        }
+        fy_udp_seg_free(iface, seg);
+    }
+    c->snd_una = c->snd_nxt;
+    c->inflight = 0;
+    while ((e = fy_list_pop_head(&c->flushq)) != NULL) {
+        fy_udp_flush_t *fl = fy_container_of(e, fy_udp_flush_t, pend.link);
+        fl->comp->cb(fl->comp, status);
+        fy_mpool_put(&iface->flush_pool, fl);
+    }
+    fy_udp_rma_fail_all(c, status);
+    fy_udp_stash_clear(c);
+    c->rx_active = 0;
+    if (notify && c->owned && iface->super.params.err_cb != NULL) {
+        char buf[FY_NETIF_ADDR_STRLEN];
+        fy_info("udp: ep %08x to %s failed: %s", c->id,
+                fy_netif_addr_str(&c->peer_addr, 0, buf, sizeof(buf)),
+                ferry_status_string(status));
+        iface->super.params.err_cb(iface->super.params.err_arg, &c->super, status);
+    }
+    if (!c->owned && c->state == FY_UDP_CONN_FAILED)
+        zombie(iface, c);
+}
+
+void fy_udp_ep_destroy(fy_tl_ep_t *ep)
+{
+    fy_udp_conn_t *c = fy_udp_conn(ep);
+    if (c == NULL || c->state == FY_UDP_CONN_CLOSED)
+        return;
+    c->owned = 0;
+    fy_udp_conn_fail(c, FERRY_ERR_CANCELED, 0);
+    if (c->state != FY_UDP_CONN_CLOSED)
+        zombie(c->iface, c);
+}
+
+void fy_udp_conn_free_zombies(fy_udp_iface_t *iface)
+{
+    fy_list_t *e;
+    while ((e = fy_list_pop_head(&iface->zombies)) != NULL) {
+        fy_udp_conn_t *c = fy_container_of(e, fy_udp_conn_t, zombie_link);
+        free(c->stash);
+        free(c->rx_buf);
+        free(c->win);
+        free(c);
+    }
+}
+
+void fy_udp_conn_destroy_all(fy_udp_iface_t *iface)
+{
+    iface->in_progress++;
+    for (uint32_t i = 1; i < iface->conn_cap; i++) {
+        fy_udp_conn_t *c = iface->conns[i];
+        if (c == NULL)
+            continue;
+        c->owned = 0;
+        fy_udp_conn_fail(c, FERRY_ERR_CANCELED, 0);
+        if (c->state != FY_UDP_CONN_CLOSED)
+            zombie(iface, c);
+    }
+    iface->in_progress--;
+    fy_udp_conn_free_zombies(iface);
+}
+
+/* Complete the flushes whose barrier has been reached. */
+void fy_udp_flush_check(fy_udp_conn_t *c)
+{
+    fy_udp_iface_t *iface = c->iface;
+    while (!fy_list_is_empty(&c->flushq)) {
+        fy_udp_flush_t *fl = fy_container_of(c->flushq.next, fy_udp_flush_t, pend.link);
+        if (fy_udp_seq_diff(c->snd_una, fl->seq) < 0)
+            return;
+        if (!fy_list_is_empty(&c->rma_fifo)) {
+            fy_udp_rma_op_t *op = fy_container_of(c->rma_fifo.next, fy_udp_rma_op_t, link);
+            if ((uint64_t)op->op_id < fl->rma)
+                return;
+        }
+        fy_list_del(&fl->pend.link);
+        ferry_status_t st = c->sticky;
+        c->sticky = FERRY_OK;
+        fl->comp->cb(fl->comp, st);
+        fy_mpool_put(&iface->flush_pool, fl);
+        iface->events++;
+    }
+}
+
+ferry_status_t fy_udp_ep_flush(fy_tl_ep_t *ep, fy_tl_comp_t *comp)
+{
+    fy_udp_conn_t *c = fy_udp_conn(ep);
+    fy_udp_flush_t *fl;
+
+    if (c->state == FY_UDP_CONN_FAILED || c->state == FY_UDP_CONN_CLOSED)
+        return FERRY_ERR_NOT_CONNECTED;
+    if (fy_list_is_empty(&c->sendq) && c->snd_una == c->snd_nxt &&
+        fy_list_is_empty(&c->rma_fifo) && fy_list_is_empty(&c->flushq)) {
+        ferry_status_t st = c->sticky;
+        c->sticky = FERRY_OK;
+        return st;
+    }
+    if (comp == NULL)
+        return FERRY_ERR_NO_RESOURCE;
+    fl = fy_mpool_get(&c->iface->flush_pool);
+    if (fl == NULL)
+        return FERRY_ERR_NO_MEMORY;
+    fl->pend.kind = FY_UDP_PEND_FLUSH;
+    fl->comp = comp;
+    fl->rma = c->next_op_id; /* every op numbered below must be complete */
+    fl->seq = c->snd_nxt;
+    if (fy_list_is_empty(&c->sendq)) {
+        fy_list_add_tail(&c->flushq, &fl->pend.link);
+    } else {
+        fy_udp_enqueue(c, &fl->pend);
+    }
+    return FERRY_INPROGRESS;
+}
+
+ferry_status_t fy_udp_ep_get_stats(fy_tl_ep_t *ep, ferry_ep_stats_t *stats)
+{
+    fy_udp_conn_t *c = fy_udp_conn(ep);
+    fy_udp_iface_t *iface = c->iface;
+    *stats = c->stats;
+    /* Drops that cannot be charged to an ep are the interface's. */
+    stats->drops_bad_key = iface->drops_bad_key;
+    stats->drops_malformed = iface->drops_malformed + iface->drops_csum + iface->drops_trunc;
+    stats->drops_unknown_ep = iface->drops_unknown_ep;
+    stats->rtt_ns = (uint64_t)c->srtt;
+    stats->rto_ns = c->rto;
+    stats->window_used = c->snd_nxt - c->snd_una;
+    stats->window_max = c->wnd;
+    return FERRY_OK;
+}

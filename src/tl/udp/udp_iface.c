@@ -1,0 +1,512 @@
+/*
+ * udp_iface.c - the udp interface: which network interfaces are devices (include/exclude
+ * with names and CIDR wide match, through util/netif), the two sockets of an interface
+ * (priority and data channel), its address and reachability, the progress loop, the event
+ * fd a worker sleeps on, and the statistics.
+ *
+ * Progress order follows the usnic notes: receive the priority channel first (its tiny
+ * fragments are delivered at once), then the data channel, then run the hotel (expired
+ * segments go on the resend queue), then send: resends first, then the ready endpoints,
+ * then the ACKs that found no data to ride on.  An idle data channel is polled only every
+ * fourth pass, so a ping-pong of tiny messages pays for one receive system call per pass.
+ *
+ * The event fd is an epoll set of both sockets and a timerfd.  Before sleeping, arm sends
+ * every owed ACK (a sleeping peer must not hold ACKs) and sets the timerfd to the
+ * retransmission floor when segments wait for ACKs, so a lost datagram wakes the sleeper.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <net/if.h>
+#include <netinet/udp.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/ioctl.h>
+#include <sys/random.h>
+#include <sys/timerfd.h>
+#include <unistd.h>
+
+#include "tl/udp/udp.h"
+#include "util/clock.h"
+#include "util/log.h"
+#include "util/status.h"
+
+#define HOTEL_TICK_NS (20 * FY_NSEC_PER_USEC)
+#define HOTEL_SLOTS 8192
+
+/* The selected addresses, filtered by FERRY_UDP_AF. */
+static ferry_status_t select_addrs(const fy_udp_opts_t *o, fy_netif_t **sel_p, unsigned *n_p)
+{
+    fy_netif_t *all = NULL;
+    unsigned nall = 0, flags = 0;
+    fy_netif_filter_t inc = {0}, exc = {0};
+    ferry_status_t st;
+
+    if (o->af == 1)
+        flags |= FY_NETIF_LIST_NO_IPV6;
+    else if (o->af == 2)
+        flags |= FY_NETIF_LIST_NO_IPV4;
+    st = fy_netif_filter_parse(o->if_include, &inc);
+    if (st != FERRY_OK)
+        return st;
+    st = fy_netif_filter_parse(o->if_exclude, &exc);
+    if (st != FERRY_OK)
+        goto out_inc;
+    st = fy_netif_list(flags, &all, &nall);
+    if (st != FERRY_OK)
+        goto out_exc;
+    st = fy_netif_select(all, nall, &inc, &exc, FY_NETIF_SELECT_DEFAULT, sel_p, n_p);
+    fy_netif_list_free(all);
+out_exc:
+    fy_netif_filter_release(&exc);
+out_inc:
+    fy_netif_filter_release(&inc);
+    return st;
+}
+
+ferry_status_t fy_udp_query_devices(fy_tl_md_t *tl_md, fy_tl_device_t *devs, unsigned max,
+                                    unsigned *count)
+{
+    fy_udp_md_t *md = (fy_udp_md_t *)tl_md;
+    fy_netif_t *sel = NULL;
+    unsigned nsel = 0, n = 0;
+    ferry_status_t st = select_addrs(&md->opts, &sel, &nsel);
+    if (st != FERRY_OK)
+        return st;
+    for (unsigned i = 0; i < nsel; i++) {
+        int seen = 0;
+        for (unsigned j = 0; j < i; j++)
+            seen |= strcmp(sel[j].name, sel[i].name) == 0;
+        if (seen)
+            continue;
+        if (n < max && devs != NULL) {
+            snprintf(devs[n].name, sizeof(devs[n].name), "%s", sel[i].name);
+            devs[n].is_loopback = sel[i].is_loopback;
+        }
+        n++;
+    }
+    fy_netif_list_free(sel);
+    *count = n;
+    return FERRY_OK;
+}
+
+static uint32_t if_mtu(const char *name)
+{
+    struct ifreq ifr;
+    int fd = socket(AF_INET, SOCK_DGRAM, 0), mtu = 1500;
+    if (fd < 0)
+        return 1500;
+    memset(&ifr, 0, sizeof(ifr));
+    snprintf(ifr.ifr_name, sizeof(ifr.ifr_name), "%s", name);
+    if (ioctl(fd, SIOCGIFMTU, &ifr) == 0)
+        mtu = ifr.ifr_mtu;
+    close(fd);
+    return (uint32_t)mtu;
+}
+
+/* Open, size and bind one channel's socket on the interface address. */
+static ferry_status_t chan_open(fy_udp_iface_t *iface, uint8_t chan, size_t rcvbuf,
+                                size_t sndbuf)
+{
+    fy_udp_chan_t *ch = &iface->ch[chan];
+    struct sockaddr_storage ss;
+    socklen_t sl = fy_netif_addr_to_sockaddr(&iface->addr, &ss);
+    int af = ss.ss_family, one = 1, v;
+
+    ch->fd = socket(af, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (ch->fd < 0) {
+        fy_error("udp: socket: %s", strerror(errno));
+        return fy_status_from_errno(errno);
+    }
+    v = (int)FY_MIN(rcvbuf, (size_t)INT32_MAX / 2);
+    if (setsockopt(ch->fd, SOL_SOCKET, SO_RCVBUFFORCE, &v, sizeof(v)) != 0)
+        setsockopt(ch->fd, SOL_SOCKET, SO_RCVBUF, &v, sizeof(v));
+    v = (int)FY_MIN(sndbuf, (size_t)INT32_MAX / 2);
+    if (setsockopt(ch->fd, SOL_SOCKET, SO_SNDBUFFORCE, &v, sizeof(v)) != 0)
+        setsockopt(ch->fd, SOL_SOCKET, SO_SNDBUF, &v, sizeof(v));
+    /* Never fragment: a segment that does not fit the path must fail, not crawl. */
+    if (af == AF_INET) {
+        v = IP_PMTUDISC_DO;
+        setsockopt(ch->fd, IPPROTO_IP, IP_MTU_DISCOVER, &v, sizeof(v));
+    } else {
+        v = IPV6_PMTUDISC_DO;
+        setsockopt(ch->fd, IPPROTO_IPV6, IPV6_MTU_DISCOVER, &v, sizeof(v));
+        setsockopt(ch->fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one));
+    }
+    if (bind(ch->fd, (struct sockaddr *)&ss, sl) != 0) {
+        char buf[FY_NETIF_ADDR_STRLEN];
+        fy_error("udp: bind %s: %s", fy_netif_addr_str(&iface->addr, 0, buf, sizeof(buf)),
+                 strerror(errno));
+        return fy_status_from_errno(errno);
+    }
+    sl = sizeof(ss);
+    getsockname(ch->fd, (struct sockaddr *)&ss, &sl);
+    ch->port = ntohs(af == AF_INET ? ((struct sockaddr_in *)&ss)->sin_port
+                                   : ((struct sockaddr_in6 *)&ss)->sin6_port);
+    return FERRY_OK;
+}
+
+static ferry_status_t pools_init(fy_udp_iface_t *iface)
+{
+    const fy_udp_opts_t *o = iface->opts;
+    size_t large_max = FY_MAX((size_t)256, 2 * o->credit / iface->seg_size);
+    ferry_status_t st;
+
+    iface->seg_pool_size[FY_UDP_POOL_SMALL] = o->prio_mtu;
+    iface->seg_pool_size[FY_UDP_POOL_LARGE] = iface->seg_size;
+    iface->seg_pool_size[FY_UDP_POOL_DESC] = 0;
+    st = fy_mpool_init(&iface->seg_pool[FY_UDP_POOL_SMALL], "udp small segments",
+                       sizeof(fy_udp_seg_t) + o->prio_mtu, 64, 256, 0);
+    if (st == FERRY_OK)
+        st = fy_mpool_init(&iface->seg_pool[FY_UDP_POOL_LARGE], "udp large segments",
+                           sizeof(fy_udp_seg_t) + iface->seg_size, 64, 8, large_max);
+    if (st == FERRY_OK)
+        st = fy_mpool_init(&iface->seg_pool[FY_UDP_POOL_DESC], "udp chunk segments",
+                           sizeof(fy_udp_seg_t), 64, 512, 0);
+    if (st == FERRY_OK)
+        st = fy_mpool_init(&iface->frag_pool, "udp fragments", sizeof(fy_udp_frag_t), 64, 32, 0);
+    if (st == FERRY_OK)
+        st = fy_mpool_init(&iface->op_pool, "udp rma ops", sizeof(fy_udp_rma_op_t), 64, 32, 0);
+    if (st == FERRY_OK)
+        st = fy_mpool_init(&iface->flush_pool, "udp flushes", sizeof(fy_udp_flush_t), 64, 32, 0);
+    return st;
+}
+
+static void pools_fini(fy_udp_iface_t *iface)
+{
+    for (int i = 0; i < FY_UDP_NPOOL; i++)
+        fy_mpool_destroy(&iface->seg_pool[i]);
+    fy_mpool_destroy(&iface->frag_pool);
+    fy_mpool_destroy(&iface->op_pool);
+    fy_mpool_destroy(&iface->flush_pool);
+}
+
+static ferry_status_t events_init(fy_udp_iface_t *iface)
+{
+    struct epoll_event ev = {.events = EPOLLIN};
+    iface->epfd = epoll_create1(EPOLL_CLOEXEC);
+    iface->tfd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+    if (iface->epfd < 0 || iface->tfd < 0) {
+        fy_error("udp: epoll/timerfd: %s", strerror(errno));
+        return fy_status_from_errno(errno);
+    }
+    for (int c = 0; c < FY_UDP_NCH; c++) {
+        ev.data.u32 = (uint32_t)c;
+        if (epoll_ctl(iface->epfd, EPOLL_CTL_ADD, iface->ch[c].fd, &ev) != 0)
+            return fy_status_from_errno(errno);
+    }
+    ev.data.u32 = FY_UDP_NCH;
+    if (epoll_ctl(iface->epfd, EPOLL_CTL_ADD, iface->tfd, &ev) != 0)
+        return fy_status_from_errno(errno);
+    return FERRY_OK;
+}
+
+ferry_status_t fy_udp_iface_open(fy_tl_md_t *tl_md, const fy_tl_iface_params_t *params,
+                                 fy_tl_iface_t **iface_p)
+{
+    fy_udp_md_t *md = (fy_udp_md_t *)tl_md;
+    const fy_udp_opts_t *o = &md->opts;
+    fy_udp_iface_t *iface;
+    fy_netif_t *sel = NULL;
+    unsigned nsel = 0, i;
+    ferry_status_t st;
+
+    iface = calloc(1, sizeof(*iface));
+    if (iface == NULL)
+        return FERRY_ERR_NO_MEMORY;
+    fy_tl_iface_base_init(&iface->super, &fy_tl_udp_component, tl_md, params);
+    iface->md = md;
+    iface->opts = o;
+    iface->ch[0].fd = iface->ch[1].fd = iface->epfd = iface->tfd = -1;
+    fy_list_init(&iface->ready);
+    fy_list_init(&iface->resendq);
+    fy_list_init(&iface->acklist);
+    fy_list_init(&iface->faillist);
+    fy_list_init(&iface->zombies);
+
+    /* The device's address: the first selected one of that name (IPv4 before IPv6). */
+    st = select_addrs(o, &sel, &nsel);
+    if (st != FERRY_OK)
+        goto err;
+    for (i = 0; i < nsel; i++)
+        if (params->device == NULL || strcmp(sel[i].name, params->device) == 0)
+            break;
+    if (i == nsel) {
+        fy_error("udp: device '%s' is not a usable interface (see FERRY_UDP_IF_INCLUDE / "
+                 "_EXCLUDE / _AF)", params->device ? params->device : "(null)");
+        fy_netif_list_free(sel);
+        st = FERRY_ERR_NO_DEVICE;
+        goto err;
+    }
+    iface->addr = sel[i].addr;
+    iface->is_loopback = sel[i].is_loopback;
+    iface->if_mtu = if_mtu(sel[i].name);
+    fy_netif_list_free(sel);
+
+    {
+        size_t ipudp = iface->addr.family == 4 ? 28 : 48;
+        size_t maxdg = iface->addr.family == 4 ? 65507 : 65527;
+        size_t mtu = o->mtu ? o->mtu : iface->if_mtu;
+        if (mtu < 576 || mtu <= ipudp + o->prio_mtu / 2) {
+            fy_error("udp: MTU %zu of %s is too small (need >= 576)", mtu, params->device);
+            st = FERRY_ERR_BAD_CONFIG;
+            goto err;
+        }
+        iface->seg_size = (uint32_t)FY_MIN(mtu - ipudp, maxdg);
+    }
+    if (getrandom(&iface->uuid, sizeof(iface->uuid), 0) != sizeof(iface->uuid))
+        iface->uuid = fy_time_ns() ^ ((uint64_t)getpid() << 32);
+    iface->uuid ^= params->worker_uuid;
+    if (iface->uuid == 0)
+        iface->uuid = 1;
+    iface->host_id = fy_netif_host_id();
+    iface->wsize = 1;
+    while (iface->wsize < o->window)
+        iface->wsize <<= 1;
+    iface->csum = o->checksum || o->fault_corrupt > 0;
+
+    st = chan_open(iface, FY_UDP_CH_PRIO, 2u << 20, 1u << 20);
+    if (st == FERRY_OK)
+        st = chan_open(iface, FY_UDP_CH_DATA, o->rcvbuf, o->sndbuf);
+    if (st != FERRY_OK)
+        goto err;
+    {
+        int v = 0;
+        socklen_t vl = sizeof(v);
+        getsockopt(iface->ch[FY_UDP_CH_DATA].fd, SOL_SOCKET, SO_RCVBUF, &v, &vl);
+        /* The kernel doubles what it was asked for and charges overhead to the double. */
+        iface->credit = FY_MIN((uint64_t)o->credit, (uint64_t)v / 2);
+        if (iface->credit < 4u * iface->seg_size)
+            iface->credit = 4u * iface->seg_size;
+    }
+    iface->ch[FY_UDP_CH_PRIO].mtu = (uint32_t)o->prio_mtu;
+    iface->ch[FY_UDP_CH_DATA].mtu = iface->seg_size;
+
+    st = pools_init(iface);
+    if (st != FERRY_OK)
+        goto err;
+    for (int c = 0; c < FY_UDP_NCH; c++) {
+        st = fy_udp_chan_rx_init(iface, (uint8_t)c);
+        if (st != FERRY_OK)
+            goto err;
+    }
+    st = fy_hotel_init(&iface->hotel, HOTEL_TICK_NS, HOTEL_SLOTS, fy_udp_hotel_expired, iface,
+                       fy_time_ns());
+    if (st != FERRY_OK)
+        goto err;
+    st = fy_hash_init(&iface->by_peer, 64);
+    if (st != FERRY_OK)
+        goto err;
+    st = events_init(iface);
+    if (st != FERRY_OK)
+        goto err;
+    st = fy_udp_fault_init(iface);
+    if (st != FERRY_OK)
+        goto err;
+    {
+        char buf[FY_NETIF_ADDR_STRLEN];
+        fy_debug("udp: iface %s %s ports %u/%u seg %u window %u credit %llu%s",
+                 params->device, fy_netif_addr_str(&iface->addr, 1, buf, sizeof(buf)),
+                 iface->ch[0].port, iface->ch[1].port, iface->seg_size, iface->wsize,
+                 (unsigned long long)iface->credit, iface->fault.enabled ? " FAULTS" : "");
+    }
+    *iface_p = &iface->super;
+    return FERRY_OK;
+
+err:
+    fy_udp_iface_close(&iface->super);
+    return st;
+}
+
+void fy_udp_iface_close(fy_tl_iface_t *tl_iface)
+{
+    fy_udp_iface_t *iface = fy_udp_iface(tl_iface);
+    const char *e = getenv("FERRY_STATS");
+    if (iface == NULL)
+        return;
+    if (iface->conns != NULL && (iface->opts->stats || (e != NULL && *e == '1')))
+        fy_udp_iface_print(tl_iface, stderr);
+    fy_udp_conn_destroy_all(iface);
+    fy_udp_fault_fini(iface);
+    if (iface->hotel.slots != NULL)
+        fy_hotel_destroy(&iface->hotel);
+    if (iface->by_peer.slots != NULL)
+        fy_hash_destroy(&iface->by_peer);
+    for (int c = 0; c < FY_UDP_NCH; c++) {
+        fy_udp_chan_rx_fini(iface, (uint8_t)c);
+        if (iface->ch[c].fd >= 0)
+            close(iface->ch[c].fd);
+    }
+    if (iface->epfd >= 0)
+        close(iface->epfd);
+    if (iface->tfd >= 0)
+        close(iface->tfd);
+    pools_fini(iface);
+    free(iface->conns);
+    free(iface->conn_gen);
+    free(iface);
+}
+
+void fy_udp_iface_query(fy_tl_iface_t *tl_iface, fy_tl_iface_attr_t *attr)
+{
+    fy_udp_iface_t *iface = fy_udp_iface(tl_iface);
+    double speed = fy_netif_speed(iface->super.dev_name);
+    memset(attr, 0, sizeof(*attr));
+    attr->caps = FY_TL_CAP_AM_SHORT | FY_TL_CAP_AM_BCOPY | FY_TL_CAP_AM_ZCOPY | FY_TL_CAP_PUT |
+                 FY_TL_CAP_GET | FY_TL_CAP_AM_ORDERED | FY_TL_CAP_EVENT_FD |
+                 FY_TL_CAP_CONNECT_TO_IFACE;
+    attr->latency_ns = iface->is_loopback ? 2500 : 10000;
+    attr->bandwidth = speed > 0 ? speed : (iface->is_loopback ? 6e9 : 1.25e9);
+    attr->overhead_ns = 1000;
+    attr->max_short = iface->opts->prio_mtu - FY_UDP_HDR_LEN;
+    attr->max_bcopy = iface->seg_size - FY_UDP_HDR_LEN;
+    attr->max_zcopy = iface->opts->max_zcopy;
+    attr->max_zcopy_hdr = FY_UDP_MAX_ZHDR;
+    attr->max_put_short = attr->max_short - fy_udp_xhdr_len(FY_UDP_T_PUT);
+    attr->max_rma = (size_t)1 << 40;
+    attr->max_iov = FY_UDP_MAX_IOV;
+    attr->device_addr_len = sizeof(fy_udp_dev_addr_t);
+    attr->iface_addr_len = sizeof(fy_udp_iface_addr_t);
+    attr->priority = 10;
+}
+
+ferry_status_t fy_udp_iface_get_address(fy_tl_iface_t *tl_iface, void *dev_addr,
+                                        void *iface_addr)
+{
+    fy_udp_iface_t *iface = fy_udp_iface(tl_iface);
+    fy_udp_dev_addr_t d = {.ip = iface->addr, .mtu = iface->if_mtu, .host_id = iface->host_id};
+    fy_udp_iface_addr_t a = {.prio_port = iface->ch[FY_UDP_CH_PRIO].port,
+                             .data_port = iface->ch[FY_UDP_CH_DATA].port,
+                             .seg_size = iface->seg_size,
+                             .uuid = iface->uuid};
+    if (dev_addr != NULL)
+        memcpy(dev_addr, &d, sizeof(d));
+    if (iface_addr != NULL)
+        memcpy(iface_addr, &a, sizeof(a));
+    return FERRY_OK;
+}
+
+int fy_udp_iface_is_reachable(fy_tl_iface_t *tl_iface, const void *dev_addr,
+                              const void *iface_addr)
+{
+    fy_udp_iface_t *iface = fy_udp_iface(tl_iface);
+    fy_udp_dev_addr_t d;
+    memcpy(&d, dev_addr, sizeof(d));
+    if (d.ip.family != 4 && d.ip.family != 6)
+        return 0;
+    return fy_netif_addr_reachable(&iface->addr, iface->host_id, &d.ip, d.host_id);
+}
+
+unsigned fy_udp_iface_progress(fy_tl_iface_t *tl_iface)
+{
+    fy_udp_iface_t *iface = fy_udp_iface(tl_iface);
+    fy_udp_chan_t *data = &iface->ch[FY_UDP_CH_DATA];
+    unsigned events;
+
+    iface->in_progress++;
+    iface->events = 0;
+    iface->pass++;
+    iface->now = fy_time_ns();
+    fy_udp_rx_progress(iface, FY_UDP_CH_PRIO);
+    if (data->idle < 16 || (iface->pass & 3) == 0)
+        fy_udp_rx_progress(iface, FY_UDP_CH_DATA);
+    iface->now = fy_time_ns();
+    if (iface->fault.enabled)
+        fy_udp_fault_poll(iface, iface->now);
+    if (fy_hotel_occupancy(&iface->hotel) != 0) {
+        fy_hotel_run(&iface->hotel, iface->now);
+        fy_udp_conn_run_failures(iface);
+    }
+    fy_udp_tx_progress(iface);
+    if (!fy_list_is_empty(&iface->acklist))
+        fy_udp_send_acks(iface, 0);
+    fy_udp_tx_flush_all(iface);
+    events = iface->events;
+    if (--iface->in_progress == 0 && !fy_list_is_empty(&iface->zombies))
+        fy_udp_conn_free_zombies(iface);
+    return events;
+}
+
+int fy_udp_iface_event_fd(fy_tl_iface_t *tl_iface) { return fy_udp_iface(tl_iface)->epfd; }
+
+ferry_status_t fy_udp_iface_event_arm(fy_tl_iface_t *tl_iface)
+{
+    fy_udp_iface_t *iface = fy_udp_iface(tl_iface);
+    struct itimerspec its = {{0, 0}, {0, 0}};
+    uint64_t now = fy_time_ns(), deadline = 0;
+
+    if (!fy_list_is_empty(&iface->ready) || !fy_list_is_empty(&iface->resendq) ||
+        !fy_list_is_empty(&iface->faillist))
+        return FERRY_ERR_BUSY;
+    iface->now = now;
+    if (!fy_list_is_empty(&iface->acklist)) {
+        fy_udp_send_acks(iface, 1);
+        fy_udp_tx_flush_all(iface);
+    }
+    if (fy_hotel_occupancy(&iface->hotel) != 0)
+        deadline = now + iface->opts->rto_min;
+    if (iface->fault.enabled) {
+        uint64_t held = fy_udp_fault_poll(iface, now);
+        if (held != 0 && (deadline == 0 || held < deadline))
+            deadline = held;
+    }
+    if (deadline != 0) {
+        uint64_t d = deadline > now ? deadline - now : 1000;
+        its.it_value.tv_sec = (time_t)(d / FY_NSEC_PER_SEC);
+        its.it_value.tv_nsec = (long)(d % FY_NSEC_PER_SEC);
+    }
+    /* Setting the timer (even to disarmed) also clears a past expiry. */
+    timerfd_settime(iface->tfd, 0, &its, NULL);
+    return FERRY_OK;
+}
+
+static void print_conn(const fy_udp_conn_t *c, FILE *f)
+{
+    char buf[FY_NETIF_ADDR_STRLEN];
+    const ferry_ep_stats_t *s = &c->stats;
+    fprintf(f,
+            "  ep %08x -> %s peer %08x %s%s: tx %llu msgs %llu B, rx %llu msgs %llu B, "
+            "resent %llu (fast %llu, timeouts %llu), dup acks %llu, dup segs %llu, "
+            "rtt %.1f us rto %.1f us, window %u/%u, inflight %llu/%llu B, seg %u B\n",
+            c->id, fy_netif_addr_str(&c->peer_addr, 0, buf, sizeof(buf)), c->peer_id,
+            c->owned ? "" : "(passive)",
+            c->state == FY_UDP_CONN_CONNECTED    ? ""
+            : c->state == FY_UDP_CONN_CONNECTING ? " connecting"
+                                                 : " failed",
+            (unsigned long long)s->tx_msgs, (unsigned long long)s->tx_bytes,
+            (unsigned long long)s->rx_msgs, (unsigned long long)s->rx_bytes,
+            (unsigned long long)s->retransmits, (unsigned long long)s->fast_retransmits,
+            (unsigned long long)s->timeouts, (unsigned long long)s->dup_acks,
+            (unsigned long long)s->drops_duplicate, (double)c->srtt / 1e3,
+            (double)c->rto / 1e3, c->snd_nxt - c->snd_una, c->wnd,
+            (unsigned long long)c->inflight, (unsigned long long)c->credit, c->seg_size);
+}
+
+void fy_udp_iface_print(fy_tl_iface_t *tl_iface, FILE *f)
+{
+    fy_udp_iface_t *iface = fy_udp_iface(tl_iface);
+    char buf[FY_NETIF_ADDR_STRLEN];
+    const fy_udp_fault_t *ft = &iface->fault;
+
+    fprintf(f,
+            "udp %s %s ports %u/%u seg %u B window %u: rx %llu tx %llu datagrams, "
+            "dropped: bad key %llu, malformed %llu, truncated %llu, bad checksum %llu, "
+            "unknown ep %llu, beyond window %llu, no stash room %llu; tx errors %llu\n",
+            iface->super.dev_name, fy_netif_addr_str(&iface->addr, 1, buf, sizeof(buf)),
+            iface->ch[0].port, iface->ch[1].port, iface->seg_size, iface->wsize,
+            (unsigned long long)iface->rx_dgrams, (unsigned long long)iface->tx_dgrams,
+            (unsigned long long)iface->drops_bad_key, (unsigned long long)iface->drops_malformed,
+            (unsigned long long)iface->drops_trunc, (unsigned long long)iface->drops_csum,
+            (unsigned long long)iface->drops_unknown_ep, (unsigned long long)iface->drops_window,
+            (unsigned long long)iface->drops_stash, (unsigned long long)iface->tx_errors);
+    if (ft->enabled)
+        fprintf(f,
+                "  fault injector: dropped %llu, duplicated %llu, reordered %llu, delayed "
+                "%llu, corrupted %llu, oversize %llu\n",
+                (unsigned long long)ft->n_drop, (unsigned long long)ft->n_dup,
+                (unsigned long long)ft->n_reorder, (unsigned long long)ft->n_delay,
+                (unsigned long long)ft->n_corrupt, (unsigned long long)ft->n_oversize);
+    for (uint32_t i = 1; i < iface->conn_cap; i++)
+        if (iface->conns[i] != NULL)
+            print_conn(iface->conns[i], f);
+}

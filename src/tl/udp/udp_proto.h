@@ -1,0 +1,202 @@
+/*
+ * udp_proto.h - the wire format of the udp transport: one header on every datagram, a few
+ * type-specific headers after it, and the packet types, listed once.
+ *
+ * Every field is little endian (the transport runs between hosts of one byte order; a peer
+ * of the other order fails the job-key check and is dropped).  Every header is read with
+ * memcpy from the receive buffer, never through a cast pointer, so alignment never matters.
+ *
+ * The base header, 40 bytes, on every datagram:
+ *
+ *    0               4               8
+ *   +-------+-------+-------+-------+-------+-------+-------+-------+
+ *   |                         job_key                               |  0
+ *   +-------+-------+-------+-------+-------+-------+-------+-------+
+ *   |            dst_id             |            src_id             |  8
+ *   +-------+-------+-------+-------+-------+-------+-------+-------+
+ *   |              seq              |              ack              | 16
+ *   +-------+-------+-------+-------+-------+-------+-------+-------+
+ *   |              len              | type  | flags | am_id |version| 24
+ *   +-------+-------+-------+-------+-------+-------+-------+-------+
+ *   |             csum              |             sack              | 32
+ *   +-------+-------+-------+-------+-------+-------+-------+-------+
+ *
+ *   job_key  params.job_key of the sender's iface; a datagram with another key is dropped.
+ *   dst_id   the receiver's connection id (0 in CONN_REQ and PROBE, which create/find one).
+ *   src_id   the sender's connection id; must be the peer id the receiver recorded.
+ *   seq      the segment's sequence number (sequenced types only).
+ *   ack      with F_ACK: every seq before this one has been received and processed.
+ *   len      bytes after the base header; must equal the datagram length - 40.
+ *   am_id    the AM id of AM and AM_CHUNK segments.
+ *   version  FY_UDP_VERSION.
+ *   csum     with F_CSUM: CRC32C of the whole datagram computed with this field zero.
+ *   sack     with F_ACK: bit i set = seq ack+1+i has been received out of order.
+ */
+#ifndef FY_TL_UDP_PROTO_H
+#define FY_TL_UDP_PROTO_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#define FY_UDP_VERSION 1
+#define FY_UDP_HDR_LEN 40
+
+/* Packet types.  Those from FY_UDP_T_AM on carry a sequence number and are reliable. */
+enum fy_udp_type {
+    FY_UDP_T_CONN_REQ = 1, /* prio: open a connection (fy_udp_conn_msg_t) */
+    FY_UDP_T_CONN_ACK,     /* prio: the answer, with the responder's conn id */
+    FY_UDP_T_PROBE,        /* data: full-size datagram, checks the path MTU */
+    FY_UDP_T_PROBE_ACK,    /* prio: the probe arrived (fy_udp_probe_ack_t) */
+    FY_UDP_T_ACK,          /* prio: an explicit (delayed or immediate) ACK, header only */
+    FY_UDP_T_AM,           /* a whole fragment: an AM, data follows the base header */
+    FY_UDP_T_AM_CHUNK,     /* a chunk of a large AM (fy_udp_chunk_t + data) */
+    FY_UDP_T_PUT,          /* a chunk of a put (fy_udp_chunk_t + fy_udp_rma_t + data) */
+    FY_UDP_T_GET_REQ,      /* a get request (fy_udp_get_req_t) */
+    FY_UDP_T_GET_RESP,     /* a chunk of a get's data (fy_udp_chunk_t + data) */
+    FY_UDP_T_RMA_DONE,     /* a put's (or refused put_short's) outcome (fy_udp_rma_done_t) */
+    FY_UDP_T_MAX
+};
+#define FY_UDP_T_FIRST_SEQ FY_UDP_T_AM
+
+enum fy_udp_flag {
+    FY_UDP_F_ACK = 1u << 0,  /* ack and sack are valid */
+    FY_UDP_F_CSUM = 1u << 1, /* csum is valid */
+};
+
+typedef struct fy_udp_hdr {
+    uint64_t job_key;
+    uint32_t dst_id;
+    uint32_t src_id;
+    uint32_t seq;
+    uint32_t ack;
+    uint32_t len;
+    uint8_t type;
+    uint8_t flags;
+    uint8_t am_id;
+    uint8_t version;
+    uint32_t csum;
+    uint32_t sack;
+} fy_udp_hdr_t;
+_Static_assert(sizeof(fy_udp_hdr_t) == FY_UDP_HDR_LEN, "udp header is 40 bytes");
+#define FY_UDP_CSUM_OFFSET offsetof(fy_udp_hdr_t, csum)
+
+/*
+ * CONN_REQ / CONN_ACK / PROBE payload, 40 bytes (PROBE pads it to the probed size):
+ *
+ *   +-------+-------+-------+-------+-------+-------+-------+-------+
+ *   |                       uuid (sender iface)                     |  0
+ *   +-------+-------+-------+-------+-------+-------+-------+-------+
+ *   |   prio_port   |   data_port   |            window             |  8
+ *   +-------+-------+-------+-------+-------+-------+-------+-------+
+ *   |           seg_size            |           prio_mtu            | 16
+ *   +-------+-------+-------+-------+-------+-------+-------+-------+
+ *   |                credit (bytes the sender may have in flight)   | 24
+ *   +-------+-------+-------+-------+-------+-------+-------+-------+
+ *   |                        probe_size                             | 32
+ *   +-------+-------+-------+-------+-------+-------+-------+-------+
+ *
+ *   seg_size   largest data-channel datagram the sender will send / accept
+ *   window     segments the sender accepts out of order (its receive window)
+ *   probe_size PROBE only: the datagram's own size, echoed in PROBE_ACK
+ */
+typedef struct fy_udp_conn_msg {
+    uint64_t uuid;
+    uint16_t prio_port;
+    uint16_t data_port;
+    uint32_t window;
+    uint32_t seg_size;
+    uint32_t prio_mtu;
+    uint64_t credit;
+    uint64_t probe_size;
+} fy_udp_conn_msg_t;
+_Static_assert(sizeof(fy_udp_conn_msg_t) == 40, "conn msg is 40 bytes");
+
+/* PROBE_ACK payload: the probe size that arrived. */
+typedef struct fy_udp_probe_ack {
+    uint64_t probe_size;
+} fy_udp_probe_ack_t;
+
+/*
+ * Chunk header (AM_CHUNK, PUT, GET_RESP), 24 bytes after the base header:
+ *
+ *   +-------+-------+-------+-------+-------+-------+-------+-------+
+ *   |             op_id             |status | pad                   |  0
+ *   +-------+-------+-------+-------+-------+-------+-------+-------+
+ *   |                         offset                                |  8
+ *   +-------+-------+-------+-------+-------+-------+-------+-------+
+ *   |                         total                                 | 16
+ *   +-------+-------+-------+-------+-------+-------+-------+-------+
+ *
+ *   op_id   fragment id (AM_CHUNK) or the initiator's operation id (PUT, GET_RESP);
+ *           0 in a PUT = put_short: no RMA_DONE unless refused
+ *   status  GET_RESP: 0, or a negative ferry_status_t (the get was refused; total = 0)
+ *   offset  where this chunk's data lies in the fragment; total: the fragment's size
+ */
+typedef struct fy_udp_chunk {
+    uint32_t op_id;
+    int8_t status;
+    uint8_t pad[3];
+    uint64_t offset;
+    uint64_t total;
+} fy_udp_chunk_t;
+_Static_assert(sizeof(fy_udp_chunk_t) == 24, "chunk header is 24 bytes");
+
+/*
+ * RMA target header (PUT, after the chunk header), 24 bytes: the region (id and key from
+ * the rkey) and the target address of the put's byte 0.  The target checks the whole put
+ * [addr, addr+total) at offset 0 and every chunk again against the region table.
+ *
+ *   +-------+-------+-------+-------+-------+-------+-------+-------+
+ *   |                         region_id                             |  0
+ *   |                         key                                   |  8
+ *   |                         addr                                  | 16
+ *   +-------+-------+-------+-------+-------+-------+-------+-------+
+ */
+typedef struct fy_udp_rma {
+    uint64_t region_id;
+    uint64_t key;
+    uint64_t addr;
+} fy_udp_rma_t;
+
+/* GET_REQ payload, 40 bytes: the operation id, the region and the range to read. */
+typedef struct fy_udp_get_req {
+    uint32_t op_id;
+    uint32_t pad;
+    uint64_t region_id;
+    uint64_t key;
+    uint64_t addr;
+    uint64_t len;
+} fy_udp_get_req_t;
+
+/* RMA_DONE payload, 8 bytes: a put finished at the target with this status. */
+typedef struct fy_udp_rma_done {
+    uint32_t op_id;
+    int32_t status;
+} fy_udp_rma_done_t;
+
+/* Bytes of type-specific header before the data of each sequenced type. */
+static inline size_t fy_udp_xhdr_len(uint8_t type)
+{
+    switch (type) {
+    case FY_UDP_T_AM_CHUNK:
+    case FY_UDP_T_GET_RESP:
+        return sizeof(fy_udp_chunk_t);
+    case FY_UDP_T_PUT:
+        return sizeof(fy_udp_chunk_t) + sizeof(fy_udp_rma_t);
+    case FY_UDP_T_GET_REQ:
+        return sizeof(fy_udp_get_req_t);
+    case FY_UDP_T_RMA_DONE:
+        return sizeof(fy_udp_rma_done_t);
+    default:
+        return 0;
+    }
+}
+
+/* Sequence arithmetic, modulo 2^32. */
+static inline int32_t fy_udp_seq_diff(uint32_t a, uint32_t b) { return (int32_t)(a - b); }
+
+/* CRC32C (Castagnoli), hardware-assisted where the CPU has it (udp_csum.c). */
+uint32_t fy_udp_crc32c(uint32_t crc, const void *buf, size_t len);
+
+#endif

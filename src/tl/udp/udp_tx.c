@@ -1,0 +1,621 @@
+/*
+ * udp_tx.c - the send path: fragments become segments, segments get sequence numbers and a
+ * place in the window, and leave in batches.
+ *
+ * A send either goes out at once (the fast path: the ep is connected, its queue is empty,
+ * its window open and its credits left) or waits on the ep's send queue, and the ep waits
+ * on the iface's ready queue, which progress walks round-robin after the resend queue
+ * (tx_progress).  Small fragments are copied into a segment of their own at the call, so
+ * the caller's buffer is free at once (am_short, am_bcopy, put_short: FERRY_OK).  Large
+ * fragments (am_zcopy, put_zcopy, a get's answer) stay in the caller's memory and are cut
+ * into chunks only when the window lets a chunk leave; their completion comes when the last
+ * chunk is ACKed.
+ *
+ * Every transmission (first or resend) picks up the ACK owed to the peer (piggy-backing),
+ * takes a fresh timestamp for the RTT estimate and checks the segment into the hotel.  The
+ * datagrams of one pass go to the kernel with one sendmmsg per channel; a datagram the
+ * kernel refuses for lack of buffer goes to the front of the resend queue.  Segments that fit
+ * the priority MTU go on the priority channel, the rest (and every resend) on the data
+ * channel.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "tl/udp/udp.h"
+#include "util/clock.h"
+#include "util/log.h"
+
+fy_udp_seg_t *fy_udp_seg_alloc(fy_udp_iface_t *iface, size_t inline_len)
+{
+    uint8_t pool;
+    fy_udp_seg_t *seg;
+    if (inline_len == 0)
+        pool = FY_UDP_POOL_DESC;
+    else if (inline_len <= iface->seg_pool_size[FY_UDP_POOL_SMALL])
+        pool = FY_UDP_POOL_SMALL;
+    else if (inline_len <= iface->seg_pool_size[FY_UDP_POOL_LARGE])
+        pool = FY_UDP_POOL_LARGE;
+    else
+        return NULL;
+    seg = fy_mpool_get(&iface->seg_pool[pool]);
+    if (seg == NULL)
+        return NULL;
+    seg->pend.kind = FY_UDP_PEND_SEG;
+    fy_list_init(&seg->pend.link);
+    fy_list_init(&seg->rlink);
+    fy_hotel_room_init(&seg->timer.room);
+    seg->timer.kind = FY_UDP_TIMER_SEG;
+    seg->frag = NULL;
+    seg->tries = 0;
+    seg->pool = pool;
+    return seg;
+}
+
+void fy_udp_seg_free(fy_udp_iface_t *iface, fy_udp_seg_t *seg)
+{
+    fy_mpool_put(&iface->seg_pool[seg->pool], seg);
+}
+
+void fy_udp_seg_init_hdr(fy_udp_conn_t *conn, fy_udp_seg_t *seg, uint8_t type, uint8_t am_id,
+                         size_t xhdr_len, size_t dlen)
+{
+    fy_udp_hdr_t h;
+    memset(&h, 0, sizeof(h));
+    h.job_key = conn->iface->super.params.job_key;
+    h.src_id = conn->id;
+    h.len = (uint32_t)(xhdr_len + dlen);
+    h.type = type;
+    h.am_id = am_id;
+    h.version = FY_UDP_VERSION;
+    memcpy(seg->hdr, &h, sizeof(h));
+    seg->hlen = (uint16_t)(FY_UDP_HDR_LEN + xhdr_len);
+    seg->dlen = (uint32_t)dlen;
+}
+
+fy_udp_frag_t *fy_udp_frag_alloc(fy_udp_iface_t *iface)
+{
+    fy_udp_frag_t *f = fy_mpool_get(&iface->frag_pool);
+    if (f == NULL)
+        return NULL;
+    memset(f, 0, offsetof(fy_udp_frag_t, iov));
+    f->pend.kind = FY_UDP_PEND_FRAG;
+    fy_list_init(&f->pend.link);
+    f->bounce = NULL;
+    f->result = FERRY_OK;
+    return f;
+}
+
+/* A fragment is done when every chunk was made and ACKed. */
+void fy_udp_frag_finish(fy_udp_iface_t *iface, fy_udp_frag_t *f)
+{
+    if (f->queued || f->outstanding != 0)
+        return;
+    if (f->comp != NULL) {
+        f->comp->cb(f->comp, f->result);
+        iface->events++;
+    }
+    if (f->op != NULL) {
+        fy_udp_rma_op_t *op = f->op;
+        if (f->result != FERRY_OK && op->status == FERRY_OK)
+            op->status = f->result;
+        f->op = NULL;
+        if (--op->pending == 0)
+            fy_udp_rma_op_done(f->conn, op);
+    }
+    if (f->bounce != NULL)
+        fy_udp_seg_free(iface, f->bounce);
+    fy_mpool_put(&iface->frag_pool, f);
+}
+
+void fy_udp_frag_release_seg(fy_udp_iface_t *iface, fy_udp_frag_t *f)
+{
+    f->outstanding--;
+    fy_udp_frag_finish(iface, f);
+}
+
+static inline int can_send(const fy_udp_conn_t *c)
+{
+    return (uint32_t)(c->snd_nxt - c->snd_una) < c->wnd &&
+           (c->inflight < c->credit || c->snd_nxt == c->snd_una);
+}
+
+void fy_udp_ready_add(fy_udp_conn_t *c)
+{
+    if (c->state != FY_UDP_CONN_CONNECTED || fy_list_is_empty(&c->sendq) ||
+        fy_list_is_linked(&c->ready_link))
+        return;
+    fy_list_add_tail(&c->iface->ready, &c->ready_link);
+}
+
+void fy_udp_enqueue(fy_udp_conn_t *c, fy_udp_pend_t *p)
+{
+    fy_list_add_tail(&c->sendq, &p->link);
+    fy_udp_ready_add(c);
+}
+
+/* ---- the transmit batch ---------------------------------------------------------------- */
+
+static void batch_csum(struct iovec *iov, unsigned n)
+{
+    uint8_t *h = iov[0].iov_base;
+    uint32_t crc = 0;
+    h[offsetof(fy_udp_hdr_t, flags)] |= FY_UDP_F_CSUM;
+    memset(h + FY_UDP_CSUM_OFFSET, 0, 4);
+    for (unsigned i = 0; i < n; i++)
+        crc = fy_udp_crc32c(crc, iov[i].iov_base, iov[i].iov_len);
+    memcpy(h + FY_UDP_CSUM_OFFSET, &crc, 4);
+}
+
+void fy_udp_tx_flush(fy_udp_iface_t *iface, uint8_t chan)
+{
+    fy_udp_chan_t *ch = &iface->ch[chan];
+    unsigned sent = 0, n = ch->ntx;
+
+    if (n == 0)
+        return;
+    if (iface->fault.enabled && (iface->fault.chan_mask & (1u << chan))) {
+        for (unsigned i = 0; i < n; i++)
+            fy_udp_fault_send(iface, chan, &ch->tmsg[i].msg_hdr);
+        sent = n;
+    } else {
+        while (sent < n) {
+            int r = sendmmsg(ch->fd, ch->tmsg + sent, n - sent, 0);
+            if (r > 0) {
+                sent += (unsigned)r;
+                continue;
+            }
+            if (errno == EINTR)
+                continue;
+            if (errno == EAGAIN || errno == EWOULDBLOCK || errno == ENOBUFS)
+                break;
+            if (errno == EMSGSIZE && !iface->warned_emsgsize) {
+                iface->warned_emsgsize = 1;
+                fy_warn("udp: a %zu-byte datagram does not fit the interface MTU %u "
+                        "(FERRY_UDP_MTU too large?)",
+                        fy_iov_total(ch->tmsg[sent].msg_hdr.msg_iov,
+                                     ch->tmsg[sent].msg_hdr.msg_iovlen),
+                        iface->if_mtu);
+            }
+            iface->tx_errors++;
+            sent++; /* drop it: a segment is resent by its timer */
+        }
+    }
+    iface->tx_dgrams += sent;
+    for (unsigned i = sent; i < n; i++)
+        if (ch->tseg[i] != NULL)
+            fy_udp_seg_unsent(iface, ch->tseg[i]);
+    ch->ntx = ch->ntxiov = 0;
+}
+
+void fy_udp_tx_flush_all(fy_udp_iface_t *iface)
+{
+    fy_udp_tx_flush(iface, FY_UDP_CH_PRIO);
+    fy_udp_tx_flush(iface, FY_UDP_CH_DATA);
+}
+
+/* Room for one message of up to niov iovecs in the channel's batch. */
+static struct mmsghdr *batch_slot(fy_udp_iface_t *iface, uint8_t chan, unsigned niov,
+                                  struct iovec **iov)
+{
+    fy_udp_chan_t *ch = &iface->ch[chan];
+    if (ch->ntx == FY_UDP_BATCH || ch->ntxiov + niov > FY_ARRAY_SIZE(ch->tiov))
+        fy_udp_tx_flush(iface, chan);
+    *iov = &ch->tiov[ch->ntxiov];
+    return &ch->tmsg[ch->ntx];
+}
+
+static void batch_commit(fy_udp_iface_t *iface, uint8_t chan, struct mmsghdr *m,
+                         struct iovec *iov, unsigned n, const struct sockaddr_storage *to,
+                         socklen_t tolen, fy_udp_seg_t *seg)
+{
+    fy_udp_chan_t *ch = &iface->ch[chan];
+    if (iface->csum)
+        batch_csum(iov, n);
+    memset(&m->msg_hdr, 0, sizeof(m->msg_hdr));
+    m->msg_hdr.msg_name = (void *)to;
+    m->msg_hdr.msg_namelen = tolen;
+    m->msg_hdr.msg_iov = iov;
+    m->msg_hdr.msg_iovlen = n;
+    ch->tseg[ch->ntx] = seg;
+    ch->ntx++;
+    ch->ntxiov += n;
+}
+
+/* The iovecs of bytes [off, off+len) of a fragment's message. */
+static unsigned iov_slice(const struct iovec *src, size_t cnt, uint64_t off, uint64_t len,
+                          struct iovec *out, unsigned max)
+{
+    unsigned n = 0;
+    for (size_t i = 0; i < cnt && len > 0 && n < max; i++) {
+        if (off >= src[i].iov_len) {
+            off -= src[i].iov_len;
+            continue;
+        }
+        size_t take = FY_MIN(src[i].iov_len - off, len);
+        out[n].iov_base = (char *)src[i].iov_base + off;
+        out[n].iov_len = take;
+        n++;
+        len -= take;
+        off = 0;
+    }
+    return n;
+}
+
+/* Put the ACK owed to the peer into a header about to leave. */
+static void piggyback(fy_udp_conn_t *c, uint8_t *hdr)
+{
+    fy_udp_hdr_t *h = (fy_udp_hdr_t *)hdr; /* hdr is 8-byte aligned in the segment */
+    h->flags = FY_UDP_F_ACK;
+    h->ack = c->rcv_nxt;
+    h->sack = c->nstash ? fy_udp_sack_bits(c) : 0;
+    if (c->ack_pending) {
+        c->ack_pending = 0;
+        c->ack_now = 0;
+        c->ack_unsent = 0;
+        fy_list_del(&c->ack_link);
+    }
+}
+
+/* Transmit (or retransmit) a segment that has its sequence number. */
+static void seg_xmit(fy_udp_iface_t *iface, fy_udp_conn_t *c, fy_udp_seg_t *seg, uint8_t chan)
+{
+    struct iovec *iov;
+    struct mmsghdr *m = batch_slot(iface, chan, FY_UDP_MAX_IOV + 3, &iov);
+    unsigned n = 1;
+
+    piggyback(c, seg->hdr);
+    seg->tx_ns = iface->now;
+    seg->tries++;
+    if (seg->tries > 1)
+        c->stats.retransmits++;
+    fy_hotel_checkin(&iface->hotel, &seg->timer.room, fy_udp_seg_stay(c, seg), iface->now);
+    iov[0].iov_base = seg->hdr;
+    iov[0].iov_len = seg->hlen;
+    if (seg->frag != NULL)
+        n += iov_slice(seg->frag->iov, seg->frag->iovcnt, seg->off, seg->dlen, iov + 1,
+                       FY_UDP_MAX_IOV + 2);
+    else if (seg->dlen != 0) {
+        iov[1].iov_base = seg->data;
+        iov[1].iov_len = seg->dlen;
+        n = 2;
+    }
+    batch_commit(iface, chan, m, iov, n, &c->addr[chan], c->addrlen, seg);
+}
+
+static void seg_assign(fy_udp_conn_t *c, fy_udp_seg_t *seg)
+{
+    fy_udp_hdr_t *h = (fy_udp_hdr_t *)seg->hdr;
+    if (c->snd_una == c->snd_nxt)
+        c->last_rx_ns = FY_MAX(c->last_rx_ns, c->iface->now); /* peer-timeout clock starts */
+    seg->seq = c->snd_nxt++;
+    h->seq = seg->seq;
+    h->dst_id = c->peer_id;
+    c->win[seg->seq & (c->iface->wsize - 1)] = seg;
+    c->inflight += fy_udp_seg_cost(seg);
+    if (seg->frag != NULL)
+        seg->frag->outstanding++;
+}
+
+static inline uint8_t chan_for(const fy_udp_conn_t *c, const fy_udp_seg_t *seg)
+{
+    return seg->hlen + seg->dlen <= c->prio_mtu ? FY_UDP_CH_PRIO : FY_UDP_CH_DATA;
+}
+
+void fy_udp_seg_sent(fy_udp_conn_t *c, fy_udp_seg_t *seg)
+{
+    seg_assign(c, seg);
+    seg_xmit(c->iface, c, seg, chan_for(c, seg));
+}
+
+size_t fy_udp_chunk_payload(const fy_udp_conn_t *c, uint8_t type)
+{
+    size_t room = c->seg_size - FY_UDP_HDR_LEN - fy_udp_xhdr_len(type);
+    return room > 4096 ? room & ~(size_t)63 : room; /* keep large chunks cache-line sized */
+}
+
+/* Make the next chunk of a fragment; NULL when out of descriptors. */
+static fy_udp_seg_t *make_chunk(fy_udp_conn_t *c, fy_udp_frag_t *f)
+{
+    fy_udp_seg_t *seg = fy_udp_seg_alloc(c->iface, 0);
+    size_t xl, dlen;
+    if (seg == NULL)
+        return NULL;
+    /* An AM whose whole message fits one segment travels as a plain AM. */
+    if (f->type == FY_UDP_T_AM_CHUNK && f->next_off == 0 &&
+        f->total <= c->seg_size - FY_UDP_HDR_LEN)
+        f->type = FY_UDP_T_AM;
+    xl = fy_udp_xhdr_len(f->type);
+    dlen = f->type == FY_UDP_T_AM ? f->total
+                                  : FY_MIN(fy_udp_chunk_payload(c, f->type), f->total - f->next_off);
+    fy_udp_seg_init_hdr(c, seg, f->type, f->am_id, xl, dlen);
+    if (xl != 0 && f->type != FY_UDP_T_AM) {
+        fy_udp_chunk_t ch = {.op_id = f->op_id, .status = f->status, .offset = f->next_off,
+                             .total = f->total};
+        memcpy(seg->hdr + FY_UDP_HDR_LEN, &ch, sizeof(ch));
+        if (f->type == FY_UDP_T_PUT)
+            memcpy(seg->hdr + FY_UDP_HDR_LEN + sizeof(ch), &f->rma, sizeof(f->rma));
+    }
+    seg->frag = f;
+    seg->off = f->next_off;
+    f->next_off += dlen;
+    return seg;
+}
+
+/* Send what the ep's window and credits allow, up to budget segments. */
+static unsigned conn_push(fy_udp_conn_t *c, unsigned budget)
+{
+    unsigned sent = 0;
+    while (sent < budget && !fy_list_is_empty(&c->sendq)) {
+        fy_udp_pend_t *p = fy_container_of(c->sendq.next, fy_udp_pend_t, link);
+        if (p->kind == FY_UDP_PEND_FLUSH) {
+            fy_udp_flush_t *fl = (fy_udp_flush_t *)p;
+            fy_list_del(&p->link);
+            fl->seq = c->snd_nxt;
+            fy_list_add_tail(&c->flushq, &p->link);
+            fy_udp_flush_check(c);
+            continue;
+        }
+        if (!can_send(c))
+            break;
+        if (p->kind == FY_UDP_PEND_SEG) {
+            fy_list_del(&p->link);
+            fy_udp_seg_sent(c, (fy_udp_seg_t *)p);
+        } else {
+            fy_udp_frag_t *f = (fy_udp_frag_t *)p;
+            fy_udp_seg_t *seg = make_chunk(c, f);
+            if (seg == NULL)
+                break;
+            if (f->next_off >= f->total) {
+                fy_list_del(&p->link);
+                f->queued = 0;
+            }
+            fy_udp_seg_sent(c, seg);
+        }
+        sent++;
+    }
+    return sent;
+}
+
+unsigned fy_udp_tx_progress(fy_udp_iface_t *iface)
+{
+    unsigned budget = (unsigned)iface->opts->tx_budget, n = 0;
+    fy_list_t *e;
+
+    while (n < budget && (e = fy_list_pop_head(&iface->resendq)) != NULL) {
+        fy_udp_seg_t *seg = fy_container_of(e, fy_udp_seg_t, rlink);
+        seg_xmit(iface, seg->conn, seg, FY_UDP_CH_DATA);
+        n++;
+    }
+    /* Round robin over the ready eps: each gets a share, then goes to the back. */
+    while (n < budget && !fy_list_is_empty(&iface->ready)) {
+        fy_udp_conn_t *c = fy_container_of(iface->ready.next, fy_udp_conn_t, ready_link);
+        unsigned share = FY_MAX(budget / 4, 1u);
+        unsigned k;
+        fy_list_del(&c->ready_link);
+        k = conn_push(c, FY_MIN(share, budget - n));
+        n += k;
+        /* Window or credits closed: an ACK puts it back.  Still able but nothing sent:
+         * out of descriptors, try again next pass. */
+        if (!fy_list_is_empty(&c->sendq) && can_send(c) && c->state == FY_UDP_CONN_CONNECTED) {
+            fy_list_add_tail(&iface->ready, &c->ready_link);
+            if (k == 0)
+                break;
+        }
+    }
+    return n;
+}
+
+/* ---- fragments from the caller -------------------------------------------------------- */
+
+static ferry_status_t conn_usable(const fy_udp_conn_t *c)
+{
+    return c->state == FY_UDP_CONN_FAILED || c->state == FY_UDP_CONN_CLOSED
+               ? FERRY_ERR_NOT_CONNECTED
+               : FERRY_OK;
+}
+
+/* Send a formed segment now (fast path) or queue it; the data is already copied. */
+ferry_status_t fy_udp_send_inline(fy_udp_conn_t *c, fy_udp_seg_t *seg)
+{
+    fy_udp_iface_t *iface = c->iface;
+    seg->conn = c;
+    if (c->state == FY_UDP_CONN_CONNECTED && fy_list_is_empty(&c->sendq) && can_send(c)) {
+        uint8_t chan = chan_for(c, seg);
+        if (iface->in_progress == 0)
+            iface->now = fy_time_ns();
+        seg_assign(c, seg);
+        seg_xmit(iface, c, seg, chan);
+        fy_udp_tx_flush(iface, chan);
+        return FERRY_OK;
+    }
+    fy_udp_enqueue(c, &seg->pend);
+    return FERRY_OK;
+}
+
+static ferry_status_t am_copy(fy_udp_conn_t *c, uint8_t id, const struct iovec *iov,
+                              size_t iovcnt, size_t max)
+{
+    fy_udp_iface_t *iface = c->iface;
+    size_t len = fy_iov_total(iov, iovcnt);
+    fy_udp_seg_t *seg;
+    ferry_status_t st = conn_usable(c);
+
+    if (st != FERRY_OK)
+        return st;
+    if (len > max || id > FY_TL_AM_ID_MAX)
+        return FERRY_ERR_INVALID_PARAM;
+    seg = fy_udp_seg_alloc(iface, len ? len : 1);
+    if (seg == NULL)
+        return FERRY_ERR_NO_RESOURCE;
+    fy_iov_gather(seg->data, iov, iovcnt);
+    c->stats.tx_msgs++;
+    c->stats.tx_bytes += len;
+    if (FY_UDP_HDR_LEN + len <= c->seg_size) {
+        fy_udp_seg_init_hdr(c, seg, FY_UDP_T_AM, id, 0, len);
+        return fy_udp_send_inline(c, seg);
+    }
+    /* The path's segments are smaller than this iface's (an MTU fallback, or a peer with a
+     * smaller MTU): send the copy as a chunked fragment that owns it. */
+    fy_udp_frag_t *f = fy_udp_frag_alloc(iface);
+    if (f == NULL) {
+        fy_udp_seg_free(iface, seg);
+        return FERRY_ERR_NO_RESOURCE;
+    }
+    f->type = FY_UDP_T_AM_CHUNK;
+    f->am_id = id;
+    f->op_id = c->next_frag_id++;
+    f->total = len;
+    f->iovcnt = 1;
+    f->iov[0].iov_base = seg->data;
+    f->iov[0].iov_len = len;
+    f->bounce = seg;
+    fy_udp_frag_submit(c, f);
+    return FERRY_OK;
+}
+
+ferry_status_t fy_udp_am_short(fy_tl_ep_t *ep, uint8_t id, const struct iovec *iov,
+                               size_t iovcnt)
+{
+    fy_udp_conn_t *c = fy_udp_conn(ep);
+    return am_copy(c, id, iov, iovcnt, c->iface->opts->prio_mtu - FY_UDP_HDR_LEN);
+}
+
+ferry_status_t fy_udp_am_bcopy(fy_tl_ep_t *ep, uint8_t id, const struct iovec *iov,
+                               size_t iovcnt)
+{
+    fy_udp_conn_t *c = fy_udp_conn(ep);
+    return am_copy(c, id, iov, iovcnt, c->iface->seg_size - FY_UDP_HDR_LEN);
+}
+
+/* Queue a fragment and send what fits now. */
+void fy_udp_frag_submit(fy_udp_conn_t *c, fy_udp_frag_t *f)
+{
+    fy_udp_iface_t *iface = c->iface;
+    f->conn = c;
+    f->queued = 1;
+    fy_udp_enqueue(c, &f->pend);
+    if (c->state == FY_UDP_CONN_CONNECTED && fy_list_is_linked(&c->ready_link) &&
+        c->sendq.next == &f->pend.link) {
+        if (iface->in_progress == 0)
+            iface->now = fy_time_ns();
+        conn_push(c, (unsigned)iface->opts->tx_budget);
+        if (fy_list_is_empty(&c->sendq) || !can_send(c))
+            fy_list_del(&c->ready_link);
+        fy_udp_tx_flush_all(iface);
+    }
+}
+
+ferry_status_t fy_udp_am_zcopy(fy_tl_ep_t *ep, uint8_t id, const void *hdr, size_t hdr_len,
+                               const struct iovec *iov, size_t iovcnt, fy_tl_comp_t *comp)
+{
+    fy_udp_conn_t *c = fy_udp_conn(ep);
+    fy_udp_iface_t *iface = c->iface;
+    ferry_status_t st = conn_usable(c);
+    fy_udp_frag_t *f;
+    size_t total;
+
+    if (st != FERRY_OK)
+        return st;
+    if (hdr_len > FY_UDP_MAX_ZHDR || iovcnt > FY_UDP_MAX_IOV || id > FY_TL_AM_ID_MAX ||
+        comp == NULL)
+        return FERRY_ERR_INVALID_PARAM;
+    total = hdr_len + fy_iov_total(iov, iovcnt);
+    if (total > iface->opts->max_zcopy)
+        return FERRY_ERR_INVALID_PARAM;
+    f = fy_udp_frag_alloc(iface);
+    if (f == NULL)
+        return FERRY_ERR_NO_RESOURCE;
+    f->type = FY_UDP_T_AM_CHUNK;
+    f->am_id = id;
+    f->op_id = c->next_frag_id++;
+    f->total = total;
+    f->comp = comp;
+    memcpy(f->hdr, hdr, hdr_len);
+    f->iov[0].iov_base = f->hdr;
+    f->iov[0].iov_len = hdr_len;
+    memcpy(&f->iov[1], iov, iovcnt * sizeof(*iov));
+    f->iovcnt = iovcnt + 1;
+    c->stats.tx_msgs++;
+    c->stats.tx_bytes += total;
+    fy_udp_frag_submit(c, f);
+    return FERRY_INPROGRESS;
+}
+
+/* ---- unsequenced datagrams: handshake, probes, explicit ACKs --------------------------- */
+
+static const uint8_t zeros[65536];
+
+void fy_udp_tx_ctrl(fy_udp_iface_t *iface, fy_udp_conn_t *c, uint8_t chan, uint8_t type,
+                    const void *payload, size_t plen, size_t pad_to,
+                    const struct sockaddr_storage *to, socklen_t tolen)
+{
+    fy_udp_chan_t *ch;
+    struct iovec *iov;
+    struct mmsghdr *m = batch_slot(iface, chan, 2, &iov);
+    fy_udp_hdr_t h;
+    unsigned n = 1;
+
+    ch = &iface->ch[chan];
+    memset(&h, 0, sizeof(h));
+    h.job_key = iface->super.params.job_key;
+    h.dst_id = c->peer_id;
+    h.src_id = c->id;
+    h.type = type;
+    h.version = FY_UDP_VERSION;
+    h.seq = c->snd_nxt;
+    if (pad_to < FY_UDP_HDR_LEN + plen)
+        pad_to = FY_UDP_HDR_LEN + plen;
+    h.len = (uint32_t)(pad_to - FY_UDP_HDR_LEN);
+    if (type == FY_UDP_T_ACK) {
+        h.flags = FY_UDP_F_ACK;
+        h.ack = c->rcv_nxt;
+        h.sack = c->nstash ? fy_udp_sack_bits(c) : 0;
+    }
+    uint8_t *buf = ch->thdr[ch->ntx];
+    memcpy(buf, &h, sizeof(h));
+    memcpy(buf + FY_UDP_HDR_LEN, payload, plen);
+    iov[0].iov_base = buf;
+    iov[0].iov_len = FY_UDP_HDR_LEN + plen;
+    if (pad_to > FY_UDP_HDR_LEN + plen) {
+        iov[1].iov_base = (void *)zeros;
+        iov[1].iov_len = pad_to - FY_UDP_HDR_LEN - plen;
+        n = 2;
+    }
+    batch_commit(iface, chan, m, iov, n, to, tolen, NULL);
+}
+
+/* Mark that the peer is owed an ACK; now: as soon as this pass ends. */
+void fy_udp_ack_schedule(fy_udp_conn_t *c, int now)
+{
+    c->ack_unsent++;
+    if (!c->ack_pending) {
+        c->ack_pending = 1;
+        c->ack_passes = 0;
+        c->ack_since = c->iface->now;
+        fy_list_add_tail(&c->iface->acklist, &c->ack_link);
+    }
+    if (now || c->ack_unsent >= c->iface->opts->ack_every)
+        c->ack_now = 1;
+}
+
+/* Send the explicit ACKs that are due (all of them with force). */
+void fy_udp_send_acks(fy_udp_iface_t *iface, int force)
+{
+    const fy_udp_opts_t *o = iface->opts;
+    fy_list_t *e, *tmp;
+    fy_list_for_each_safe(e, tmp, &iface->acklist) {
+        fy_udp_conn_t *c = fy_container_of(e, fy_udp_conn_t, ack_link);
+        c->ack_passes++;
+        if (!force && !c->ack_now && c->ack_passes <= o->ack_passes &&
+            iface->now - c->ack_since < o->ack_delay)
+            continue;
+        fy_list_del(&c->ack_link);
+        c->ack_pending = c->ack_now = 0;
+        c->ack_unsent = 0;
+        if (c->peer_id != 0)
+            fy_udp_tx_ctrl(iface, c, FY_UDP_CH_PRIO, FY_UDP_T_ACK, NULL, 0, 0,
+                           &c->addr[FY_UDP_CH_PRIO], c->addrlen);
+    }
+}

@@ -1,0 +1,68 @@
+/* Shared set-up for the API tests: a context, two workers, endpoints both ways. */
+#ifndef FY_API_TEST_COMMON_H
+#define FY_API_TEST_COMMON_H
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "fytest.h"
+#include "ferry.h"
+
+typedef struct pair {
+    ferry_context_t *ctx;
+    ferry_worker_t *w[2];
+    ferry_ep_t *ep[2]; /* ep[i]: from w[i] to w[1-i] */
+} pair_t;
+
+static inline void pair_open(pair_t *p)
+{
+    memset(p, 0, sizeof(*p));
+    FY_ASSERT_OK(ferry_context_create(NULL, &p->ctx));
+    for (int i = 0; i < 2; i++)
+        FY_ASSERT_OK(ferry_worker_create(p->ctx, NULL, &p->w[i]));
+    for (int i = 0; i < 2; i++) {
+        size_t len = 0;
+        FY_ASSERT_STATUS(ferry_worker_get_address(p->w[1 - i], NULL, &len), FERRY_ERR_TRUNCATED);
+        void *addr = malloc(len);
+        FY_ASSERT_OK(ferry_worker_get_address(p->w[1 - i], addr, &len));
+        ferry_ep_params_t ep = {.field_mask = FERRY_EP_FIELD_ADDRESS, .address = addr,
+                                .address_len = len};
+        FY_ASSERT_OK(ferry_ep_create(p->w[i], &ep, &p->ep[i]));
+        free(addr);
+    }
+}
+
+static inline void pair_progress(pair_t *p)
+{
+    ferry_worker_progress(p->w[0]);
+    ferry_worker_progress(p->w[1]);
+}
+
+static inline void pair_close(pair_t *p)
+{
+    for (int i = 0; i < 2; i++)
+        if (p->ep[i] != NULL)
+            FY_ASSERT_OK(ferry_ep_close(p->ep[i], FERRY_EP_CLOSE_FLUSH, NULL));
+    for (int i = 0; i < 2; i++)
+        ferry_worker_destroy(p->w[i]);
+    ferry_context_destroy(p->ctx);
+}
+
+/* A byte pattern that depends on the seed and the position. */
+static inline void fill_pattern(void *buf, size_t len, unsigned seed)
+{
+    unsigned char *b = buf;
+    for (size_t i = 0; i < len; i++)
+        b[i] = (unsigned char)((i * 31u + seed * 7u + (i >> 8)) & 0xff);
+}
+
+static inline int check_pattern(const void *buf, size_t len, unsigned seed)
+{
+    const unsigned char *b = buf;
+    for (size_t i = 0; i < len; i++)
+        if (b[i] != (unsigned char)((i * 31u + seed * 7u + (i >> 8)) & 0xff))
+            return 0;
+    return 1;
+}
+
+#endif

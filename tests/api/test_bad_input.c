@@ -1,0 +1,225 @@
+/*
+ * Bad input to every public call returns a specific error and never crashes: NULL handles,
+ * unknown field_mask bits, unknown or out-of-range AM ids, oversized headers, malformed
+ * addresses, bad memory parameters, remote access outside a key's region.
+ */
+#include <stdio.h>
+
+#include "common.h"
+
+static void null_handles(void)
+{
+    FY_ASSERT_STATUS(ferry_context_create(NULL, NULL), FERRY_ERR_INVALID_PARAM);
+    FY_ASSERT_STATUS(ferry_worker_create(NULL, NULL, NULL), FERRY_ERR_INVALID_PARAM);
+    FY_ASSERT_STATUS(ferry_ep_create(NULL, NULL, NULL), FERRY_ERR_INVALID_PARAM);
+    FY_ASSERT_STATUS(ferry_am_send(NULL, 0, NULL, 0, NULL, 0, NULL), FERRY_ERR_INVALID_PARAM);
+    FY_ASSERT_STATUS(ferry_am_sendv(NULL, 0, NULL, 0, NULL, 0, NULL), FERRY_ERR_INVALID_PARAM);
+    FY_ASSERT_STATUS(ferry_worker_set_am_handler(NULL, 0, NULL, NULL), FERRY_ERR_INVALID_PARAM);
+    FY_ASSERT_STATUS(ferry_ep_close(NULL, FERRY_EP_CLOSE_FLUSH, NULL), FERRY_ERR_INVALID_PARAM);
+    FY_ASSERT_STATUS(ferry_ep_flush(NULL, NULL), FERRY_ERR_INVALID_PARAM);
+    FY_ASSERT_STATUS(ferry_ep_fence(NULL), FERRY_ERR_INVALID_PARAM);
+    FY_ASSERT_STATUS(ferry_worker_flush(NULL, NULL), FERRY_ERR_INVALID_PARAM);
+    FY_ASSERT_STATUS(ferry_worker_wait(NULL, 0), FERRY_ERR_INVALID_PARAM);
+    FY_ASSERT_STATUS(ferry_worker_arm(NULL), FERRY_ERR_INVALID_PARAM);
+    FY_ASSERT_STATUS(ferry_worker_signal(NULL), FERRY_ERR_INVALID_PARAM);
+    FY_ASSERT_STATUS(ferry_worker_get_fd(NULL, NULL), FERRY_ERR_INVALID_PARAM);
+    FY_ASSERT_STATUS(ferry_worker_get_address(NULL, NULL, NULL), FERRY_ERR_INVALID_PARAM);
+    FY_ASSERT_STATUS(ferry_mem_map(NULL, NULL, NULL), FERRY_ERR_INVALID_PARAM);
+    FY_ASSERT_STATUS(ferry_mem_unmap(NULL, NULL), FERRY_ERR_INVALID_PARAM);
+    FY_ASSERT_STATUS(ferry_rkey_pack(NULL, NULL, NULL, NULL), FERRY_ERR_INVALID_PARAM);
+    FY_ASSERT_STATUS(ferry_rkey_unpack(NULL, NULL, 0, NULL), FERRY_ERR_INVALID_PARAM);
+    FY_ASSERT_STATUS(ferry_put(NULL, NULL, 0, 0, NULL, NULL), FERRY_ERR_INVALID_PARAM);
+    FY_ASSERT_STATUS(ferry_get(NULL, NULL, 0, 0, NULL, NULL), FERRY_ERR_INVALID_PARAM);
+    FY_ASSERT_STATUS(ferry_atomic(NULL, FERRY_ATOMIC_ADD, 8, 1, 0, NULL, 0, NULL, NULL),
+                     FERRY_ERR_INVALID_PARAM);
+    FY_ASSERT_STATUS(ferry_ep_get_stats(NULL, NULL), FERRY_ERR_INVALID_PARAM);
+    FY_ASSERT_STATUS(ferry_tag_send(NULL, 0, NULL, 0, NULL), FERRY_ERR_INVALID_PARAM);
+    FY_ASSERT_STATUS(ferry_tag_recv(NULL, NULL, 0, 0, 0, NULL), FERRY_ERR_INVALID_PARAM);
+    FY_ASSERT_EQ(ferry_worker_progress(NULL), 0);
+    /* destructors accept NULL */
+    ferry_worker_destroy(NULL);
+    ferry_context_destroy(NULL);
+    ferry_rkey_destroy(NULL);
+}
+
+static void bad_masks(void)
+{
+    ferry_context_t *ctx;
+    ferry_context_params_t cp = {.field_mask = 1ull << 40};
+    FY_ASSERT_STATUS(ferry_context_create(&cp, &ctx), FERRY_ERR_INVALID_PARAM);
+    FY_ASSERT_OK(ferry_context_create(NULL, &ctx));
+    ferry_worker_t *w;
+    ferry_worker_params_t wp = {.field_mask = 1ull << 33};
+    FY_ASSERT_STATUS(ferry_worker_create(ctx, &wp, &w), FERRY_ERR_INVALID_PARAM);
+    wp.field_mask = FERRY_WORKER_FIELD_WAIT_MODE;
+    wp.wait_mode = (ferry_wait_mode_t)42;
+    FY_ASSERT_STATUS(ferry_worker_create(ctx, &wp, &w), FERRY_ERR_INVALID_PARAM);
+    FY_ASSERT_OK(ferry_worker_create(ctx, NULL, &w));
+    ferry_ep_t *ep;
+    ferry_ep_params_t ep_p = {.field_mask = 1ull << 20};
+    FY_ASSERT_STATUS(ferry_ep_create(w, &ep_p, &ep), FERRY_ERR_INVALID_PARAM);
+    ep_p.field_mask = 0; /* no address */
+    FY_ASSERT_STATUS(ferry_ep_create(w, &ep_p, &ep), FERRY_ERR_INVALID_PARAM);
+    ferry_mem_params_t mp = {.field_mask = 1ull << 30};
+    ferry_mem_t *mem;
+    FY_ASSERT_STATUS(ferry_mem_map(ctx, &mp, &mem), FERRY_ERR_INVALID_PARAM);
+    mp.field_mask = FERRY_MEM_FIELD_LENGTH; /* no address, not allocating */
+    mp.length = 64;
+    FY_ASSERT_STATUS(ferry_mem_map(ctx, &mp, &mem), FERRY_ERR_INVALID_PARAM);
+    mp.field_mask = FERRY_MEM_FIELD_LENGTH | FERRY_MEM_FIELD_FLAGS;
+    mp.flags = 0x80;
+    FY_ASSERT_STATUS(ferry_mem_map(ctx, &mp, &mem), FERRY_ERR_INVALID_PARAM);
+    ferry_worker_destroy(w);
+    ferry_context_destroy(ctx);
+}
+
+static void bad_addresses(void)
+{
+    ferry_context_t *ctx;
+    ferry_worker_t *w;
+    FY_ASSERT_OK(ferry_context_create(NULL, &ctx));
+    FY_ASSERT_OK(ferry_worker_create(ctx, NULL, &w));
+    char addr[4096];
+    size_t len = 4; /* too small */
+    FY_ASSERT_STATUS(ferry_worker_get_address(w, addr, &len), FERRY_ERR_TRUNCATED);
+    FY_ASSERT_GT(len, 4);
+    FY_ASSERT_OK(ferry_worker_get_address(w, addr, &len));
+    ferry_ep_t *ep;
+    ferry_ep_params_t p = {.field_mask = FERRY_EP_FIELD_ADDRESS, .address = addr};
+    /* every truncation of a valid address is refused, never read past its end */
+    for (size_t l = 1; l < len; l++) {
+        char *copy = malloc(l);
+        memcpy(copy, addr, l);
+        p.address = copy;
+        p.address_len = l;
+        FY_ASSERT_STATUS(ferry_ep_create(w, &p, &ep), FERRY_ERR_INVALID_ADDR);
+        free(copy);
+    }
+    /* garbage */
+    char junk[256];
+    fill_pattern(junk, sizeof(junk), 5);
+    p.address = junk;
+    p.address_len = sizeof(junk);
+    FY_ASSERT_STATUS(ferry_ep_create(w, &p, &ep), FERRY_ERR_INVALID_ADDR);
+    /* a flipped byte in every position: refused or unreachable, never a crash */
+    for (size_t i = 0; i < len; i++) {
+        char copy[4096];
+        memcpy(copy, addr, len);
+        copy[i] ^= 0x5a;
+        p.address = copy;
+        p.address_len = len;
+        ferry_status_t st = ferry_ep_create(w, &p, &ep);
+        if (st == FERRY_OK)
+            FY_ASSERT_OK(ferry_ep_close(ep, FERRY_EP_CLOSE_FORCE, NULL));
+        else
+            FY_ASSERT_MSG(st == FERRY_ERR_INVALID_ADDR || st == FERRY_ERR_UNREACHABLE,
+                          "byte %zu flipped: %s", i, ferry_status_string(st));
+    }
+    ferry_worker_destroy(w);
+    ferry_context_destroy(ctx);
+}
+
+static void bad_am_args(void)
+{
+    pair_t p;
+    pair_open(&p);
+    char big[FERRY_AM_HEADER_MAX + 1];
+    memset(big, 0, sizeof(big));
+    FY_ASSERT_STATUS(ferry_am_send(p.ep[0], 0, big, sizeof(big), NULL, 0, NULL),
+                     FERRY_ERR_INVALID_PARAM);
+    FY_ASSERT_STATUS(ferry_am_send(p.ep[0], FERRY_AM_ID_MAX + 1, NULL, 0, NULL, 0, NULL),
+                     FERRY_ERR_INVALID_PARAM);
+    FY_ASSERT_STATUS(ferry_worker_set_am_handler(p.w[0], FERRY_AM_ID_MAX + 1, NULL, NULL),
+                     FERRY_ERR_INVALID_PARAM);
+    FY_ASSERT_STATUS(ferry_am_send(p.ep[0], 0, NULL, 4, NULL, 0, NULL), FERRY_ERR_INVALID_PARAM);
+    FY_ASSERT_STATUS(ferry_am_send(p.ep[0], 0, NULL, 0, NULL, 4, NULL), FERRY_ERR_INVALID_PARAM);
+    struct iovec iov[64];
+    memset(iov, 0, sizeof(iov));
+    FY_ASSERT_STATUS(ferry_am_sendv(p.ep[0], 0, NULL, 0, iov, 64, NULL), FERRY_ERR_INVALID_PARAM);
+    FY_ASSERT_STATUS(ferry_am_sendv(p.ep[0], 0, NULL, 0, NULL, 2, NULL), FERRY_ERR_INVALID_PARAM);
+    FY_ASSERT_STATUS(ferry_ep_close(p.ep[0], 7, NULL), FERRY_ERR_INVALID_PARAM);
+    /* not implemented yet: clearly unsupported */
+    FY_ASSERT_STATUS(ferry_tag_send(p.ep[0], 1, "x", 1, NULL), FERRY_ERR_UNSUPPORTED);
+    pair_close(&p);
+}
+
+static void bad_rma_args(void)
+{
+    pair_t p;
+    pair_open(&p);
+    uint64_t target[8] = {0};
+    ferry_mem_params_t mp = {.field_mask = FERRY_MEM_FIELD_ADDRESS | FERRY_MEM_FIELD_LENGTH |
+                                           FERRY_MEM_FIELD_ACCESS,
+                             .address = target, .length = sizeof(target),
+                             .access = FERRY_MEM_REMOTE_READ};
+    ferry_mem_t *mem;
+    FY_ASSERT_OK(ferry_mem_map(p.ctx, &mp, &mem));
+    char rkbuf[512];
+    size_t rklen = 1;
+    FY_ASSERT_STATUS(ferry_rkey_pack(p.ctx, mem, rkbuf, &rklen), FERRY_ERR_TRUNCATED);
+    FY_ASSERT_OK(ferry_rkey_pack(p.ctx, mem, rkbuf, &rklen));
+    ferry_rkey_t *rk;
+    FY_ASSERT_STATUS(ferry_rkey_unpack(p.ep[0], rkbuf, 3, &rk), FERRY_ERR_INVALID_PARAM);
+    char junk[64];
+    fill_pattern(junk, sizeof(junk), 1);
+    FY_ASSERT_STATUS(ferry_rkey_unpack(p.ep[0], junk, sizeof(junk), &rk), FERRY_ERR_INVALID_PARAM);
+    FY_ASSERT_OK(ferry_rkey_unpack(p.ep[0], rkbuf, rklen, &rk));
+    uint64_t v = 1, base = (uint64_t)(uintptr_t)target;
+    /* read-only region: write and atomic refused */
+    FY_ASSERT_STATUS(ferry_put(p.ep[0], &v, 8, base, rk, NULL), FERRY_ERR_ACCESS_DENIED);
+    FY_ASSERT_STATUS(ferry_atomic(p.ep[0], FERRY_ATOMIC_ADD, 8, 1, 0, NULL, base, rk, NULL),
+                     FERRY_ERR_ACCESS_DENIED);
+    /* out of bounds, straddling, wrapping */
+    FY_ASSERT_STATUS(ferry_get(p.ep[0], &v, 8, base + sizeof(target), rk, NULL),
+                     FERRY_ERR_ACCESS_DENIED);
+    FY_ASSERT_STATUS(ferry_get(p.ep[0], &v, 8, base + sizeof(target) - 4, rk, NULL),
+                     FERRY_ERR_ACCESS_DENIED);
+    FY_ASSERT_STATUS(ferry_get(p.ep[0], &v, 8, base - 8, rk, NULL), FERRY_ERR_ACCESS_DENIED);
+    FY_ASSERT_STATUS(ferry_get(p.ep[0], &v, SIZE_MAX - 4, base + 8, rk, NULL),
+                     FERRY_ERR_ACCESS_DENIED);
+    /* atomic: bad size, misaligned, cswap without result */
+    FY_ASSERT_STATUS(ferry_atomic(p.ep[0], FERRY_ATOMIC_ADD, 2, 1, 0, NULL, base, rk, NULL),
+                     FERRY_ERR_INVALID_PARAM);
+    FY_ASSERT_STATUS(ferry_atomic(p.ep[0], FERRY_ATOMIC_ADD, 8, 1, 0, NULL, base + 4, rk, NULL),
+                     FERRY_ERR_INVALID_PARAM);
+    FY_ASSERT_STATUS(ferry_atomic(p.ep[0], FERRY_ATOMIC_CSWAP, 8, 1, 0, NULL, base, rk, NULL),
+                     FERRY_ERR_INVALID_PARAM);
+    /* an rkey unpacked on another endpoint */
+    FY_ASSERT_STATUS(ferry_get(p.ep[1], &v, 8, base, rk, NULL), FERRY_ERR_INVALID_PARAM);
+    /* a valid read still works */
+    target[2] = 0x1234;
+    FY_ASSERT_OK(ferry_get(p.ep[0], &v, 8, base + 16, rk, NULL));
+    FY_ASSERT_U64_EQ(v, 0x1234);
+    ferry_rkey_destroy(rk);
+    FY_ASSERT_OK(ferry_mem_unmap(p.ctx, mem));
+    pair_close(&p);
+}
+
+static void bad_config(void)
+{
+    /* A bad value fails context creation with a message naming the variable and value. */
+    char path[] = "/tmp/ferry-badcfg-XXXXXX";
+    int fd = mkstemp(path);
+    FY_ASSERT(fd >= 0);
+    close(fd);
+    setenv("FERRY_LOG_FILE", path, 1);
+    setenv("FERRY_WAIT", "sometimes", 1);
+    ferry_context_t *ctx;
+    FY_ASSERT_STATUS(ferry_context_create(NULL, &ctx), FERRY_ERR_BAD_CONFIG);
+    unsetenv("FERRY_WAIT");
+    setenv("FERRY_TLS", "shm,carrier-pigeon", 1);
+    FY_ASSERT_STATUS(ferry_context_create(NULL, &ctx), FERRY_ERR_BAD_CONFIG);
+    unsetenv("FERRY_TLS");
+    FILE *f = fopen(path, "r");
+    FY_ASSERT(f != NULL);
+    char text[8192];
+    size_t n = fread(text, 1, sizeof(text) - 1, f);
+    text[n] = '\0';
+    fclose(f);
+    unlink(path);
+    FY_ASSERT_MSG(strstr(text, "FERRY_WAIT") && strstr(text, "sometimes"), "log: %s", text);
+    FY_ASSERT_MSG(strstr(text, "carrier-pigeon"), "log: %s", text);
+}
+
+FYTEST_MAIN(FYTEST_CASE(null_handles), FYTEST_CASE(bad_masks), FYTEST_CASE(bad_addresses),
+            FYTEST_CASE(bad_am_args), FYTEST_CASE(bad_rma_args), FYTEST_CASE(bad_config))

@@ -1,0 +1,689 @@
+/*
+ * ferryrun.c - start N processes of a program on this machine as one ferry job.
+ *
+ *   ferryrun -n N [--timeout S] [--prefix] [--env K=V]... [--] program [args...]
+ *
+ * ferryrun runs the builtin bootstrap's key-value server (ferryrun_server.c) on 127.0.0.1
+ * and gives every rank FERRY_BOOT_ADDR, FERRY_RANK, FERRY_SIZE, FERRY_LOCAL_RANK,
+ * FERRY_LOCAL_SIZE and FERRY_JOB_KEY.  Everything is one epoll loop in one thread: the server's
+ * sockets, a pipe per rank for stdout and one for stderr, and a signalfd for SIGCHLD and the
+ * signals to pass on.  Nothing ever waits with sleep: a rank is ready when it connects, done
+ * when SIGCHLD says so.
+ *
+ * Policy:
+ *   - each rank runs in its own process group, so a rank and whatever it started can be
+ *     signalled together; stdin is /dev/null;
+ *   - output is forwarded whole lines at a time (a line never mixes two ranks), with
+ *     "[rank] " in front of each line under --prefix;
+ *   - the first rank that exits non-zero or dies by a signal is reported (rank, pid, exit
+ *     status or signal name), every other rank gets SIGTERM, and SIGKILL 0.5 s later;
+ *     ferryrun's status is that first failure (128+signal for a signal), else 0;
+ *   - SIGINT, SIGTERM, SIGHUP and SIGQUIT sent to ferryrun go to every rank (a second one, or
+ *     0.5 s without effect, brings SIGKILL); ferryrun then returns 128+signal;
+ *   - --timeout S ends a job that runs longer, with a message listing the ranks still running,
+ *     and status 124 (as timeout(1) does).
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/random.h>
+#include <sys/resource.h>
+#include <sys/signalfd.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "ferry.h"
+#include "ferryrun.h"
+
+#define MAX_RANKS 65536
+#define KILL_GRACE_MS 500 /* SIGTERM, then SIGKILL this much later */
+#define LINE_MAX_HELD (64 * 1024) /* a longer "line" is forwarded in pieces */
+#define STATUS_TIMEOUT 124
+
+extern char **environ;
+
+typedef struct stream {
+    int fd;  /* read end of the rank's pipe, -1 once closed */
+    int dest; /* 1 or 2 */
+    int at_line_start;
+    char *buf;
+    size_t len;
+} stream_t;
+
+typedef struct rank_proc {
+    pid_t pid;
+    int alive;
+    stream_t out, err;
+} rank_proc_t;
+
+typedef struct opts {
+    int n;
+    double timeout_s;
+    int prefix;
+    char **envs;
+    size_t nenvs;
+    char **argv; /* program and its arguments */
+} opts_t;
+
+static opts_t opt;
+static rank_proc_t *ranks;
+static int nalive;
+static int epfd = -1;
+static int exit_status;       /* the first failure's status; 0 while all is well */
+static int aborting;          /* ending the job: no more failure reports */
+static uint64_t kill_at_ns;   /* when to send SIGKILL (0 = not planned) */
+static char *scratch;         /* output assembly */
+static size_t scratch_cap;
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static void say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* One line on stderr, written with one write(2) so that it does not mix with rank output. */
+static void say(const char *fmt, ...)
+{
+    char line[2048];
+    int n = snprintf(line, sizeof(line), "ferryrun: ");
+    va_list ap;
+    va_start(ap, fmt);
+    int m = vsnprintf(line + n, sizeof(line) - (size_t)n - 1, fmt, ap);
+    va_end(ap);
+    if (m < 0)
+        return;
+    size_t len = (size_t)n + (size_t)m;
+    if (len > sizeof(line) - 2)
+        len = sizeof(line) - 2;
+    line[len++] = '\n';
+    ssize_t w = write(2, line, len);
+    (void)w;
+}
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: ferryrun -n N [options] [--] program [args...]\n"
+            "Start N processes of program on this machine as one ferry job (builtin bootstrap).\n"
+            "\n"
+            "  -n, -np N          number of ranks (1..%d)\n"
+            "  --timeout S        end the job after S seconds (status %d)\n"
+            "  --prefix           prefix every output line with \"[rank] \"\n"
+            "  --env K=V          set K=V in every rank's environment (repeatable)\n"
+            "  -h, --help         this text\n"
+            "\n"
+            "The ranks get FERRY_BOOT_ADDR, FERRY_RANK, FERRY_SIZE, FERRY_LOCAL_RANK,\n"
+            "FERRY_LOCAL_SIZE and FERRY_JOB_KEY.  If a rank fails, the others are ended and\n"
+            "ferryrun returns the failed rank's status (128+signal if it was killed).\n",
+            MAX_RANKS, STATUS_TIMEOUT);
+}
+
+static int parse_args(int argc, char **argv)
+{
+    static const struct option longopts[] = {
+        {"np", required_argument, NULL, 'n'},   {"timeout", required_argument, NULL, 't'},
+        {"prefix", no_argument, NULL, 'p'},     {"env", required_argument, NULL, 'e'},
+        {"help", no_argument, NULL, 'h'},       {NULL, 0, NULL, 0},
+    };
+    opt.n = 0;
+    int c;
+    /* "+": stop at the first non-option, which is the program */
+    while ((c = getopt_long_only(argc, argv, "+n:h", longopts, NULL)) != -1) {
+        char *end;
+        switch (c) {
+        case 'n': {
+            errno = 0;
+            long n = strtol(optarg, &end, 10);
+            if (*optarg == '\0' || *end != '\0' || errno != 0 || n < 1 || n > MAX_RANKS) {
+                say("-n %s: the number of ranks must be an integer from 1 to %d", optarg,
+                    MAX_RANKS);
+                return -1;
+            }
+            opt.n = (int)n;
+            break;
+        }
+        case 't': {
+            errno = 0;
+            double t = strtod(optarg, &end);
+            if (*optarg == '\0' || *end != '\0' || errno != 0 || !(t > 0) || t > 1e9) {
+                say("--timeout %s: expected a positive number of seconds", optarg);
+                return -1;
+            }
+            opt.timeout_s = t;
+            break;
+        }
+        case 'p': opt.prefix = 1; break;
+        case 'e': {
+            const char *eq = strchr(optarg, '=');
+            if (eq == NULL || eq == optarg) {
+                say("--env %s: expected NAME=VALUE", optarg);
+                return -1;
+            }
+            char **n = realloc(opt.envs, (opt.nenvs + 1) * sizeof(*n));
+            if (n == NULL)
+                return -1;
+            opt.envs = n;
+            opt.envs[opt.nenvs++] = optarg;
+            break;
+        }
+        case 'h': usage(stdout); exit(0);
+        default: usage(stderr); return -1;
+        }
+    }
+    if (opt.n == 0) {
+        say("the number of ranks is missing: ferryrun -n N program ...");
+        return -1;
+    }
+    if (optind >= argc) {
+        say("the program to run is missing: ferryrun -n N program ...");
+        return -1;
+    }
+    opt.argv = argv + optind;
+    return 0;
+}
+
+static const char *signame(int sig, char *buf, size_t n)
+{
+    const char *a = sigabbrev_np(sig);
+    if (a != NULL)
+        snprintf(buf, n, "SIG%s", a);
+    else
+        snprintf(buf, n, "signal %d", sig);
+    return buf;
+}
+
+/* "exited with status 3", "was killed by signal 11 (SIGSEGV)" */
+static void describe_status(int st, char *buf, size_t n)
+{
+    char sn[32];
+    if (WIFEXITED(st))
+        snprintf(buf, n, "exited with status %d", WEXITSTATUS(st));
+    else if (WIFSIGNALED(st))
+        snprintf(buf, n, "was killed by signal %d (%s)%s", WTERMSIG(st),
+                 signame(WTERMSIG(st), sn, sizeof(sn)), WCOREDUMP(st) ? ", core dumped" : "");
+    else
+        snprintf(buf, n, "ended with wait status 0x%x", st);
+}
+
+/* "0-3, 5, 7" of the ranks still alive (cut short if long). */
+static void alive_list(char *buf, size_t n)
+{
+    size_t o = 0;
+    buf[0] = '\0';
+    for (int r = 0; r < opt.n && o + 24 < n; r++) {
+        if (!ranks[r].alive)
+            continue;
+        int e = r;
+        while (e + 1 < opt.n && ranks[e + 1].alive)
+            e++;
+        o += (size_t)snprintf(buf + o, n - o, "%s%d", o ? ", " : "", r);
+        if (e > r)
+            o += (size_t)snprintf(buf + o, n - o, "-%d", e);
+        r = e;
+    }
+}
+
+static void signal_all(int sig)
+{
+    for (int r = 0; r < opt.n; r++) {
+        if (ranks[r].pid <= 0)
+            continue;
+        /* the group takes what the rank started too; it may outlive the rank itself */
+        if (kill(-ranks[r].pid, sig) != 0 && ranks[r].alive)
+            kill(ranks[r].pid, sig);
+    }
+}
+
+static void end_job(void)
+{
+    aborting = 1;
+    signal_all(SIGTERM);
+    if (kill_at_ns == 0)
+        kill_at_ns = now_ns() + KILL_GRACE_MS * 1000000ull;
+}
+
+/* ---- output ------------------------------------------------------------------------------ */
+
+static void write_all(int fd, const char *p, size_t n)
+{
+    while (n > 0) {
+        ssize_t w = write(fd, p, n);
+        if (w > 0) {
+            p += w;
+            n -= (size_t)w;
+        } else if (w < 0 && errno == EINTR) {
+            continue;
+        } else if (w < 0 && errno == EAGAIN) {
+            struct pollfd pfd = {.fd = fd, .events = POLLOUT};
+            poll(&pfd, 1, 1000);
+        } else {
+            return; /* EPIPE and friends: nobody reads our output any more */
+        }
+    }
+}
+
+static char *scratch_reserve(size_t n)
+{
+    if (n > scratch_cap) {
+        char *s = realloc(scratch, n);
+        if (s == NULL) {
+            say("out of memory");
+            exit(1);
+        }
+        scratch = s;
+        scratch_cap = n;
+    }
+    return scratch;
+}
+
+/* Forward n bytes of rank r's stream, prefixing each line start if asked. */
+static void emit(int rank, stream_t *s, const char *p, size_t n)
+{
+    if (n == 0)
+        return;
+    if (!opt.prefix) {
+        write_all(s->dest, p, n);
+        s->at_line_start = p[n - 1] == '\n';
+        return;
+    }
+    char pre[24];
+    int pl = snprintf(pre, sizeof(pre), "[%d] ", rank);
+    size_t lines = 1;
+    for (size_t i = 0; i < n; i++)
+        lines += p[i] == '\n';
+    char *o = scratch_reserve(n + lines * (size_t)pl);
+    size_t w = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (s->at_line_start) {
+            memcpy(o + w, pre, (size_t)pl);
+            w += (size_t)pl;
+        }
+        o[w++] = p[i];
+        s->at_line_start = p[i] == '\n';
+    }
+    write_all(s->dest, o, w);
+}
+
+static void stream_close(int rank, stream_t *s)
+{
+    if (s->len > 0) {
+        emit(rank, s, s->buf, s->len);
+        s->len = 0;
+        if (opt.prefix && !s->at_line_start)
+            emit(rank, s, "\n", 1);
+    }
+    if (s->fd >= 0) {
+        epoll_ctl(epfd, EPOLL_CTL_DEL, s->fd, NULL);
+        close(s->fd);
+        s->fd = -1;
+    }
+    free(s->buf);
+    s->buf = NULL;
+}
+
+/* Read what is there (until the pipe is empty); forward whole lines, keep a partial one. */
+static void stream_read(int rank, stream_t *s)
+{
+    if (s->fd < 0)
+        return;
+    if (s->buf == NULL) {
+        s->buf = malloc(LINE_MAX_HELD);
+        if (s->buf == NULL) {
+            say("out of memory");
+            exit(1);
+        }
+    }
+    for (;;) {
+        ssize_t r = read(s->fd, s->buf + s->len, LINE_MAX_HELD - s->len);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+            return;
+        if (r <= 0) {
+            stream_close(rank, s);
+            return;
+        }
+        s->len += (size_t)r;
+        char *nl = memrchr(s->buf, '\n', s->len);
+        if (nl != NULL) {
+            size_t k = (size_t)(nl - s->buf) + 1;
+            emit(rank, s, s->buf, k);
+            memmove(s->buf, s->buf + k, s->len - k);
+            s->len -= k;
+        } else if (s->len == LINE_MAX_HELD) {
+            emit(rank, s, s->buf, s->len); /* a very long line: pass it on in pieces */
+            s->len = 0;
+        }
+    }
+}
+
+/* ---- processes --------------------------------------------------------------------------- */
+
+static int env_name_eq(const char *entry, const char *name_eq)
+{
+    size_t n = (size_t)(strchr(name_eq, '=') - name_eq) + 1;
+    return strncmp(entry, name_eq, n) == 0;
+}
+
+/* The environment of a rank: ours, then --env, over the inherited one (names unique). */
+static char **build_env(char **ours, size_t nours)
+{
+    size_t ne = 0;
+    while (environ[ne] != NULL)
+        ne++;
+    char **env = calloc(ne + nours + opt.nenvs + 1, sizeof(*env));
+    if (env == NULL)
+        return NULL;
+    size_t k = 0;
+    for (size_t i = 0; i < ne; i++) {
+        int shadowed = strchr(environ[i], '=') == NULL;
+        for (size_t j = 0; j < nours && !shadowed; j++)
+            shadowed = env_name_eq(environ[i], ours[j]);
+        for (size_t j = 0; j < opt.nenvs && !shadowed; j++)
+            shadowed = env_name_eq(environ[i], opt.envs[j]);
+        if (!shadowed)
+            env[k++] = environ[i];
+    }
+    for (size_t j = 0; j < nours; j++) {
+        int shadowed = 0;
+        for (size_t u = 0; u < opt.nenvs && !shadowed; u++)
+            shadowed = env_name_eq(ours[j], opt.envs[u]);
+        if (!shadowed)
+            env[k++] = ours[j];
+    }
+    for (size_t j = 0; j < opt.nenvs; j++)
+        env[k++] = opt.envs[j];
+    env[k] = NULL;
+    return env;
+}
+
+static int add_stream(int rank, stream_t *s, int fd, int dest, unsigned kind)
+{
+    s->fd = fd;
+    s->dest = dest;
+    s->at_line_start = 1;
+    struct epoll_event ev = {.events = EPOLLIN, .data.u64 = FY_RUN_EV(kind, rank)};
+    if (epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &ev) != 0) {
+        say("epoll_ctl: %s", strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
+static int spawn_ranks(const char *addr, const char *job_key)
+{
+    char e_addr[160], e_size[48], e_lsize[48], e_key[80], e_rank[48], e_lrank[48];
+    snprintf(e_addr, sizeof(e_addr), "FERRY_BOOT_ADDR=%s", addr);
+    snprintf(e_size, sizeof(e_size), "FERRY_SIZE=%d", opt.n);
+    snprintf(e_lsize, sizeof(e_lsize), "FERRY_LOCAL_SIZE=%d", opt.n);
+    snprintf(e_key, sizeof(e_key), "FERRY_JOB_KEY=%s", job_key);
+    char *ours[] = {e_addr, e_size, e_lsize, e_key, e_rank, e_lrank};
+    snprintf(e_rank, sizeof(e_rank), "FERRY_RANK=0");
+    snprintf(e_lrank, sizeof(e_lrank), "FERRY_LOCAL_RANK=0");
+    char **env = build_env(ours, sizeof(ours) / sizeof(ours[0]));
+    if (env == NULL) {
+        say("out of memory");
+        return -1;
+    }
+
+    posix_spawnattr_t attr;
+    posix_spawnattr_init(&attr);
+    sigset_t none, dfl;
+    sigemptyset(&none);
+    sigemptyset(&dfl);
+    int defaulted[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGPIPE, SIGCHLD};
+    for (size_t i = 0; i < sizeof(defaulted) / sizeof(defaulted[0]); i++)
+        sigaddset(&dfl, defaulted[i]);
+    posix_spawnattr_setsigmask(&attr, &none);
+    posix_spawnattr_setsigdefault(&attr, &dfl);
+    posix_spawnattr_setpgroup(&attr, 0);
+    posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK |
+                                        POSIX_SPAWN_SETSIGDEF);
+    int rc = 0;
+    for (int r = 0; r < opt.n && rc == 0; r++) {
+        /* the strings are in env[] by pointer: rewrite them in place */
+        snprintf(e_rank, sizeof(e_rank), "FERRY_RANK=%d", r);
+        snprintf(e_lrank, sizeof(e_lrank), "FERRY_LOCAL_RANK=%d", r);
+        int po[2], pe[2];
+        if (pipe2(po, O_CLOEXEC) != 0 || pipe2(pe, O_CLOEXEC) != 0) {
+            say("cannot create pipes for rank %d: %s (raise the limit of open files?)", r,
+                strerror(errno));
+            rc = -1;
+            break;
+        }
+        posix_spawn_file_actions_t fa;
+        posix_spawn_file_actions_init(&fa);
+        posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+        posix_spawn_file_actions_adddup2(&fa, po[1], 1);
+        posix_spawn_file_actions_adddup2(&fa, pe[1], 2);
+        pid_t pid;
+        int err = posix_spawnp(&pid, opt.argv[0], &fa, &attr, opt.argv, env);
+        posix_spawn_file_actions_destroy(&fa);
+        close(po[1]);
+        close(pe[1]);
+        fcntl(po[0], F_SETFL, O_NONBLOCK);
+        fcntl(pe[0], F_SETFL, O_NONBLOCK);
+        if (err != 0) {
+            say("cannot start %s (rank %d): %s", opt.argv[0], r, strerror(err));
+            close(po[0]);
+            close(pe[0]);
+            exit_status = err == ENOENT ? 127 : 126;
+            rc = -1;
+            break;
+        }
+        ranks[r].pid = pid;
+        ranks[r].alive = 1;
+        nalive++;
+        if (add_stream(r, &ranks[r].out, po[0], 1, FY_RUN_EV_STDOUT) != 0 ||
+            add_stream(r, &ranks[r].err, pe[0], 2, FY_RUN_EV_STDERR) != 0)
+            rc = -1;
+    }
+    posix_spawnattr_destroy(&attr);
+    free(env);
+    return rc;
+}
+
+static int rank_of_pid(pid_t pid)
+{
+    for (int r = 0; r < opt.n; r++)
+        if (ranks[r].pid == pid)
+            return r;
+    return -1;
+}
+
+static void reap(fy_run_server_t *srv)
+{
+    for (;;) {
+        int st;
+        pid_t pid = waitpid(-1, &st, WNOHANG);
+        if (pid <= 0)
+            return;
+        int r = rank_of_pid(pid);
+        if (r < 0 || !ranks[r].alive)
+            continue;
+        ranks[r].alive = 0;
+        nalive--;
+        /* what it wrote before dying is in the pipes already: forward it first */
+        stream_read(r, &ranks[r].out);
+        stream_read(r, &ranks[r].err);
+        char how[128];
+        describe_status(st, how, sizeof(how));
+        fy_run_server_rank_exited(srv, r, how);
+        int failed = !(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+        if (!failed || aborting)
+            continue;
+        exit_status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+        if (nalive > 0) {
+            say("rank %d (pid %d) %s; ending the other %d rank%s", r, (int)pid, how, nalive,
+                nalive == 1 ? "" : "s");
+            end_job();
+        } else {
+            say("rank %d (pid %d) %s", r, (int)pid, how);
+            aborting = 1;
+        }
+    }
+}
+
+static void on_signal(int sfd, fy_run_server_t *srv)
+{
+    struct signalfd_siginfo si;
+    while (read(sfd, &si, sizeof(si)) == (ssize_t)sizeof(si)) {
+        int sig = (int)si.ssi_signo;
+        if (sig == SIGCHLD) {
+            reap(srv);
+            continue;
+        }
+        char sn[32];
+        if (kill_at_ns != 0 && aborting) {
+            say("got %s again: killing every rank", signame(sig, sn, sizeof(sn)));
+            signal_all(SIGKILL);
+            continue;
+        }
+        say("got %s: passing it on to %d running rank%s", signame(sig, sn, sizeof(sn)), nalive,
+            nalive == 1 ? "" : "s");
+        if (exit_status == 0)
+            exit_status = 128 + sig;
+        aborting = 1;
+        signal_all(sig);
+        kill_at_ns = now_ns() + KILL_GRACE_MS * 1000000ull;
+    }
+}
+
+static void make_job_key(char *buf, size_t n)
+{
+    uint64_t k[2] = {0, 0};
+    if (getrandom(k, sizeof(k), GRND_NONBLOCK) != (ssize_t)sizeof(k)) {
+        k[0] = now_ns() ^ ((uint64_t)getpid() << 32);
+        k[1] = (uint64_t)(uintptr_t)&k ^ now_ns();
+    }
+    snprintf(buf, n, "%016llx%016llx", (unsigned long long)k[0], (unsigned long long)k[1]);
+}
+
+static void raise_fd_limit(int n)
+{
+    struct rlimit rl;
+    rlim_t need = (rlim_t)n * 4 + 64;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < need) {
+        rl.rlim_cur = rl.rlim_max < need ? rl.rlim_max : need;
+        setrlimit(RLIMIT_NOFILE, &rl);
+    }
+}
+
+int main(int argc, char **argv)
+{
+    if (parse_args(argc, argv) != 0)
+        return 2;
+    raise_fd_limit(opt.n);
+    ranks = calloc((size_t)opt.n, sizeof(*ranks));
+    if (ranks == NULL) {
+        say("out of memory");
+        return 1;
+    }
+    for (int r = 0; r < opt.n; r++)
+        ranks[r].out.fd = ranks[r].err.fd = -1;
+
+    /* signals arrive through a signalfd; block them before any child exists */
+    sigset_t mask;
+    sigemptyset(&mask);
+    sigaddset(&mask, SIGCHLD);
+    sigaddset(&mask, SIGINT);
+    sigaddset(&mask, SIGTERM);
+    sigaddset(&mask, SIGHUP);
+    sigaddset(&mask, SIGQUIT);
+    sigprocmask(SIG_BLOCK, &mask, NULL);
+    signal(SIGPIPE, SIG_IGN);
+
+    epfd = epoll_create1(EPOLL_CLOEXEC);
+    int sfd = signalfd(-1, &mask, SFD_NONBLOCK | SFD_CLOEXEC);
+    if (epfd < 0 || sfd < 0) {
+        say("epoll/signalfd: %s", strerror(errno));
+        return 1;
+    }
+    struct epoll_event sev = {.events = EPOLLIN, .data.u64 = FY_RUN_EV(FY_RUN_EV_SIGNAL, 0)};
+    epoll_ctl(epfd, EPOLL_CTL_ADD, sfd, &sev);
+
+    char job_key[40], addr[64];
+    make_job_key(job_key, sizeof(job_key));
+    fy_run_server_t *srv;
+    if (fy_run_server_create(opt.n, job_key, epfd, addr, sizeof(addr), &srv) != 0)
+        return 1;
+
+    uint64_t deadline = opt.timeout_s > 0 ? now_ns() + (uint64_t)(opt.timeout_s * 1e9) : 0;
+    if (spawn_ranks(addr, job_key) != 0) {
+        if (exit_status == 0)
+            exit_status = 1;
+        end_job();
+    }
+
+    struct epoll_event evs[64];
+    while (nalive > 0) {
+        uint64_t now = now_ns(), next = 0;
+        if (deadline != 0 && !aborting)
+            next = deadline;
+        if (kill_at_ns != 0 && (next == 0 || kill_at_ns < next))
+            next = kill_at_ns;
+        int ms = -1;
+        if (next != 0)
+            ms = next <= now ? 0 : (int)((next - now + 999999) / 1000000);
+        int n = epoll_wait(epfd, evs, 64, ms);
+        if (n < 0 && errno != EINTR) {
+            say("epoll_wait: %s", strerror(errno));
+            break;
+        }
+        for (int i = 0; i < n; i++) {
+            uint64_t d = evs[i].data.u64;
+            uint32_t idx = FY_RUN_EV_IDX(d);
+            switch (FY_RUN_EV_KIND(d)) {
+            case FY_RUN_EV_SIGNAL: on_signal(sfd, srv); break;
+            case FY_RUN_EV_STDOUT: stream_read((int)idx, &ranks[idx].out); break;
+            case FY_RUN_EV_STDERR: stream_read((int)idx, &ranks[idx].err); break;
+            default: fy_run_server_event(srv, d, evs[i].events); break;
+            }
+        }
+        now = now_ns();
+        if (deadline != 0 && !aborting && now >= deadline && nalive > 0) {
+            char list[512];
+            alive_list(list, sizeof(list));
+            say("timed out after %g s (--timeout): ending the job; ranks still running: %s",
+                opt.timeout_s, list);
+            exit_status = STATUS_TIMEOUT;
+            end_job();
+        }
+        if (kill_at_ns != 0 && now >= kill_at_ns && nalive > 0) {
+            char list[512];
+            alive_list(list, sizeof(list));
+            say("rank%s %s still running %d ms after SIGTERM: sending SIGKILL",
+                strchr(list, ',') || strchr(list, '-') ? "s" : "", list, KILL_GRACE_MS);
+            signal_all(SIGKILL);
+            kill_at_ns = 0;
+        }
+    }
+    /* every rank is gone: forward what is left in the pipes (a rank's own children may hold
+     * them open, so read what is there rather than wait for end of file) */
+    for (int r = 0; r < opt.n; r++) {
+        stream_read(r, &ranks[r].out);
+        stream_close(r, &ranks[r].out);
+        stream_read(r, &ranks[r].err);
+        stream_close(r, &ranks[r].err);
+    }
+    fy_run_server_destroy(srv);
+    free(scratch);
+    free(ranks);
+    free(opt.envs);
+    close(sfd);
+    close(epfd);
+    return exit_status;
+}

@@ -1,0 +1,625 @@
+/*
+ * ferryrun_server.c - the key-value server of the builtin bootstrap, run inside ferryrun.
+ *
+ * One TCP listener on 127.0.0.1, one connection per rank, all driven by ferryrun's epoll
+ * loop: nothing here blocks, so 64 or 1024 ranks cost one event each per message.  Reads
+ * are gathered until whole messages (builtin_wire.h) are present; answers go to a per-
+ * connection output buffer that is written at once and, if the socket is full, finished on
+ * EPOLLOUT.
+ *
+ * The store is one small table of (key, value) per rank.  Puts are visible as soon as they
+ * arrive; a fence is the count of ranks that sent FENCE for the current epoch, and when it
+ * reaches the job size every rank gets FENCE_DONE.  The server knows more than a PMI server
+ * does, and uses it: a rank that exits or drops its connection without having joined a fence
+ * makes that fence fail at once for everyone waiting in it (an ERROR naming the rank and how
+ * it ended) rather than leave them to their timeout; and a client whose fence timed out can
+ * ask (STATUS) which ranks are missing.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "boot/builtin_wire.h"
+#include "ferry.h"
+#include "ferryrun.h"
+
+typedef struct conn {
+    int fd;
+    int rank;    /* -1 until HELLO */
+    int closing; /* close once the output is written */
+    int want_out;
+    uint8_t *in;
+    size_t in_len, in_cap;
+    fy_wire_buf_t out;
+    size_t out_off;
+} conn_t;
+
+typedef struct kv {
+    char key[FY_WIRE_KEY_MAX + 1];
+    uint8_t *value;
+    size_t len;
+} kv_t;
+
+typedef struct rank_state {
+    int state; /* enum fy_wire_rank_state */
+    int conn;  /* slot, or -1 */
+    int in_fence;
+    int pid;
+    char how[128]; /* how it ended, once GONE */
+    kv_t *kv;
+    size_t nkv, capkv;
+} rank_state_t;
+
+struct fy_run_server {
+    int listen_fd, epfd, size;
+    char *job_key;
+    conn_t **conns;
+    size_t nconns;
+    rank_state_t *ranks;
+    uint32_t epoch;
+    int arrived;
+};
+
+static void conn_close(fy_run_server_t *s, uint32_t slot);
+
+static void fatal_oom(void)
+{
+    fprintf(stderr, "ferryrun: out of memory in the bootstrap server\n");
+    exit(1);
+}
+
+static void conn_update_events(fy_run_server_t *s, uint32_t slot)
+{
+    conn_t *c = s->conns[slot];
+    int want = c->out.len > c->out_off;
+    if (want == c->want_out)
+        return;
+    struct epoll_event ev = {.events = EPOLLIN | (want ? EPOLLOUT : 0u),
+                             .data.u64 = FY_RUN_EV(FY_RUN_EV_CONN, slot)};
+    epoll_ctl(s->epfd, EPOLL_CTL_MOD, c->fd, &ev);
+    c->want_out = want;
+}
+
+/* Write what the output buffer holds; returns -1 if the connection died. */
+static int conn_flush(fy_run_server_t *s, uint32_t slot)
+{
+    conn_t *c = s->conns[slot];
+    if (c->out.oom)
+        fatal_oom();
+    while (c->out_off < c->out.len) {
+        ssize_t w = send(c->fd, c->out.data + c->out_off, c->out.len - c->out_off, MSG_NOSIGNAL);
+        if (w > 0) {
+            c->out_off += (size_t)w;
+            continue;
+        }
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+            break;
+        conn_close(s, slot);
+        return -1;
+    }
+    if (c->out_off == c->out.len) {
+        c->out.len = 0;
+        c->out_off = 0;
+        if (c->closing) {
+            conn_close(s, slot);
+            return -1;
+        }
+    }
+    conn_update_events(s, slot);
+    return 0;
+}
+
+static void send_error(fy_run_server_t *s, uint32_t slot, ferry_status_t st, const char *fmt,
+                       ...) __attribute__((format(printf, 4, 5)));
+
+static void send_error(fy_run_server_t *s, uint32_t slot, ferry_status_t st, const char *fmt,
+                       ...)
+{
+    char text[512];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(text, sizeof(text), fmt, ap);
+    va_end(ap);
+    if (n < 0)
+        n = 0;
+    if ((size_t)n >= sizeof(text))
+        n = sizeof(text) - 1;
+    conn_t *c = s->conns[slot];
+    fy_wire_begin(&c->out, FY_WIRE_ERROR);
+    fy_wire_u32(&c->out, (uint32_t)(int32_t)st);
+    fy_wire_u16(&c->out, (uint16_t)n);
+    fy_wire_bytes(&c->out, text, (size_t)n);
+    fy_wire_end(&c->out);
+}
+
+/* A malformed or out-of-order message: say so, then drop the connection. */
+static void protocol_error(fy_run_server_t *s, uint32_t slot, const char *what)
+{
+    conn_t *c = s->conns[slot];
+    send_error(s, slot, FERRY_ERR_PROTOCOL, "ferryrun: protocol error from %s%d: %s",
+               c->rank >= 0 ? "rank " : "an unidentified client, fd ", c->rank >= 0 ? c->rank : c->fd,
+               what);
+    c->closing = 1;
+}
+
+static void describe_gone(const rank_state_t *r, int rank, char *out, size_t n)
+{
+    snprintf(out, n, "rank %d %s", rank, r->how[0] ? r->how : "has left the job");
+}
+
+/* The fence under way cannot complete because `culprit` is gone: fail it for every rank in
+ * it.  The epoch does not advance: those ranks are told the job is broken. */
+static void fail_fence(fy_run_server_t *s, int culprit)
+{
+    char why[200];
+    describe_gone(&s->ranks[culprit], culprit, why, sizeof(why));
+    for (int r = 0; r < s->size; r++) {
+        rank_state_t *rs = &s->ranks[r];
+        if (!rs->in_fence)
+            continue;
+        rs->in_fence = 0;
+        if (rs->conn >= 0) {
+            send_error(s, (uint32_t)rs->conn, FERRY_ERR_BOOTSTRAP,
+                       "fence %u cannot complete: %s before joining it", s->epoch, why);
+            conn_flush(s, (uint32_t)rs->conn);
+        }
+    }
+    s->arrived = 0;
+}
+
+static void mark_gone(fy_run_server_t *s, int rank, const char *how)
+{
+    rank_state_t *r = &s->ranks[rank];
+    if (r->state != FY_WIRE_RANK_GONE || r->how[0] == '\0' || strncmp(how, "closed", 6) != 0)
+        snprintf(r->how, sizeof(r->how), "%s", how);
+    r->state = FY_WIRE_RANK_GONE;
+    if (s->arrived > 0 && !r->in_fence)
+        fail_fence(s, rank);
+}
+
+static void conn_close(fy_run_server_t *s, uint32_t slot)
+{
+    conn_t *c = s->conns[slot];
+    if (c == NULL)
+        return;
+    epoll_ctl(s->epfd, EPOLL_CTL_DEL, c->fd, NULL);
+    close(c->fd);
+    int rank = c->rank;
+    free(c->in);
+    fy_wire_buf_free(&c->out);
+    free(c);
+    s->conns[slot] = NULL;
+    if (rank >= 0 && s->ranks[rank].conn == (int)slot) {
+        s->ranks[rank].conn = -1;
+        if (s->ranks[rank].state == FY_WIRE_RANK_CONNECTED)
+            mark_gone(s, rank, "closed its connection to ferryrun without finalizing");
+    }
+}
+
+static void complete_fence(fy_run_server_t *s)
+{
+    for (int r = 0; r < s->size; r++) {
+        rank_state_t *rs = &s->ranks[r];
+        rs->in_fence = 0;
+        if (rs->conn < 0)
+            continue;
+        conn_t *c = s->conns[rs->conn];
+        fy_wire_begin(&c->out, FY_WIRE_FENCE_DONE);
+        fy_wire_u32(&c->out, s->epoch);
+        fy_wire_end(&c->out);
+        conn_flush(s, (uint32_t)rs->conn);
+    }
+    s->epoch++;
+    s->arrived = 0;
+}
+
+static void on_hello(fy_run_server_t *s, uint32_t slot, fy_wire_rd_t *rd)
+{
+    conn_t *c = s->conns[slot];
+    uint32_t version = fy_wire_rd_u32(rd), rank = fy_wire_rd_u32(rd), size = fy_wire_rd_u32(rd);
+    uint32_t pid = fy_wire_rd_u32(rd);
+    uint16_t klen = fy_wire_rd_u16(rd);
+    const uint8_t *key = fy_wire_rd_bytes(rd, klen);
+    if (rd->bad) {
+        protocol_error(s, slot, "malformed HELLO");
+        return;
+    }
+    c->closing = 1; /* unless accepted below */
+    if (version != FY_WIRE_VERSION) {
+        send_error(s, slot, FERRY_ERR_BOOTSTRAP,
+                   "ferryrun speaks bootstrap protocol version %u, the rank version %u: "
+                   "use the ferryrun of the same ferry build",
+                   FY_WIRE_VERSION, version);
+        return;
+    }
+    if (size != (uint32_t)s->size || rank >= size) {
+        send_error(s, slot, FERRY_ERR_BOOTSTRAP,
+                   "rank %u of %u does not belong to this job of %d ranks (stale FERRY_RANK or "
+                   "FERRY_SIZE?)",
+                   rank, size, s->size);
+        return;
+    }
+    if (klen != strlen(s->job_key) || memcmp(key, s->job_key, klen) != 0) {
+        send_error(s, slot, FERRY_ERR_BOOTSTRAP,
+                   "rank %u presented the wrong FERRY_JOB_KEY: it belongs to another job", rank);
+        return;
+    }
+    rank_state_t *r = &s->ranks[rank];
+    if (r->state == FY_WIRE_RANK_CONNECTED) {
+        send_error(s, slot, FERRY_ERR_BOOTSTRAP,
+                   "rank %u is connected already (pid %d): two processes claim the same rank",
+                   rank, r->pid);
+        return;
+    }
+    if (r->state == FY_WIRE_RANK_GONE) {
+        send_error(s, slot, FERRY_ERR_BOOTSTRAP, "rank %u %s", rank, r->how);
+        return;
+    }
+    c->closing = 0;
+    c->rank = (int)rank;
+    r->state = FY_WIRE_RANK_CONNECTED;
+    r->conn = (int)slot;
+    r->pid = (int)pid;
+    fy_wire_begin(&c->out, FY_WIRE_WELCOME);
+    fy_wire_u32(&c->out, FY_WIRE_VERSION);
+    fy_wire_u32(&c->out, (uint32_t)s->size);
+    fy_wire_u32(&c->out, s->epoch);
+    fy_wire_end(&c->out);
+}
+
+static void on_put(fy_run_server_t *s, uint32_t slot, fy_wire_rd_t *rd)
+{
+    conn_t *c = s->conns[slot];
+    uint16_t klen = fy_wire_rd_u16(rd);
+    const uint8_t *key = fy_wire_rd_bytes(rd, klen);
+    uint32_t vlen = fy_wire_rd_u32(rd);
+    const uint8_t *value = fy_wire_rd_bytes(rd, vlen);
+    if (rd->bad || klen == 0 || klen > FY_WIRE_KEY_MAX) {
+        protocol_error(s, slot, "malformed PUT");
+        return;
+    }
+    rank_state_t *r = &s->ranks[c->rank];
+    kv_t *e = NULL;
+    for (size_t i = 0; i < r->nkv && e == NULL; i++)
+        if (strlen(r->kv[i].key) == klen && memcmp(r->kv[i].key, key, klen) == 0)
+            e = &r->kv[i];
+    if (e == NULL) {
+        if (r->nkv == r->capkv) {
+            size_t cap = r->capkv ? r->capkv * 2 : 4;
+            kv_t *n = realloc(r->kv, cap * sizeof(*n));
+            if (n == NULL)
+                fatal_oom();
+            r->kv = n;
+            r->capkv = cap;
+        }
+        e = &r->kv[r->nkv++];
+        memcpy(e->key, key, klen);
+        e->key[klen] = '\0';
+        e->value = NULL;
+    }
+    uint8_t *v = malloc(vlen ? vlen : 1);
+    if (v == NULL)
+        fatal_oom();
+    if (vlen)
+        memcpy(v, value, vlen);
+    free(e->value);
+    e->value = v;
+    e->len = vlen;
+}
+
+static void on_fence(fy_run_server_t *s, uint32_t slot, fy_wire_rd_t *rd)
+{
+    conn_t *c = s->conns[slot];
+    uint32_t epoch = fy_wire_rd_u32(rd);
+    if (rd->bad) {
+        protocol_error(s, slot, "malformed FENCE");
+        return;
+    }
+    rank_state_t *r = &s->ranks[c->rank];
+    if (epoch != s->epoch || r->in_fence) {
+        char what[96];
+        snprintf(what, sizeof(what), "FENCE for epoch %u while the job is at epoch %u%s", epoch,
+                 s->epoch, r->in_fence ? " (and it is in that fence already)" : "");
+        protocol_error(s, slot, what);
+        return;
+    }
+    for (int o = 0; o < s->size; o++) {
+        if (s->ranks[o].state == FY_WIRE_RANK_GONE && !s->ranks[o].in_fence) {
+            char why[200];
+            describe_gone(&s->ranks[o], o, why, sizeof(why));
+            send_error(s, slot, FERRY_ERR_BOOTSTRAP, "fence %u cannot complete: %s", s->epoch,
+                       why);
+            return;
+        }
+    }
+    r->in_fence = 1;
+    if (++s->arrived == s->size)
+        complete_fence(s);
+}
+
+static void on_get(fy_run_server_t *s, uint32_t slot, fy_wire_rd_t *rd)
+{
+    conn_t *c = s->conns[slot];
+    uint32_t rank = fy_wire_rd_u32(rd);
+    uint16_t klen = fy_wire_rd_u16(rd);
+    const uint8_t *key = fy_wire_rd_bytes(rd, klen);
+    if (rd->bad) {
+        protocol_error(s, slot, "malformed GET");
+        return;
+    }
+    if (rank >= (uint32_t)s->size) {
+        send_error(s, slot, FERRY_ERR_INVALID_PARAM, "get: rank %u is outside the job (size %d)",
+                   rank, s->size);
+        return;
+    }
+    const rank_state_t *r = &s->ranks[rank];
+    const kv_t *e = NULL;
+    for (size_t i = 0; i < r->nkv && e == NULL; i++)
+        if (strlen(r->kv[i].key) == klen && memcmp(r->kv[i].key, key, klen) == 0)
+            e = &r->kv[i];
+    fy_wire_begin(&c->out, FY_WIRE_GET_REPLY);
+    fy_wire_u32(&c->out, (uint32_t)(int32_t)(e != NULL ? FERRY_OK : FERRY_ERR_NO_ELEM));
+    fy_wire_u32(&c->out, e != NULL ? (uint32_t)e->len : 0);
+    if (e != NULL)
+        fy_wire_bytes(&c->out, e->value, e->len);
+    fy_wire_end(&c->out);
+}
+
+static void on_status(fy_run_server_t *s, uint32_t slot)
+{
+    conn_t *c = s->conns[slot];
+    uint32_t k = 0;
+    for (int r = 0; r < s->size; r++)
+        k += !s->ranks[r].in_fence;
+    fy_wire_begin(&c->out, FY_WIRE_STATUS_REPLY);
+    fy_wire_u32(&c->out, s->epoch);
+    fy_wire_u32(&c->out, (uint32_t)s->size);
+    fy_wire_u32(&c->out, k);
+    for (int r = 0; r < s->size; r++) {
+        if (s->ranks[r].in_fence)
+            continue;
+        fy_wire_u32(&c->out, (uint32_t)r);
+        fy_wire_u8(&c->out, (uint8_t)s->ranks[r].state);
+    }
+    fy_wire_end(&c->out);
+}
+
+static void on_finalize(fy_run_server_t *s, uint32_t slot)
+{
+    conn_t *c = s->conns[slot];
+    rank_state_t *r = &s->ranks[c->rank];
+    r->state = FY_WIRE_RANK_FINALIZED;
+    r->conn = -1;
+    c->rank = -1;
+    c->closing = 1;
+}
+
+/* Handle every whole message in the input buffer.  Returns -1 if the connection closed. */
+static int conn_dispatch(fy_run_server_t *s, uint32_t slot)
+{
+    conn_t *c = s->conns[slot];
+    size_t off = 0;
+    while (!c->closing && c->in_len - off >= FY_WIRE_HDR_LEN) {
+        uint32_t len;
+        unsigned type;
+        fy_wire_parse_hdr(c->in + off, &len, &type);
+        if (len > FY_WIRE_MAX_BODY) {
+            protocol_error(s, slot, "message too long");
+            break;
+        }
+        if (c->in_len - off < FY_WIRE_HDR_LEN + (size_t)len) {
+            if (c->in_cap < FY_WIRE_HDR_LEN + (size_t)len) {
+                /* make room for the whole message (after moving it to the front) */
+                memmove(c->in, c->in + off, c->in_len - off);
+                c->in_len -= off;
+                off = 0;
+                uint8_t *n = realloc(c->in, FY_WIRE_HDR_LEN + (size_t)len);
+                if (n == NULL)
+                    fatal_oom();
+                c->in = n;
+                c->in_cap = FY_WIRE_HDR_LEN + (size_t)len;
+            }
+            break;
+        }
+        fy_wire_rd_t rd = {.p = c->in + off + FY_WIRE_HDR_LEN, .left = len};
+        off += FY_WIRE_HDR_LEN + (size_t)len;
+        if (c->rank < 0 && type != FY_WIRE_HELLO) {
+            protocol_error(s, slot, "a request before HELLO");
+            break;
+        }
+        switch (type) {
+        case FY_WIRE_HELLO:
+            if (c->rank >= 0)
+                protocol_error(s, slot, "a second HELLO");
+            else
+                on_hello(s, slot, &rd);
+            break;
+        case FY_WIRE_PUT: on_put(s, slot, &rd); break;
+        case FY_WIRE_FENCE: on_fence(s, slot, &rd); break;
+        case FY_WIRE_GET: on_get(s, slot, &rd); break;
+        case FY_WIRE_STATUS: on_status(s, slot); break;
+        case FY_WIRE_FINALIZE: on_finalize(s, slot); break;
+        default: protocol_error(s, slot, "unknown message type"); break;
+        }
+        /* a fence completion may have flushed (and closed) this very connection */
+        if (s->conns[slot] == NULL)
+            return -1;
+    }
+    if (off > 0) {
+        memmove(c->in, c->in + off, c->in_len - off);
+        c->in_len -= off;
+    }
+    return conn_flush(s, slot);
+}
+
+static void conn_readable(fy_run_server_t *s, uint32_t slot)
+{
+    for (;;) {
+        conn_t *c = s->conns[slot];
+        if (c->in_cap - c->in_len < 4096) {
+            size_t cap = c->in_cap ? c->in_cap * 2 : 8192;
+            uint8_t *n = realloc(c->in, cap);
+            if (n == NULL)
+                fatal_oom();
+            c->in = n;
+            c->in_cap = cap;
+        }
+        ssize_t r = recv(c->fd, c->in + c->in_len, c->in_cap - c->in_len, 0);
+        if (r > 0) {
+            c->in_len += (size_t)r;
+            if (conn_dispatch(s, slot) < 0)
+                return;
+            continue;
+        }
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+            return;
+        conn_close(s, slot); /* EOF or error */
+        return;
+    }
+}
+
+static void on_accept(fy_run_server_t *s)
+{
+    for (;;) {
+        int fd = accept4(s->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd < 0) {
+            if (errno == EINTR || errno == ECONNABORTED)
+                continue;
+            if (errno != EAGAIN && errno != EWOULDBLOCK)
+                fprintf(stderr, "ferryrun: accept on the bootstrap socket: %s\n",
+                        strerror(errno));
+            return;
+        }
+        int one = 1;
+        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+        size_t slot = 0;
+        while (slot < s->nconns && s->conns[slot] != NULL)
+            slot++;
+        if (slot == s->nconns) {
+            size_t n = s->nconns ? s->nconns * 2 : 64;
+            conn_t **nc = realloc(s->conns, n * sizeof(*nc));
+            if (nc == NULL)
+                fatal_oom();
+            memset(nc + s->nconns, 0, (n - s->nconns) * sizeof(*nc));
+            s->conns = nc;
+            s->nconns = n;
+        }
+        conn_t *c = calloc(1, sizeof(*c));
+        if (c == NULL)
+            fatal_oom();
+        c->fd = fd;
+        c->rank = -1;
+        s->conns[slot] = c;
+        struct epoll_event ev = {.events = EPOLLIN,
+                                 .data.u64 = FY_RUN_EV(FY_RUN_EV_CONN, slot)};
+        if (epoll_ctl(s->epfd, EPOLL_CTL_ADD, fd, &ev) != 0) {
+            fprintf(stderr, "ferryrun: epoll_ctl: %s\n", strerror(errno));
+            conn_close(s, (uint32_t)slot);
+        }
+    }
+}
+
+void fy_run_server_event(fy_run_server_t *s, uint64_t data, uint32_t events)
+{
+    if (FY_RUN_EV_KIND(data) == FY_RUN_EV_LISTEN) {
+        on_accept(s);
+        return;
+    }
+    uint32_t slot = FY_RUN_EV_IDX(data);
+    if (slot >= s->nconns || s->conns[slot] == NULL)
+        return;
+    if (events & EPOLLOUT) {
+        if (conn_flush(s, slot) < 0)
+            return;
+    }
+    if (events & (EPOLLIN | EPOLLHUP | EPOLLERR))
+        conn_readable(s, slot);
+}
+
+void fy_run_server_rank_exited(fy_run_server_t *s, int rank, const char *how)
+{
+    if (rank < 0 || rank >= s->size)
+        return;
+    mark_gone(s, rank, how);
+}
+
+int fy_run_server_create(int size, const char *job_key, int epfd, char *addr, size_t addrlen,
+                         fy_run_server_t **srv_p)
+{
+    fy_run_server_t *s = calloc(1, sizeof(*s));
+    if (s == NULL)
+        fatal_oom();
+    s->listen_fd = -1;
+    s->size = size;
+    s->epfd = epfd;
+    s->job_key = strdup(job_key);
+    s->ranks = calloc((size_t)size, sizeof(*s->ranks));
+    if (s->job_key == NULL || s->ranks == NULL)
+        fatal_oom();
+    for (int r = 0; r < size; r++)
+        s->ranks[r].conn = -1;
+    s->listen_fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (s->listen_fd < 0) {
+        fprintf(stderr, "ferryrun: socket: %s\n", strerror(errno));
+        goto fail;
+    }
+    struct sockaddr_in sin = {.sin_family = AF_INET, .sin_port = 0};
+    sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t sl = sizeof(sin);
+    if (bind(s->listen_fd, (struct sockaddr *)&sin, sizeof(sin)) != 0 ||
+        listen(s->listen_fd, SOMAXCONN) != 0 ||
+        getsockname(s->listen_fd, (struct sockaddr *)&sin, &sl) != 0) {
+        fprintf(stderr, "ferryrun: cannot listen on 127.0.0.1 for the bootstrap: %s\n",
+                strerror(errno));
+        goto fail;
+    }
+    struct epoll_event ev = {.events = EPOLLIN, .data.u64 = FY_RUN_EV(FY_RUN_EV_LISTEN, 0)};
+    if (epoll_ctl(epfd, EPOLL_CTL_ADD, s->listen_fd, &ev) != 0) {
+        fprintf(stderr, "ferryrun: epoll_ctl: %s\n", strerror(errno));
+        goto fail;
+    }
+    snprintf(addr, addrlen, "127.0.0.1:%u", (unsigned)ntohs(sin.sin_port));
+    *srv_p = s;
+    return 0;
+fail:
+    fy_run_server_destroy(s);
+    return -1;
+}
+
+void fy_run_server_destroy(fy_run_server_t *s)
+{
+    if (s == NULL)
+        return;
+    for (size_t i = 0; i < s->nconns; i++) {
+        conn_t *c = s->conns[i];
+        if (c == NULL)
+            continue;
+        close(c->fd);
+        free(c->in);
+        fy_wire_buf_free(&c->out);
+        free(c);
+    }
+    free(s->conns);
+    if (s->listen_fd >= 0)
+        close(s->listen_fd);
+    for (int r = 0; r < s->size && s->ranks != NULL; r++) {
+        for (size_t i = 0; i < s->ranks[r].nkv; i++)
+            free(s->ranks[r].kv[i].value);
+        free(s->ranks[r].kv);
+    }
+    free(s->ranks);
+    free(s->job_key);
+    free(s);
+}

@@ -12,7 +12,7 @@
  *
  * Policy:
  *   - each rank runs in its own process group, so a rank and whatever it started can be
- *     signalled together; stdin is /dev/null;
+ *     signalled together, and dies with ferryrun (PR_SET_PDEATHSIG); stdin is /dev/null;
  *   - output is forwarded whole lines at a time (a line never mixes two ranks), with
  *     "[rank] " in front of each line under --prefix;
  *   - the first rank that exits non-zero or dies by a signal is reported (rank, pid, exit
@@ -28,13 +28,13 @@
 #include <getopt.h>
 #include <poll.h>
 #include <signal.h>
-#include <spawn.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/prctl.h>
 #include <sys/random.h>
 #include <sys/resource.h>
 #include <sys/signalfd.h>
@@ -423,6 +423,42 @@ static int add_stream(int rank, stream_t *s, int fd, int dest, unsigned kind)
     return 0;
 }
 
+/*
+ * In the child, between fork and exec: its own process group, death with ferryrun (a
+ * ferryrun killed by SIGKILL leaves no orphans), default signal dispositions and an empty
+ * mask, stdin from /dev/null, stdout and stderr to the pipes.  An exec failure is reported
+ * through errfd (close-on-exec, so the parent reads end of file when exec succeeds).
+ */
+static void child_exec(int out_w, int err_w, int errfd, pid_t parent, char **env)
+{
+    setpgid(0, 0);
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent)
+        _exit(127); /* ferryrun died before prctl took effect */
+    sigset_t none;
+    sigemptyset(&none);
+    int defaulted[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGPIPE, SIGCHLD};
+    for (size_t i = 0; i < sizeof(defaulted) / sizeof(defaulted[0]); i++)
+        signal(defaulted[i], SIG_DFL);
+    sigprocmask(SIG_SETMASK, &none, NULL);
+    int devnull = open("/dev/null", O_RDONLY);
+    if (devnull >= 0 && devnull != 0) {
+        dup2(devnull, 0);
+        close(devnull);
+    }
+    if (dup2(out_w, 1) < 0 || dup2(err_w, 2) < 0) {
+        int e = errno;
+        ssize_t w = write(errfd, &e, sizeof(e));
+        (void)w;
+        _exit(127);
+    }
+    execvpe(opt.argv[0], opt.argv, env);
+    int e = errno;
+    ssize_t w = write(errfd, &e, sizeof(e));
+    (void)w;
+    _exit(127);
+}
+
 static int spawn_ranks(const char *addr, const char *job_key)
 {
     char e_addr[160], e_size[48], e_lsize[48], e_key[80], e_rank[48], e_lrank[48];
@@ -430,52 +466,54 @@ static int spawn_ranks(const char *addr, const char *job_key)
     snprintf(e_size, sizeof(e_size), "FERRY_SIZE=%d", opt.n);
     snprintf(e_lsize, sizeof(e_lsize), "FERRY_LOCAL_SIZE=%d", opt.n);
     snprintf(e_key, sizeof(e_key), "FERRY_JOB_KEY=%s", job_key);
-    char *ours[] = {e_addr, e_size, e_lsize, e_key, e_rank, e_lrank};
     snprintf(e_rank, sizeof(e_rank), "FERRY_RANK=0");
     snprintf(e_lrank, sizeof(e_lrank), "FERRY_LOCAL_RANK=0");
+    char *ours[] = {e_addr, e_size, e_lsize, e_key, e_rank, e_lrank};
     char **env = build_env(ours, sizeof(ours) / sizeof(ours[0]));
     if (env == NULL) {
         say("out of memory");
         return -1;
     }
-
-    posix_spawnattr_t attr;
-    posix_spawnattr_init(&attr);
-    sigset_t none, dfl;
-    sigemptyset(&none);
-    sigemptyset(&dfl);
-    int defaulted[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGPIPE, SIGCHLD};
-    for (size_t i = 0; i < sizeof(defaulted) / sizeof(defaulted[0]); i++)
-        sigaddset(&dfl, defaulted[i]);
-    posix_spawnattr_setsigmask(&attr, &none);
-    posix_spawnattr_setsigdefault(&attr, &dfl);
-    posix_spawnattr_setpgroup(&attr, 0);
-    posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK |
-                                        POSIX_SPAWN_SETSIGDEF);
+    pid_t self = getpid();
     int rc = 0;
     for (int r = 0; r < opt.n && rc == 0; r++) {
-        /* the strings are in env[] by pointer: rewrite them in place */
+        /* env[] holds these strings by pointer: rewrite them in place for each rank */
         snprintf(e_rank, sizeof(e_rank), "FERRY_RANK=%d", r);
         snprintf(e_lrank, sizeof(e_lrank), "FERRY_LOCAL_RANK=%d", r);
-        int po[2], pe[2];
-        if (pipe2(po, O_CLOEXEC) != 0 || pipe2(pe, O_CLOEXEC) != 0) {
+        int po[2], pe[2], px[2];
+        if (pipe2(po, O_CLOEXEC) != 0 || pipe2(pe, O_CLOEXEC) != 0 ||
+            pipe2(px, O_CLOEXEC) != 0) {
             say("cannot create pipes for rank %d: %s (raise the limit of open files?)", r,
                 strerror(errno));
             rc = -1;
             break;
         }
-        posix_spawn_file_actions_t fa;
-        posix_spawn_file_actions_init(&fa);
-        posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-        posix_spawn_file_actions_adddup2(&fa, po[1], 1);
-        posix_spawn_file_actions_adddup2(&fa, pe[1], 2);
-        pid_t pid;
-        int err = posix_spawnp(&pid, opt.argv[0], &fa, &attr, opt.argv, env);
-        posix_spawn_file_actions_destroy(&fa);
+        fflush(NULL);
+        pid_t pid = fork();
+        if (pid == 0)
+            child_exec(po[1], pe[1], px[1], self, env);
         close(po[1]);
         close(pe[1]);
+        close(px[1]);
+        int err = pid < 0 ? errno : 0;
+        if (pid > 0) {
+            /* end of file: exec succeeded; an int: why it did not */
+            ssize_t n;
+            do
+                n = read(px[0], &err, sizeof(err));
+            while (n < 0 && errno == EINTR);
+            if (n != (ssize_t)sizeof(err))
+                err = 0;
+        }
+        close(px[0]);
         fcntl(po[0], F_SETFL, O_NONBLOCK);
         fcntl(pe[0], F_SETFL, O_NONBLOCK);
+        if (pid > 0) {
+            setpgid(pid, pid); /* the child did it too: whoever runs first */
+            ranks[r].pid = pid;
+            ranks[r].alive = 1;
+            nalive++;
+        }
         if (err != 0) {
             say("cannot start %s (rank %d): %s", opt.argv[0], r, strerror(err));
             close(po[0]);
@@ -484,14 +522,10 @@ static int spawn_ranks(const char *addr, const char *job_key)
             rc = -1;
             break;
         }
-        ranks[r].pid = pid;
-        ranks[r].alive = 1;
-        nalive++;
         if (add_stream(r, &ranks[r].out, po[0], 1, FY_RUN_EV_STDOUT) != 0 ||
             add_stream(r, &ranks[r].err, pe[0], 2, FY_RUN_EV_STDERR) != 0)
             rc = -1;
     }
-    posix_spawnattr_destroy(&attr);
     free(env);
     return rc;
 }

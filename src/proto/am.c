@@ -224,6 +224,8 @@ void fy_am_recv_cb(void *arg, uint8_t am_id, const void *data, size_t len)
 {
     fy_iface_t *fi = arg;
     ferry_worker_t *w = fi->worker;
+    if (FY_UNLIKELY(w->closing))
+        return;
     if (FY_UNLIKELY(am_id != FY_TLAM_MSG)) {
         if (am_id == FY_TLAM_WIREUP_REQ || am_id == FY_TLAM_WIREUP_REP)
             fy_wireup_am_cb(fi, am_id, data, len);

@@ -1,16 +1,19 @@
 /*
- * mem.c - memory that ferry allocates for the caller (FERRY_MEM_ALLOCATE): shared and
- * page-aligned, so that a transport for local peers can let them map it and reach it with
- * plain loads, stores and atomics.
+ * mem.c - memory that ferry allocates for the caller (FERRY_MEM_ALLOCATE): a memfd-backed
+ * shareable segment (util/shmem), so that the shared-memory transport can let local peers map
+ * it and reach it with plain loads, stores and atomics instead of system calls.
  */
-#include <sys/mman.h>
-
 #include "proto/proto_int.h"
+#include "util/shmem.h"
 
 void *fy_mem_alloc_shared(size_t len)
 {
-    void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-    return p == MAP_FAILED ? NULL : p;
+    void *p = NULL;
+    return fy_shmem_alloc(len, "ferry-mem", &p) == FERRY_OK ? p : NULL;
 }
 
-void fy_mem_free_shared(void *addr, size_t len) { munmap(addr, len); }
+void fy_mem_free_shared(void *addr, size_t len)
+{
+    (void)len;
+    fy_shmem_free(addr);
+}

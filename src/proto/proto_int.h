@@ -172,7 +172,7 @@ struct ferry_worker {
     fy_queue_t completed; /* ops whose callback runs at the next progress */
     fy_mpool_t ops;
     uint64_t drops_no_handler, drops_unknown_ep, drops_malformed;
-    int in_progress;
+    int closing; /* being destroyed: arriving messages are dropped */
     uint8_t *address;
     size_t address_len;
     /* ops waiting for a reply (emulated get/amo, flush round trips), by id */

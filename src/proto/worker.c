@@ -159,6 +159,7 @@ void ferry_worker_destroy(ferry_worker_t *w)
 {
     if (w == NULL)
         return;
+    w->closing = 1;
     /* Close every endpoint by force: their operations complete with CANCELED. */
     for (uint32_t i = 0; i < w->eps_cap; i++)
         if (w->eps[i] != NULL)

@@ -13,8 +13,10 @@
  *                   only ferryrun can end them; RANK also starts a grandchild that pauses
  *                   and prints "grandchild P"
  *   hang            print "ready R" and wait forever
- *   fencehang RANK  RANK prints "ready" and never fences; the others fence and must time out:
- *                   they print "fence status <name>" and exit 3
+ *   fencehang RANK [exit]
+ *                   RANK prints "ready" and never fences (with "exit": it exits 0 at once,
+ *                   without finalizing); the others fence, which must fail: they print
+ *                   "fence status <name>" and exit 3
  *   init            fy_boot_init only: prints the status name and exits 0 if OK, 4 if not
  */
 #include <errno.h>
@@ -237,6 +239,8 @@ static int mode_fencehang(int argc, char **argv)
     if (my_rank == stray) {
         printf("ready\n");
         fflush(stdout);
+        if (argc >= 2 && strcmp(argv[1], "exit") == 0)
+            _exit(0);
         for (;;)
             pause();
     }

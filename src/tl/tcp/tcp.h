@@ -203,7 +203,9 @@ typedef struct fy_tcp_md {
 
 /* ---- objects ---------------------------------------------------------------------------- */
 
-enum { FY_TCP_OBJ_LISTEN = 1, FY_TCP_OBJ_ACCEPT, FY_TCP_OBJ_LINK };
+enum { FY_TCP_OBJ_LISTEN = 1, FY_TCP_OBJ_ACCEPT, FY_TCP_OBJ_LINK, FY_TCP_OBJ_TIMER };
+/* in an object's `ev`: the fd is in the epoll set (see fy_tcp_epoll_set) */
+#define FY_TCP_EV_REG (1u << 27)
 
 typedef struct fy_tcp_iface fy_tcp_iface_t;
 typedef struct fy_tcp_peer fy_tcp_peer_t;
@@ -317,6 +319,7 @@ struct fy_tcp_ep {
 typedef struct fy_tcp_accept {
     int kind;            /* FY_TCP_OBJ_ACCEPT */
     int fd;
+    uint32_t ev;
     int parked;          /* waiting for the peer's previous connection to end */
     uint64_t start_ns;
     size_t got;
@@ -332,6 +335,9 @@ struct fy_tcp_iface {
     int epfd;
     int listen_kind;     /* FY_TCP_OBJ_LISTEN: the epoll data of the listening socket */
     int listen_fd;
+    int timer_kind;      /* FY_TCP_OBJ_TIMER: the epoll data of timer_fd */
+    int timer_fd;        /* handshake and connect timeouts; armed while any is pending */
+    int timer_armed;
     uint64_t id;
     fy_netif_addr_t addr;/* listening address, with port */
     int is_loopback;

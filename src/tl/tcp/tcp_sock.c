@@ -127,8 +127,6 @@ ssize_t fy_tcp_recvv(int fd, const struct iovec *iov, size_t iovcnt)
 
 /* *cur holds the interest registered so far, with FY_TCP_EV_REG once the fd is in the set
  * (an fd may be registered with no events: epoll still reports hang-ups and errors). */
-#define FY_TCP_EV_REG (1u << 27)
-
 int fy_tcp_epoll_set(fy_tcp_iface_t *iface, int fd, void *obj, uint32_t *cur, uint32_t want)
 {
     if ((*cur & FY_TCP_EV_REG) && (*cur & ~FY_TCP_EV_REG) == want)

@@ -30,6 +30,7 @@
 #include "util/mpool.h"
 #include "util/netif.h"
 #include "util/region.h"
+#include "util/status.h"
 
 #define FY_UDP_MAX_IOV 16
 #define FY_UDP_MAX_ZHDR 256  /* am_zcopy header */
@@ -152,6 +153,7 @@ typedef struct fy_udp_rma_op {
     fy_list_t link;      /* conn->rma_fifo */
     uint32_t op_id;
     uint8_t is_get;
+    uint8_t responded;   /* its answer (RMA_DONE, last GET_RESP) arrived */
     int pending;         /* put: RMA_DONE + source ACKed; get: the last GET_RESP */
     ferry_status_t status;
     fy_tl_comp_t *comp;
@@ -300,12 +302,13 @@ typedef struct fy_udp_iface {
 } fy_udp_iface_t;
 
 /* ---- addresses ------------------------------------------------------------------------ */
-/* Device address: the interface's IP address, its MTU and host id.  24 + 8 bytes. */
+/* Device address: the interface's IP address (20 bytes), its MTU and host id: 32 bytes. */
 typedef struct fy_udp_dev_addr {
     fy_netif_addr_t ip;
     uint32_t mtu;
     uint64_t host_id;
-} __attribute__((packed)) fy_udp_dev_addr_t;
+} fy_udp_dev_addr_t;
+_Static_assert(sizeof(fy_udp_dev_addr_t) == 32, "udp device address is 32 bytes");
 /* Interface address: the two ports and the iface's uuid. */
 typedef struct fy_udp_iface_addr {
     uint16_t prio_port;
@@ -420,6 +423,11 @@ uint64_t fy_udp_fault_poll(fy_udp_iface_t *iface, uint64_t now);
 
 static inline fy_udp_iface_t *fy_udp_iface(fy_tl_iface_t *i) { return (fy_udp_iface_t *)i; }
 static inline fy_udp_conn_t *fy_udp_conn(fy_tl_ep_t *ep) { return (fy_udp_conn_t *)ep; }
+
+static inline int fy_udp_conn_alive(const fy_udp_conn_t *c)
+{
+    return c->state == FY_UDP_CONN_CONNECTING || c->state == FY_UDP_CONN_CONNECTED;
+}
 
 /* Bytes a segment is charged against the credit: its size plus the kernel's overhead. */
 static inline uint64_t fy_udp_seg_cost(const fy_udp_seg_t *seg)

@@ -289,6 +289,7 @@ static void seg_assign(fy_udp_conn_t *c, fy_udp_seg_t *seg)
     fy_udp_hdr_t *h = (fy_udp_hdr_t *)seg->hdr;
     if (c->snd_una == c->snd_nxt)
         c->last_rx_ns = FY_MAX(c->last_rx_ns, c->iface->now); /* peer-timeout clock starts */
+    seg->conn = c;
     seg->seq = c->snd_nxt++;
     h->seq = seg->seq;
     h->dst_id = c->peer_id;
@@ -360,8 +361,29 @@ static unsigned conn_push(fy_udp_conn_t *c, unsigned budget)
         if (!can_send(c))
             break;
         if (p->kind == FY_UDP_PEND_SEG) {
+            fy_udp_seg_t *seg = (fy_udp_seg_t *)p;
             fy_list_del(&p->link);
-            fy_udp_seg_sent(c, (fy_udp_seg_t *)p);
+            if (seg->hlen + seg->dlen > c->seg_size) {
+                /* Copied before the path check shrank the segments: chunk it instead. */
+                fy_udp_frag_t *f = fy_udp_frag_alloc(c->iface);
+                if (f == NULL) {
+                    fy_list_add_head(&c->sendq, &p->link);
+                    break;
+                }
+                f->type = FY_UDP_T_AM_CHUNK;
+                f->am_id = seg->hdr[offsetof(fy_udp_hdr_t, am_id)];
+                f->op_id = c->next_frag_id++;
+                f->total = seg->dlen;
+                f->iovcnt = 1;
+                f->iov[0].iov_base = seg->data;
+                f->iov[0].iov_len = seg->dlen;
+                f->bounce = seg;
+                f->conn = c;
+                f->queued = 1;
+                fy_list_add_head(&c->sendq, &f->pend.link);
+                continue;
+            }
+            fy_udp_seg_sent(c, seg);
         } else {
             fy_udp_frag_t *f = (fy_udp_frag_t *)p;
             fy_udp_seg_t *seg = make_chunk(c, f);

@@ -1,0 +1,145 @@
+/*
+ * udp_retx.c - reliability on the sender's side: cumulative ACKs, the RTT estimate, fast
+ * retransmission and the hotel.
+ *
+ * Every segment sent is checked into the hotel (util/hotel.h, a timing wheel: O(1) check-in
+ * and check-out) for one retransmission timeout, and checked out when an ACK covers it or
+ * when it is put on the resend queue.  The timeout adapts to the path, as TCP's does
+ * (RFC 6298): SRTT and RTTVAR from ACKs of segments sent once (Karn), RTO = SRTT + 4 RTTVAR
+ * between FERRY_UDP_RTO_MIN and _MAX, doubled for each resend of the same segment.
+ *
+ * A loss is normally found well before the timeout: the receiver ACKs at once when a segment
+ * arrives out of order, and that ACK carries SACK bits of what it holds beyond the hole.  A
+ * duplicate ACK, or SACK bits showing a hole, resends the missing segments at once - but only
+ * those sent more than about half an RTT ago, so a segment merely overtaken (a tiny one on
+ * the priority channel passing a large one on the data channel) is not sent twice.  A loss
+ * thus costs about one RTT, not a timeout.
+ *
+ * A peer is presumed dead when a segment's timer runs out and nothing at all has been heard
+ * from it for FERRY_UDP_PEER_TIMEOUT while data was waiting for its ACK.
+ */
+#include "tl/udp/udp.h"
+#include "util/clock.h"
+#include "util/log.h"
+
+uint64_t fy_udp_seg_stay(const fy_udp_conn_t *c, const fy_udp_seg_t *seg)
+{
+    uint64_t max = c->iface->opts->rto_max;
+    unsigned shift = seg->tries > 1 ? FY_MIN((unsigned)seg->tries - 1, 16u) : 0;
+    uint64_t stay = c->rto << shift;
+    return stay > max || (stay >> shift) != c->rto ? max : stay;
+}
+
+static void rtt_sample(fy_udp_conn_t *c, int64_t r)
+{
+    const fy_udp_opts_t *o = c->iface->opts;
+    if (r <= 0)
+        r = 1;
+    if (c->srtt == 0) {
+        c->srtt = r;
+        c->rttvar = r / 2;
+    } else {
+        int64_t delta = c->srtt > r ? c->srtt - r : r - c->srtt;
+        c->rttvar = (3 * c->rttvar + delta) / 4;
+        c->srtt = (7 * c->srtt + r) / 8;
+    }
+    uint64_t rto = (uint64_t)(c->srtt + FY_MAX(4 * c->rttvar, (int64_t)FY_NSEC_PER_USEC * 5));
+    c->rto = FY_MIN(FY_MAX(rto, o->rto_min), o->rto_max);
+}
+
+void fy_udp_resend_push(fy_udp_iface_t *iface, fy_udp_seg_t *seg)
+{
+    fy_hotel_checkout(&iface->hotel, &seg->timer.room);
+    if (!fy_list_is_linked(&seg->rlink))
+        fy_list_add_tail(&iface->resendq, &seg->rlink);
+}
+
+/* The kernel refused it: first in line for the next pass. */
+void fy_udp_seg_unsent(fy_udp_iface_t *iface, fy_udp_seg_t *seg)
+{
+    fy_hotel_checkout(&iface->hotel, &seg->timer.room);
+    if (!fy_list_is_linked(&seg->rlink))
+        fy_list_add_head(&iface->resendq, &seg->rlink);
+}
+
+/* Resend the holes below the highest segment the receiver holds (from the SACK bits). */
+static void resend_holes(fy_udp_conn_t *c, uint32_t ack, uint32_t sack)
+{
+    fy_udp_iface_t *iface = c->iface;
+    uint32_t top = sack ? ack + 1 + (31u - (uint32_t)__builtin_clz(sack)) : ack + 1;
+    uint64_t thresh = c->srtt ? (uint64_t)c->srtt / 2 : iface->opts->rto_min / 2;
+    for (uint32_t s = ack; fy_udp_seq_diff(s, top) < 0; s++) {
+        if (s != ack && ((sack >> (s - ack - 1)) & 1u))
+            continue;
+        if (fy_udp_seq_diff(s, c->snd_nxt) >= 0)
+            break;
+        fy_udp_seg_t *seg = c->win[s & (iface->wsize - 1)];
+        if (seg == NULL || fy_list_is_linked(&seg->rlink) || iface->now - seg->tx_ns < thresh)
+            continue;
+        c->stats.fast_retransmits++;
+        fy_udp_resend_push(iface, seg);
+    }
+}
+
+/* An ACK from the peer: every seq before ack arrived; sack: what it holds beyond. */
+void fy_udp_process_ack(fy_udp_conn_t *c, uint32_t ack, uint32_t sack, int pure)
+{
+    fy_udp_iface_t *iface = c->iface;
+    uint32_t mask = iface->wsize - 1;
+    int32_t d = fy_udp_seq_diff(ack, c->snd_una);
+
+    if (d > 0) {
+        if (fy_udp_seq_diff(ack, c->snd_nxt) > 0)
+            return; /* acknowledges what was never sent: not from our peer's stream */
+        fy_udp_seg_t *last = c->win[(ack - 1) & mask];
+        if (last != NULL && last->tries == 1)
+            rtt_sample(c, (int64_t)(iface->now - last->tx_ns));
+        for (uint32_t s = c->snd_una; s != ack; s++) {
+            fy_udp_seg_t *seg = c->win[s & mask];
+            c->win[s & mask] = NULL;
+            if (seg == NULL)
+                continue;
+            fy_hotel_checkout(&iface->hotel, &seg->timer.room);
+            fy_list_del(&seg->rlink);
+            c->inflight -= fy_udp_seg_cost(seg);
+            if (seg->frag != NULL)
+                fy_udp_frag_release_seg(iface, seg->frag);
+            fy_udp_seg_free(iface, seg);
+        }
+        c->snd_una = ack;
+        if (!fy_list_is_empty(&c->sendq))
+            fy_udp_ready_add(c);
+        if (!fy_list_is_empty(&c->flushq))
+            fy_udp_flush_check(c);
+    } else if (d == 0 && pure && c->snd_una != c->snd_nxt) {
+        c->stats.dup_acks++;
+    } else if (d < 0) {
+        return; /* an old ACK, overtaken */
+    }
+    if (c->snd_una != c->snd_nxt && (sack != 0 || (d == 0 && pure)))
+        resend_holes(c, ack, sack);
+}
+
+void fy_udp_hotel_expired(fy_hotel_t *hotel, fy_hotel_room_t *room, void *arg)
+{
+    fy_udp_iface_t *iface = arg;
+    fy_udp_timer_t *t = fy_container_of(room, fy_udp_timer_t, room);
+
+    if (t->kind == FY_UDP_TIMER_CONN) {
+        fy_udp_conn_timer_expired(iface, fy_container_of(t, fy_udp_conn_t, conn_timer));
+        return;
+    }
+    fy_udp_seg_t *seg = fy_container_of(t, fy_udp_seg_t, timer);
+    fy_udp_conn_t *c = seg->conn;
+    if (iface->now - c->last_rx_ns > iface->opts->peer_timeout) {
+        char buf[FY_NETIF_ADDR_STRLEN];
+        fy_warn("udp: peer %s silent for %.1f s with %u segments unacknowledged: presumed "
+                "dead",
+                fy_netif_addr_str(&c->peer_addr, 0, buf, sizeof(buf)),
+                (double)(iface->now - c->last_rx_ns) / 1e9, c->snd_nxt - c->snd_una);
+        fy_udp_conn_schedule_fail(c, FERRY_ERR_ENDPOINT_TIMEOUT);
+        return;
+    }
+    c->stats.timeouts++;
+    fy_udp_resend_push(iface, seg);
+}

@@ -1,0 +1,416 @@
+/*
+ * udp_rx.c - the receive path: every datagram is checked before anything in it is trusted,
+ * then sequenced segments are processed strictly in sequence order.
+ *
+ * Checks, in order, each failure counted and the datagram dropped: not truncated, at least
+ * a header, the job key, the version, a length field that adds up to the datagram's size, a
+ * known type, the checksum (when checksums are on), a destination id that names one of our
+ * connections and a source id that is that connection's peer, a type header that fits.
+ *
+ * Ordering: a segment with the expected sequence number is processed at once; an older one
+ * is a duplicate (its ACK was lost: ACK at once); a newer one within the window is kept in
+ * the connection's stash - the receive buffer itself, no copy - and ACKed at once with the
+ * SACK bits, which tells the sender about the hole.  When the hole is filled the stash drains
+ * in order.  Because processing is in order, the chunks of one fragment arrive one after the
+ * other, so reassembly is a single running buffer per connection and every offset is checked
+ * against what came before.
+ *
+ * The fast receive path of the notes: an in-order AM is handed to the handler before the
+ * ACK it carries is processed; that bookkeeping (freeing ACKed segments, timers) runs after
+ * the handler returns.  ACKs of received data are delayed (udp_tx.c: fy_udp_send_acks) so
+ * they can ride on the reply.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tl/udp/udp.h"
+#include "util/clock.h"
+#include "util/log.h"
+
+static fy_udp_rxbuf_t *rxbuf_get(fy_udp_chan_t *ch, uint8_t chan)
+{
+    fy_udp_rxbuf_t *b = fy_mpool_get(&ch->rxpool);
+    if (b != NULL)
+        b->chan = chan;
+    return b;
+}
+
+static void post(fy_udp_chan_t *ch, unsigned i)
+{
+    ch->riov[i].iov_base = ch->posted[i]->data;
+    ch->riov[i].iov_len = ch->mtu;
+    memset(&ch->rmsg[i].msg_hdr, 0, sizeof(ch->rmsg[i].msg_hdr));
+    ch->rmsg[i].msg_hdr.msg_iov = &ch->riov[i];
+    ch->rmsg[i].msg_hdr.msg_iovlen = 1;
+    ch->rmsg[i].msg_hdr.msg_name = &ch->rname[i];
+    ch->rmsg[i].msg_hdr.msg_namelen = sizeof(ch->rname[i]);
+}
+
+ferry_status_t fy_udp_chan_rx_init(fy_udp_iface_t *iface, uint8_t chan)
+{
+    fy_udp_chan_t *ch = &iface->ch[chan];
+    size_t stash = chan == FY_UDP_CH_DATA
+                       ? FY_MIN((size_t)iface->wsize, FY_MAX((size_t)64, (32u << 20) / ch->mtu))
+                       : (size_t)iface->wsize;
+    ferry_status_t st;
+
+    ch->rxpool_max = FY_UDP_BATCH + stash;
+    st = fy_mpool_init(&ch->rxpool, chan ? "udp data rx" : "udp prio rx",
+                       sizeof(fy_udp_rxbuf_t) + ch->mtu, 64, FY_UDP_BATCH, ch->rxpool_max);
+    if (st != FERRY_OK)
+        return st;
+    for (unsigned i = 0; i < FY_UDP_BATCH; i++) {
+        ch->posted[i] = rxbuf_get(ch, chan);
+        if (ch->posted[i] == NULL)
+            return FERRY_ERR_NO_MEMORY;
+        post(ch, i);
+    }
+    return FERRY_OK;
+}
+
+void fy_udp_chan_rx_fini(fy_udp_iface_t *iface, uint8_t chan)
+{
+    fy_udp_chan_t *ch = &iface->ch[chan];
+    if (ch->rxpool.elem_size == 0)
+        return;
+    for (unsigned i = 0; i < FY_UDP_BATCH; i++)
+        if (ch->posted[i] != NULL)
+            fy_mpool_put(&ch->rxpool, ch->posted[i]);
+    fy_mpool_destroy(&ch->rxpool);
+}
+
+void fy_udp_stash_clear(fy_udp_conn_t *c)
+{
+    fy_udp_iface_t *iface = c->iface;
+    if (c->stash == NULL)
+        return;
+    for (uint32_t i = 0; i < iface->wsize && c->nstash > 0; i++) {
+        fy_udp_rxbuf_t *b = c->stash[i];
+        if (b != NULL) {
+            fy_mpool_put(&iface->ch[b->chan].rxpool, b);
+            c->stash[i] = NULL;
+            c->nstash--;
+        }
+    }
+}
+
+uint32_t fy_udp_sack_bits(const fy_udp_conn_t *c)
+{
+    uint32_t bits = 0, mask = c->iface->wsize - 1;
+    for (uint32_t i = 0; i < 32 && i + 1 < c->iface->wsize; i++)
+        if (c->stash[(c->rcv_nxt + 1 + i) & mask] != NULL)
+            bits |= 1u << i;
+    return bits;
+}
+
+/* ---- processing of one in-order segment ------------------------------------------------ */
+
+/* Structural checks that need the connection's state; nothing is changed. */
+static int valid_in_order(fy_udp_conn_t *c, const fy_udp_hdr_t *h, const uint8_t *p,
+                          size_t plen)
+{
+    fy_udp_chunk_t ch;
+    size_t dlen = plen - fy_udp_xhdr_len(h->type);
+
+    switch (h->type) {
+    case FY_UDP_T_AM:
+        return h->am_id <= FY_TL_AM_ID_MAX;
+    case FY_UDP_T_AM_CHUNK:
+        memcpy(&ch, p, sizeof(ch));
+        if (h->am_id > FY_TL_AM_ID_MAX || ch.total > c->iface->opts->max_zcopy ||
+            ch.offset > ch.total || dlen > ch.total - ch.offset || (dlen == 0 && ch.total != 0))
+            return 0;
+        if (ch.offset == 0)
+            return !c->rx_active;
+        return c->rx_active && ch.op_id == c->rx_frag_id && ch.offset == c->rx_got &&
+               ch.total == c->rx_total && h->am_id == c->rx_am_id;
+    case FY_UDP_T_PUT:
+        memcpy(&ch, p, sizeof(ch));
+        return ch.offset <= ch.total && dlen <= ch.total - ch.offset &&
+               (dlen != 0 || ch.total == 0);
+    case FY_UDP_T_GET_REQ:
+    case FY_UDP_T_RMA_DONE:
+        return 1;
+    case FY_UDP_T_GET_RESP:
+        memcpy(&ch, p, sizeof(ch));
+        return ch.offset <= ch.total && dlen <= ch.total - ch.offset &&
+               (dlen != 0 || ch.total == 0);
+    default:
+        return 0;
+    }
+}
+
+/* Reassembly of a large AM: returns 1 when complete. */
+static int rx_chunk(fy_udp_conn_t *c, const fy_udp_hdr_t *h, const uint8_t *p, size_t plen)
+{
+    fy_udp_chunk_t ch;
+    size_t dlen = plen - sizeof(ch);
+    memcpy(&ch, p, sizeof(ch));
+    if (ch.offset == 0) {
+        if (ch.total > c->rx_cap) {
+            uint8_t *nb = malloc(ch.total);
+            if (nb == NULL)
+                return -1;
+            free(c->rx_buf);
+            c->rx_buf = nb;
+            c->rx_cap = ch.total;
+        }
+        c->rx_active = 1;
+        c->rx_frag_id = ch.op_id;
+        c->rx_total = ch.total;
+        c->rx_got = 0;
+        c->rx_am_id = h->am_id;
+    }
+    if (dlen != 0)
+        memcpy(c->rx_buf + c->rx_got, p + sizeof(ch), dlen);
+    c->rx_got += dlen;
+    if (c->rx_got < c->rx_total)
+        return 0;
+    c->rx_active = 0;
+    return 1;
+}
+
+/* Process the in-order segment h (seq == rcv_nxt).  Returns 0 when it was malformed (and
+ * dropped without consuming its sequence number). */
+static int process(fy_udp_iface_t *iface, fy_udp_conn_t *c, const fy_udp_hdr_t *h,
+                   const uint8_t *p, size_t plen)
+{
+    fy_tl_iface_params_t *prm = &iface->super.params;
+    size_t xl = fy_udp_xhdr_len(h->type);
+    ferry_status_t st = FERRY_OK;
+
+    if (!valid_in_order(c, h, p, plen))
+        return 0;
+    switch (h->type) {
+    case FY_UDP_T_AM:
+        /* Fast path: the handler runs before the carried ACK is processed. */
+        c->rcv_nxt++;
+        fy_udp_ack_schedule(c, 0);
+        c->stats.rx_msgs++;
+        c->stats.rx_bytes += plen;
+        iface->events++;
+        prm->am_cb(prm->am_arg, h->am_id, p, plen);
+        return 1;
+    case FY_UDP_T_AM_CHUNK: {
+        int done = rx_chunk(c, h, p, plen);
+        if (done < 0)
+            return 0; /* no memory for reassembly: the sender will resend */
+        c->rcv_nxt++;
+        fy_udp_ack_schedule(c, 0);
+        if (done) {
+            c->stats.rx_msgs++;
+            c->stats.rx_bytes += c->rx_total;
+            iface->events++;
+            prm->am_cb(prm->am_arg, c->rx_am_id, c->rx_buf, c->rx_total);
+        }
+        return 1;
+    }
+    default:
+        break;
+    }
+    c->rcv_nxt++;
+    fy_udp_ack_schedule(c, 0);
+    switch (h->type) {
+    case FY_UDP_T_PUT: {
+        fy_udp_chunk_t ch;
+        fy_udp_rma_t rma;
+        memcpy(&ch, p, sizeof(ch));
+        memcpy(&rma, p + sizeof(ch), sizeof(rma));
+        st = fy_udp_rx_put(c, &ch, &rma, p + xl, plen - xl);
+        break;
+    }
+    case FY_UDP_T_GET_REQ: {
+        fy_udp_get_req_t g;
+        memcpy(&g, p, sizeof(g));
+        st = fy_udp_rx_get_req(c, &g);
+        break;
+    }
+    case FY_UDP_T_GET_RESP: {
+        fy_udp_chunk_t ch;
+        memcpy(&ch, p, sizeof(ch));
+        st = fy_udp_rx_get_resp(c, &ch, p + xl, plen - xl);
+        break;
+    }
+    case FY_UDP_T_RMA_DONE: {
+        fy_udp_rma_done_t d;
+        memcpy(&d, p, sizeof(d));
+        st = fy_udp_rx_rma_done(c, &d);
+        break;
+    }
+    }
+    if (st == FERRY_ERR_PROTOCOL)
+        iface->drops_malformed++;
+    return 1;
+}
+
+/* Drain the stash after rcv_nxt moved. */
+static void drain(fy_udp_iface_t *iface, fy_udp_conn_t *c)
+{
+    uint32_t mask = iface->wsize - 1;
+    int drained = 0;
+    while (c->nstash != 0 && fy_udp_conn_alive(c)) {
+        fy_udp_rxbuf_t *b = c->stash[c->rcv_nxt & mask];
+        fy_udp_hdr_t h;
+        if (b == NULL)
+            break;
+        c->stash[c->rcv_nxt & mask] = NULL;
+        c->nstash--;
+        memcpy(&h, b->data, sizeof(h));
+        drained = 1;
+        if (h.seq != c->rcv_nxt || !process(iface, c, &h, b->data + FY_UDP_HDR_LEN, h.len)) {
+            iface->drops_malformed++;
+            fy_mpool_put(&iface->ch[b->chan].rxpool, b);
+            break;
+        }
+        fy_mpool_put(&iface->ch[b->chan].rxpool, b);
+    }
+    if (drained)
+        fy_udp_ack_schedule(c, 1);
+}
+
+/* Check and process one datagram.  Returns 1 when the buffer was kept (stashed). */
+static int rx_dgram(fy_udp_iface_t *iface, uint8_t chan, fy_udp_rxbuf_t *b, size_t len,
+                    const struct sockaddr_storage *from, int mflags)
+{
+    fy_udp_hdr_t h;
+    fy_udp_conn_t *c;
+    const uint8_t *p = b->data + FY_UDP_HDR_LEN;
+
+    iface->rx_dgrams++;
+    if (mflags & MSG_TRUNC) {
+        iface->drops_trunc++;
+        return 0;
+    }
+    if (len < FY_UDP_HDR_LEN) {
+        iface->drops_malformed++;
+        return 0;
+    }
+    memcpy(&h, b->data, sizeof(h));
+    if (h.job_key != iface->super.params.job_key) {
+        iface->drops_bad_key++;
+        return 0;
+    }
+    if (h.version != FY_UDP_VERSION || h.len != len - FY_UDP_HDR_LEN || h.type == 0 ||
+        h.type >= FY_UDP_T_MAX) {
+        iface->drops_malformed++;
+        return 0;
+    }
+    if (iface->csum || (h.flags & FY_UDP_F_CSUM)) {
+        uint32_t want = h.csum, zero = 0, got;
+        if (!(h.flags & FY_UDP_F_CSUM)) {
+            iface->drops_csum++;
+            return 0;
+        }
+        got = fy_udp_crc32c(0, b->data, FY_UDP_CSUM_OFFSET);
+        got = fy_udp_crc32c(got, &zero, 4);
+        got = fy_udp_crc32c(got, b->data + FY_UDP_CSUM_OFFSET + 4,
+                            len - FY_UDP_CSUM_OFFSET - 4);
+        if (got != want) {
+            iface->drops_csum++;
+            return 0;
+        }
+    }
+    if (h.type < FY_UDP_T_FIRST_SEQ && h.type != FY_UDP_T_ACK) {
+        fy_udp_conn_rx_ctrl(iface, &h, p, h.len, from, chan);
+        return 0;
+    }
+    c = fy_udp_conn_lookup(iface, h.dst_id);
+    if (c == NULL || c->peer_id != h.src_id || c->peer_id == 0 || !fy_udp_conn_alive(c)) {
+        iface->drops_unknown_ep++;
+        return 0;
+    }
+    c->last_rx_ns = iface->now;
+    if (h.type == FY_UDP_T_ACK) {
+        if (h.flags & FY_UDP_F_ACK)
+            fy_udp_process_ack(c, h.ack, h.sack, 1);
+        return 0;
+    }
+    if (h.len < fy_udp_xhdr_len(h.type)) {
+        iface->drops_malformed++;
+        return 0;
+    }
+
+    int32_t d = fy_udp_seq_diff(h.seq, c->rcv_nxt);
+    if (d == 0) {
+        if (!process(iface, c, &h, p, h.len)) {
+            iface->drops_malformed++;
+            return 0;
+        }
+        /* Deferred bookkeeping: the ACK this segment carried, then the stash. */
+        if ((h.flags & FY_UDP_F_ACK) && fy_udp_conn_alive(c))
+            fy_udp_process_ack(c, h.ack, h.sack, 0);
+        if (c->nstash != 0)
+            drain(iface, c);
+        return 0;
+    }
+    if (h.flags & FY_UDP_F_ACK)
+        fy_udp_process_ack(c, h.ack, h.sack, 0);
+    if (!fy_udp_conn_alive(c))
+        return 0;
+    if (d < 0) {
+        /* Already processed: our ACK was lost.  ACK again at once. */
+        c->stats.drops_duplicate++;
+        fy_udp_ack_schedule(c, 1);
+        return 0;
+    }
+    fy_udp_ack_schedule(c, 1); /* a hole: tell the sender now (dup ACK + SACK) */
+    if ((uint32_t)d >= iface->wsize) {
+        iface->drops_window++;
+        return 0;
+    }
+    if (c->stash == NULL) {
+        c->stash = calloc(iface->wsize, sizeof(*c->stash));
+        if (c->stash == NULL)
+            return 0;
+    }
+    uint32_t slot = h.seq & (iface->wsize - 1);
+    if (c->stash[slot] != NULL) {
+        c->stats.drops_duplicate++;
+        return 0;
+    }
+    fy_udp_chan_t *ch = &iface->ch[chan];
+    /* Keep a batch of buffers for receiving whatever the stash holds. */
+    if (ch->rxpool.in_use + FY_UDP_BATCH >= ch->rxpool_max) {
+        iface->drops_stash++;
+        return 0;
+    }
+    b->len = (uint32_t)len;
+    c->stash[slot] = b;
+    c->nstash++;
+    return 1;
+}
+
+unsigned fy_udp_rx_progress(fy_udp_iface_t *iface, uint8_t chan)
+{
+    fy_udp_chan_t *ch = &iface->ch[chan];
+    int n = recvmmsg(ch->fd, ch->rmsg, FY_UDP_BATCH, MSG_DONTWAIT, NULL);
+
+    if (n <= 0) {
+        ch->idle++;
+        return 0;
+    }
+    ch->idle = 0;
+    iface->now = fy_time_ns();
+    for (int i = 0; i < n; i++) {
+        if (rx_dgram(iface, chan, ch->posted[i], ch->rmsg[i].msg_len, &ch->rname[i],
+                     ch->rmsg[i].msg_hdr.msg_flags)) {
+            fy_udp_rxbuf_t *nb = rxbuf_get(ch, chan);
+            /* The stash keeps a reserve free, so this does not fail but for memory. */
+            if (nb == NULL) {
+                fy_udp_conn_t *c = NULL;
+                fy_udp_hdr_t h;
+                memcpy(&h, ch->posted[i]->data, sizeof(h));
+                c = fy_udp_conn_lookup(iface, h.dst_id);
+                if (c != NULL && c->stash != NULL) {
+                    c->stash[h.seq & (iface->wsize - 1)] = NULL;
+                    c->nstash--;
+                }
+            } else {
+                ch->posted[i] = nb;
+            }
+        }
+        post(ch, i);
+    }
+    return (unsigned)n;
+}

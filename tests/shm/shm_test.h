@@ -1,0 +1,297 @@
+/*
+ * shm_test.h - helpers for the tl-level tests of the shm transport: open an md and an iface,
+ * exchange addresses with forked peers over pipes (never by sleeping), drive the ops table,
+ * send with retry on back-pressure, idle on the event fd, and fill / check data patterns.
+ *
+ * Every forked peer arms its own alarm (alarms are not inherited), and the parent reads its
+ * pipe until EOF, so a peer that crashes or hangs fails the case instead of hanging it.
+ */
+#ifndef SHM_TEST_H
+#define SHM_TEST_H
+
+#include <fcntl.h>
+#include <poll.h>
+#include <stdint.h>
+#include <sys/uio.h>
+
+#include "fytest.h"
+#include "tl/shm/shm.h"
+#include "tl/tl.h"
+
+#define TP_PEER_TIMEOUT 50 /* seconds: below fytest's default case timeout */
+
+/* ---- pipes and peers ---- */
+
+typedef struct tchild {
+    pid_t pid;
+    int rfd; /* read what the child writes */
+    int wfd; /* write to the child */
+} tchild_t;
+
+static inline void tc_write(int fd, const void *buf, size_t len)
+{
+    const char *p = buf;
+    while (len > 0) {
+        ssize_t n = write(fd, p, len);
+        if (n < 0 && errno == EINTR)
+            continue;
+        FY_ASSERT_MSG(n > 0, "pipe write failed: %s", strerror(errno));
+        p += n;
+        len -= (size_t)n;
+    }
+}
+
+static inline void tc_read(int fd, void *buf, size_t len)
+{
+    char *p = buf;
+    while (len > 0) {
+        ssize_t n = read(fd, p, len);
+        if (n < 0 && errno == EINTR)
+            continue;
+        FY_ASSERT_MSG(n > 0, "the peer process went away (pipe %s)", n == 0 ? "EOF" : "error");
+        p += n;
+        len -= (size_t)n;
+    }
+}
+
+static inline void tc_put_u64(int fd, uint64_t v) { tc_write(fd, &v, sizeof(v)); }
+static inline uint64_t tc_get_u64(int fd)
+{
+    uint64_t v;
+    tc_read(fd, &v, sizeof(v));
+    return v;
+}
+
+typedef void (*tc_fn_t)(int rfd, int wfd, void *arg);
+
+static inline tchild_t tc_spawn(tc_fn_t fn, void *arg)
+{
+    int down[2], up[2];
+    FY_ASSERT(pipe2(down, O_CLOEXEC) == 0 && pipe2(up, O_CLOEXEC) == 0);
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    FY_ASSERT(pid >= 0);
+    if (pid == 0) {
+        alarm(TP_PEER_TIMEOUT);
+        close(down[1]);
+        close(up[0]);
+        fn(down[0], up[1], arg);
+        fflush(stdout);
+        _exit(0);
+    }
+    close(down[0]);
+    close(up[1]);
+    return (tchild_t){pid, up[0], down[1]};
+}
+
+static inline void tc_join(tchild_t *c)
+{
+    int st = 0;
+    while (waitpid(c->pid, &st, 0) < 0 && errno == EINTR) {
+    }
+    close(c->rfd);
+    close(c->wfd);
+    FY_ASSERT_MSG(WIFEXITED(st) && WEXITSTATUS(st) == 0, "peer %d ended badly: %s %d",
+                  (int)c->pid, WIFSIGNALED(st) ? "signal" : "exit status",
+                  WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st));
+}
+
+/* ---- a process's transport objects ---- */
+
+typedef struct taddr {
+    uint8_t dev[64];
+    uint8_t iface[64];
+} taddr_t;
+
+typedef struct tproc {
+    const fy_tl_component_t *tl;
+    const fy_tl_ops_t *ops;
+    fy_tl_md_t *md;
+    fy_tl_iface_t *iface;
+    fy_tl_iface_attr_t attr;
+    int sleepy;        /* when idle, sleep on the event fd instead of spinning */
+    unsigned nfailed;  /* err_cb calls */
+    fy_tl_ep_t *failed_ep;
+    ferry_status_t fail_status;
+} tproc_t;
+
+static inline void tp_err_cb(void *arg, fy_tl_ep_t *ep, ferry_status_t status)
+{
+    tproc_t *p = arg;
+    p->nfailed++;
+    p->failed_ep = ep;
+    p->fail_status = status;
+}
+
+static inline void tp_open(tproc_t *p, fy_tl_am_cb_t cb, void *arg)
+{
+    memset(p, 0, sizeof(*p));
+    p->tl = fy_tl_find("shm");
+    FY_ASSERT(p->tl != NULL);
+    p->ops = p->tl->ops;
+    FY_ASSERT_OK(p->ops->md_open(p->tl, &p->md));
+    fy_tl_iface_params_t params = {.device = "memory",
+                                   .am_cb = cb,
+                                   .am_arg = arg,
+                                   .err_cb = tp_err_cb,
+                                   .err_arg = p};
+    FY_ASSERT_OK(p->ops->iface_open(p->md, &params, &p->iface));
+    p->ops->iface_query(p->iface, &p->attr);
+    FY_ASSERT(p->attr.device_addr_len <= sizeof(((taddr_t *)0)->dev));
+    FY_ASSERT(p->attr.iface_addr_len <= sizeof(((taddr_t *)0)->iface));
+}
+
+static inline void tp_close(tproc_t *p)
+{
+    p->ops->iface_close(p->iface);
+    p->ops->md_close(p->md);
+}
+
+static inline taddr_t tp_addr(tproc_t *p)
+{
+    taddr_t a;
+    memset(&a, 0, sizeof(a));
+    FY_ASSERT_OK(p->ops->iface_get_address(p->iface, a.dev, a.iface));
+    return a;
+}
+
+static inline fy_tl_ep_t *tp_ep(tproc_t *p, const taddr_t *a)
+{
+    fy_tl_ep_t *ep = NULL;
+    FY_ASSERT(p->ops->iface_is_reachable(p->iface, a->dev, a->iface));
+    FY_ASSERT_OK(p->ops->ep_create(p->iface, a->dev, a->iface, &ep));
+    return ep;
+}
+
+/* Sleep on the event fd if the iface agrees that there is nothing to do. */
+static inline void tp_idle(tproc_t *p)
+{
+    if (p->ops->iface_event_arm(p->iface) != FERRY_OK)
+        return;
+    struct pollfd pf = {.fd = p->ops->iface_event_fd(p->iface), .events = POLLIN};
+    poll(&pf, 1, 100);
+}
+
+static inline unsigned tp_progress(tproc_t *p)
+{
+    unsigned n = p->ops->iface_progress(p->iface);
+    if (n == 0 && p->sleepy)
+        tp_idle(p);
+    return n;
+}
+
+/* Progress until fd (a pipe from a peer) is readable, idling on the event fd when sleepy. */
+static inline void tp_wait_fd(tproc_t *p, int fd)
+{
+    for (unsigned i = 0;; i++) {
+        unsigned n = p->ops->iface_progress(p->iface);
+        struct pollfd pf[2] = {{.fd = fd, .events = POLLIN},
+                               {.fd = p->ops->iface_event_fd(p->iface), .events = POLLIN}};
+        if (n == 0 && p->sleepy && p->ops->iface_event_arm(p->iface) == FERRY_OK)
+            poll(pf, 2, 100);
+        else if ((i & 255) == 0)
+            poll(pf, 1, 0);
+        else
+            continue;
+        if (pf[0].revents != 0)
+            return;
+    }
+}
+
+/* Send one AM of len bytes from buf, choosing short / bcopy / zcopy by size (force_zcopy:
+ * always zcopy), retrying while the transport pushes back.  Returns the final status (OK or
+ * INPROGRESS for a zcopy; comp then fires later).  *nores counts NO_RESOURCE answers. */
+static inline ferry_status_t tp_send(tproc_t *p, fy_tl_ep_t *ep, uint8_t id, const void *buf, size_t len,
+                              int force_zcopy, fy_tl_comp_t *comp, unsigned long *nores)
+{
+    const char *b = buf;
+    for (;;) {
+        ferry_status_t st;
+        if (!force_zcopy && len <= p->attr.max_short) {
+            /* two pieces, to exercise the gather */
+            struct iovec v[2] = {{(void *)b, len / 2}, {(void *)(b + len / 2), len - len / 2}};
+            st = p->ops->am_short(ep, id, v, 2);
+        } else if (!force_zcopy && len <= p->attr.max_bcopy) {
+            struct iovec v[1] = {{(void *)b, len}};
+            st = p->ops->am_bcopy(ep, id, v, 1);
+        } else {
+            size_t h = len < 16 ? len : 16, rest = len - h, third = rest / 3;
+            struct iovec v[3] = {{(void *)(b + h), third},
+                                 {(void *)(b + h + third), third},
+                                 {(void *)(b + h + 2 * third), rest - 2 * third}};
+            st = p->ops->am_zcopy(ep, id, b, h, v, 3, comp);
+        }
+        if (st != FERRY_ERR_NO_RESOURCE)
+            return st;
+        if (nores != NULL)
+            (*nores)++;
+        tp_progress(p);
+    }
+}
+
+/* ---- completions ---- */
+
+typedef struct tcomp {
+    fy_tl_comp_t super;
+    unsigned done;
+    ferry_status_t status;
+} tcomp_t;
+
+static inline void tcomp_cb(fy_tl_comp_t *c, ferry_status_t st)
+{
+    tcomp_t *t = (tcomp_t *)c;
+    t->done++;
+    t->status = st;
+}
+
+static inline void tcomp_init(tcomp_t *c)
+{
+    c->super.cb = tcomp_cb;
+    c->done = 0;
+    c->status = FERRY_INPROGRESS;
+}
+
+/* ---- data patterns ---- */
+
+static inline uint64_t pat_next(uint64_t *s)
+{
+    uint64_t x = *s += 0x9e3779b97f4a7c15ull;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
+
+static inline void pat_fill(void *buf, size_t len, uint64_t seed)
+{
+    uint8_t *p = buf;
+    size_t i = 0;
+    for (; i + 8 <= len; i += 8) {
+        uint64_t v = pat_next(&seed);
+        memcpy(p + i, &v, 8);
+    }
+    if (i < len) {
+        uint64_t v = pat_next(&seed);
+        memcpy(p + i, &v, len - i);
+    }
+}
+
+/* Index of the first byte that differs from the pattern, or -1. */
+static inline long pat_check(const void *buf, size_t len, uint64_t seed)
+{
+    const uint8_t *p = buf;
+    size_t i = 0;
+    for (; i < len; i += 8) {
+        uint64_t v = pat_next(&seed);
+        size_t k = len - i < 8 ? len - i : 8;
+        if (memcmp(p + i, &v, k) != 0)
+            for (size_t j = 0; j < k; j++)
+                if (p[i + j] != ((uint8_t *)&v)[j])
+                    return (long)(i + j);
+    }
+    return -1;
+}
+
+static inline shm_iface_t *tp_shm(tproc_t *p) { return (shm_iface_t *)p->iface; }
+
+#endif

@@ -1,0 +1,461 @@
+/*
+ * test_shm_am.c - active messages over the shm transport, driven through the tl ops table
+ * between forked processes: every size from 0 B to 64 MiB delivered once, intact and in
+ * order (with cross-memory attach, with FERRY_SHM_CMA=n, and with CMA refused at run time by
+ * a seccomp filter), pipelined zero-copy mixed with small messages, many senders under
+ * pressure, a slow receiver (back-pressure, nothing lost), and sleeping on the event fd.
+ */
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+#include <stddef.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+
+#include "shm_test.h"
+#include "util/clock.h"
+
+static unsigned long ev_count; /* messages to a process that expects none but events */
+static void ev_cb(void *arg, uint8_t id, const void *data, size_t len) { ev_count++; }
+
+/* ---- a receiver that checks message k: sizes[k % nsizes] bytes of pattern seed k ---- */
+
+typedef struct rxcheck {
+    const size_t *sizes;
+    size_t nsizes;
+    unsigned long count, errors, expected;
+    uint64_t delay_ns; /* a slow receiver: spin this long per message */
+} rxcheck_t;
+
+static void rxcheck_cb(void *arg, uint8_t id, const void *data, size_t len)
+{
+    rxcheck_t *r = arg;
+    unsigned long k = r->count++;
+    size_t want = r->sizes[k % r->nsizes];
+    if (len != want) {
+        if (r->errors++ < 5)
+            fprintf(stderr, "message %lu: %zu bytes, expected %zu\n", k, len, want);
+        return;
+    }
+    long bad = pat_check(data, len, k);
+    if (bad >= 0 && r->errors++ < 5)
+        fprintf(stderr, "message %lu (%zu bytes): wrong byte at %ld\n", k, len, bad);
+    if (id != (k & FY_TL_AM_ID_MAX) && r->errors++ < 5)
+        fprintf(stderr, "message %lu: id %u, expected %lu\n", k, id, k & FY_TL_AM_ID_MAX);
+    if (r->delay_ns != 0) {
+        uint64_t until = fy_time_ns() + r->delay_ns;
+        while (fy_time_ns() < until) {
+        }
+    }
+}
+
+typedef struct rx_args {
+    rxcheck_t check;
+    int sleepy;
+    int deny_cma; /* install a seccomp filter: process_vm_readv/writev fail with EPERM */
+} rx_args_t;
+
+static void deny_cma(void)
+{
+    struct sock_filter f[] = {
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_process_vm_readv, 2, 0),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_process_vm_writev, 1, 0),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EPERM),
+    };
+    struct sock_fprog prog = {.len = (unsigned short)FY_ARRAY_SIZE(f), .filter = f};
+    FY_ASSERT(prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0);
+    FY_ASSERT(prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog) == 0);
+}
+
+/* The receiving peer: open, send the address, take `expected` messages, report
+ * (count, errors, chunks received), wait for the go-ahead to close. */
+static void rx_main(int rfd, int wfd, void *arg)
+{
+    rx_args_t *a = arg;
+    if (a->deny_cma)
+        deny_cma();
+    tproc_t p;
+    tp_open(&p, rxcheck_cb, &a->check);
+    p.sleepy = a->sleepy;
+    taddr_t addr = tp_addr(&p);
+    tc_write(wfd, &addr, sizeof(addr));
+    while (a->check.count < a->check.expected)
+        tp_progress(&p);
+    tc_put_u64(wfd, a->check.count);
+    tc_put_u64(wfd, a->check.errors);
+    tc_put_u64(wfd, tp_shm(&p)->stats.rx_frag);
+    tp_wait_fd(&p, rfd); /* keep answering until the sender is done */
+    tc_get_u64(rfd);
+    tp_close(&p);
+}
+
+static const size_t sweep[] = {0,    1,    7,     8,     15,      16,          17,      64,
+                               111,  112,  113,   1000,  4095,    4096,        8191,    8192,
+                               8193, 12345, 65536, 1 << 20, (1 << 20) + 3, 4 << 20, 64 << 20};
+
+/* Send sweep[] twice (natural op choice, then all zcopy); each zcopy waits for its
+ * completion.  Returns the chunks the receiver got. */
+static uint64_t run_sweep(int deny)
+{
+    static rx_args_t a;
+    a = (rx_args_t){.check = {.sizes = sweep, .nsizes = FY_ARRAY_SIZE(sweep)}, .deny_cma = deny};
+    size_t n = FY_ARRAY_SIZE(sweep);
+    a.check.expected = 2 * n;
+    tchild_t c = tc_spawn(rx_main, &a);
+    tproc_t p;
+    tp_open(&p, ev_cb, NULL);
+    taddr_t addr;
+    tc_read(c.rfd, &addr, sizeof(addr));
+    fy_tl_ep_t *ep = tp_ep(&p, &addr);
+    char *buf = malloc(64 << 20);
+    FY_ASSERT(buf != NULL);
+    for (unsigned long k = 0; k < 2 * n; k++) {
+        size_t len = sweep[k % n];
+        pat_fill(buf, len, k);
+        tcomp_t comp;
+        tcomp_init(&comp);
+        ferry_status_t st = tp_send(&p, ep, (uint8_t)(k & FY_TL_AM_ID_MAX), buf, len, k >= n,
+                                    &comp.super, NULL);
+        FY_ASSERT_MSG(st == FERRY_OK || st == FERRY_INPROGRESS, "send of %zu bytes: %s", len,
+                      ferry_status_string(st));
+        if (st == FERRY_INPROGRESS) {
+            while (comp.done == 0)
+                tp_progress(&p);
+            FY_ASSERT_EQ(comp.done, 1);
+            FY_ASSERT_OK(comp.status);
+        } else {
+            FY_ASSERT_EQ(comp.done, 0);
+        }
+    }
+    FY_ASSERT_EQ(tc_get_u64(c.rfd), 2 * n);
+    FY_ASSERT_EQ(tc_get_u64(c.rfd), 0);
+    uint64_t chunks = tc_get_u64(c.rfd);
+    tcomp_t fl;
+    tcomp_init(&fl);
+    ferry_status_t st = p.ops->ep_flush(ep, &fl.super);
+    FY_ASSERT(st == FERRY_OK);
+    shm_ep_t *sep = (shm_ep_t *)ep;
+    int mode = sep->zc_mode;
+    tc_put_u64(c.wfd, 1);
+    tc_join(&c);
+    p.ops->ep_destroy(ep);
+    tp_close(&p);
+    free(buf);
+    FY_ASSERT_EQ(mode, deny || getenv("FERRY_SHM_CMA") ? SHM_ZC_PUSH : SHM_ZC_PULL);
+    return chunks;
+}
+
+/* 0 B .. 64 MiB with cross-memory attach: zero-copy messages are pulled (no chunks). */
+static void sweep_cma(void) { FY_ASSERT_EQ(run_sweep(0), 0); }
+
+/* The same with FERRY_SHM_CMA=n: zero-copy messages are pushed through the ring. */
+static void sweep_no_cma(void)
+{
+    setenv("FERRY_SHM_CMA", "n", 1);
+    FY_ASSERT_GT(run_sweep(0), 8192); /* 64 MiB alone is 8192 chunks of 8 KiB */
+}
+
+/* CMA refused at run time (seccomp in the receiver): the first pull is refused, the sender
+ * falls back to pushing, and nothing is lost or reordered. */
+static void sweep_cma_denied(void) { FY_ASSERT_GT(run_sweep(1), 8192); }
+
+/* Pipelined zero-copy sends (up to 8 in flight) mixed with short and buffered ones: every
+ * message arrives once, intact, in order, and every completion fires once. */
+static const size_t mix[] = {8, 100, 3000, 20000, 50, 9000, 111, 70000, 8192, 0};
+
+static void mixed_order(void)
+{
+    static rx_args_t a;
+    const unsigned long total = 20000;
+    a = (rx_args_t){.check = {.sizes = mix, .nsizes = FY_ARRAY_SIZE(mix), .expected = total}};
+    tchild_t c = tc_spawn(rx_main, &a);
+    tproc_t p;
+    tp_open(&p, ev_cb, NULL);
+    taddr_t addr;
+    tc_read(c.rfd, &addr, sizeof(addr));
+    fy_tl_ep_t *ep = tp_ep(&p, &addr);
+    enum { W = 8 };
+    static char bufs[W][70000];
+    tcomp_t comps[W];
+    int busy[W] = {0};
+    unsigned long completions = 0, nores = 0;
+    for (unsigned long k = 0; k < total; k++) {
+        size_t len = mix[k % FY_ARRAY_SIZE(mix)];
+        unsigned w = (unsigned)(k % W);
+        while (busy[w] && comps[w].done == 0)
+            tp_progress(&p);
+        if (busy[w]) {
+            FY_ASSERT_OK(comps[w].status);
+            completions++;
+            busy[w] = 0;
+        }
+        pat_fill(bufs[w], len, k);
+        tcomp_init(&comps[w]);
+        ferry_status_t st = tp_send(&p, ep, (uint8_t)(k & FY_TL_AM_ID_MAX), bufs[w], len,
+                                    len >= 9000, &comps[w].super, &nores);
+        FY_ASSERT(st == FERRY_OK || st == FERRY_INPROGRESS);
+        busy[w] = st == FERRY_INPROGRESS;
+    }
+    tcomp_t fl;
+    tcomp_init(&fl);
+    ferry_status_t st = p.ops->ep_flush(ep, &fl.super);
+    FY_ASSERT(st == FERRY_OK || st == FERRY_INPROGRESS);
+    while (st == FERRY_INPROGRESS && fl.done == 0)
+        tp_progress(&p);
+    for (unsigned w = 0; w < W; w++) {
+        if (busy[w]) {
+            FY_ASSERT_EQ(comps[w].done, 1); /* the flush came after every one of them */
+            completions++;
+        }
+    }
+    FY_ASSERT_EQ(completions, total / FY_ARRAY_SIZE(mix) * 3); /* 3 zcopy sizes per cycle */
+    FY_ASSERT_EQ(tc_get_u64(c.rfd), total);
+    FY_ASSERT_EQ(tc_get_u64(c.rfd), 0);
+    tc_get_u64(c.rfd);
+    tc_put_u64(c.wfd, 1);
+    tc_join(&c);
+    p.ops->ep_destroy(ep);
+    tp_close(&p);
+}
+
+/* ---- many senders to one receiver ---- */
+
+enum { NSENDERS = 3, PER_SENDER = 20000 };
+
+typedef struct multi_rx {
+    unsigned long next[NSENDERS];
+    unsigned long count, errors;
+} multi_rx_t;
+
+static size_t multi_len(unsigned long seq) { return 8 + (seq * 37) % 3000; }
+
+static void multi_cb(void *arg, uint8_t id, const void *data, size_t len)
+{
+    multi_rx_t *r = arg;
+    uint64_t tag;
+    r->count++;
+    if (len < 8) {
+        r->errors++;
+        return;
+    }
+    memcpy(&tag, data, 8);
+    unsigned s = (unsigned)(tag >> 32);
+    unsigned long seq = (uint32_t)tag;
+    if (s >= NSENDERS || seq != r->next[s] || len != multi_len(seq) ||
+        pat_check((const char *)data + 8, len - 8, tag) >= 0) {
+        if (r->errors++ < 5)
+            fprintf(stderr, "from sender %u: seq %lu (expected %lu), %zu bytes\n", s, seq,
+                    s < NSENDERS ? r->next[s] : 0, len);
+        return;
+    }
+    r->next[s]++;
+}
+
+static void multi_sender(int rfd, int wfd, void *arg)
+{
+    unsigned me = (unsigned)(uintptr_t)arg;
+    tproc_t p;
+    tp_open(&p, ev_cb, NULL);
+    p.sleepy = 1;
+    taddr_t addr;
+    tc_read(rfd, &addr, sizeof(addr));
+    fy_tl_ep_t *ep = tp_ep(&p, &addr);
+    char buf[3100];
+    unsigned long nores = 0;
+    for (unsigned long seq = 0; seq < PER_SENDER; seq++) {
+        uint64_t tag = ((uint64_t)me << 32) | seq;
+        size_t len = multi_len(seq);
+        memcpy(buf, &tag, 8);
+        pat_fill(buf + 8, len - 8, tag);
+        FY_ASSERT_OK(tp_send(&p, ep, 1, buf, len, 0, NULL, &nores));
+    }
+    tc_put_u64(wfd, nores);
+    tc_get_u64(rfd);
+    p.ops->ep_destroy(ep);
+    tp_close(&p);
+}
+
+static void many_senders(void)
+{
+    setenv("FERRY_SHM_RING_SIZE", "16", 1); /* pressure */
+    static multi_rx_t r;
+    tproc_t p;
+    tp_open(&p, multi_cb, &r);
+    p.sleepy = 1; /* 4 processes on 2 cores: idle ones must sleep */
+    taddr_t addr = tp_addr(&p);
+    tchild_t c[NSENDERS];
+    for (unsigned i = 0; i < NSENDERS; i++) {
+        c[i] = tc_spawn(multi_sender, (void *)(uintptr_t)i);
+        tc_write(c[i].wfd, &addr, sizeof(addr));
+    }
+    while (r.count < NSENDERS * PER_SENDER)
+        tp_progress(&p);
+    unsigned long nores = 0;
+    for (unsigned i = 0; i < NSENDERS; i++)
+        nores += tc_get_u64(c[i].rfd);
+    for (unsigned i = 0; i < NSENDERS; i++) {
+        tc_put_u64(c[i].wfd, 1);
+        tc_join(&c[i]);
+    }
+    FY_ASSERT_EQ(r.errors, 0);
+    for (unsigned i = 0; i < NSENDERS; i++)
+        FY_ASSERT_EQ(r.next[i], PER_SENDER);
+    FY_ASSERT_EQ(r.count, NSENDERS * PER_SENDER);
+    printf("  %u senders x %u messages, ring of 16: %lu NO_RESOURCE answers\n", NSENDERS,
+           PER_SENDER, nores);
+    tp_close(&p);
+}
+
+/* A receiver slower than its sender: the sender sees NO_RESOURCE, nothing is lost. */
+static const size_t slow_sizes[] = {8, 64, 500, 4000, 8000, 112, 113};
+
+static void slow_receiver(void)
+{
+    setenv("FERRY_SHM_RING_SIZE", "16", 1);
+    static rx_args_t a;
+    const unsigned long total = 3000;
+    a = (rx_args_t){.check = {.sizes = slow_sizes,
+                              .nsizes = FY_ARRAY_SIZE(slow_sizes),
+                              .expected = total,
+                              .delay_ns = 20000}};
+    tchild_t c = tc_spawn(rx_main, &a);
+    tproc_t p;
+    tp_open(&p, ev_cb, NULL);
+    taddr_t addr;
+    tc_read(c.rfd, &addr, sizeof(addr));
+    fy_tl_ep_t *ep = tp_ep(&p, &addr);
+    char buf[8000];
+    unsigned long nores = 0;
+    for (unsigned long k = 0; k < total; k++) {
+        size_t len = slow_sizes[k % FY_ARRAY_SIZE(slow_sizes)];
+        pat_fill(buf, len, k);
+        FY_ASSERT_OK(tp_send(&p, ep, (uint8_t)(k & FY_TL_AM_ID_MAX), buf, len, 0, NULL, &nores));
+    }
+    FY_ASSERT_EQ(tc_get_u64(c.rfd), total);
+    FY_ASSERT_EQ(tc_get_u64(c.rfd), 0);
+    tc_get_u64(c.rfd);
+    FY_ASSERT_GT(nores, 0);
+    FY_ASSERT_GT(tp_shm(&p)->stats.full, 0);
+    tc_put_u64(c.wfd, 1);
+    tc_join(&c);
+    p.ops->ep_destroy(ep);
+    tp_close(&p);
+}
+
+/* ---- sleeping on the event fd ---- */
+
+static int fd_readable(int fd, int timeout_ms)
+{
+    struct pollfd pf = {.fd = fd, .events = POLLIN};
+    return poll(&pf, 1, timeout_ms) == 1;
+}
+
+static void ev_sender(int rfd, int wfd, void *arg)
+{
+    tproc_t p;
+    tp_open(&p, ev_cb, NULL);
+    taddr_t addr;
+    tc_read(rfd, &addr, sizeof(addr));
+    fy_tl_ep_t *ep = tp_ep(&p, &addr);
+    uint64_t v = 42;
+    struct iovec iov = {&v, sizeof(v)};
+    /* 1: the receiver sleeps; one message must wake it */
+    tc_get_u64(rfd);
+    FY_ASSERT_OK(p.ops->am_short(ep, 3, &iov, 1));
+    /* 2: a message is pending before the receiver arms: arm must say BUSY */
+    tc_get_u64(rfd);
+    FY_ASSERT_OK(p.ops->am_short(ep, 3, &iov, 1));
+    tc_put_u64(wfd, 2);
+    /* 3: fill the receiver's ring, then sleep until it makes room */
+    tc_get_u64(rfd);
+    unsigned long sent = 0;
+    while (p.ops->am_short(ep, 3, &iov, 1) == FERRY_OK)
+        sent++;
+    FY_ASSERT_EQ(sent, 8);
+    FY_ASSERT_OK(p.ops->iface_event_arm(p.iface));
+    int fd = p.ops->iface_event_fd(p.iface);
+    FY_ASSERT(!fd_readable(fd, 0));
+    tc_put_u64(wfd, sent);
+    FY_ASSERT_MSG(fd_readable(fd, 10000), "not woken when the full ring drained");
+    FY_ASSERT_OK(p.ops->am_short(ep, 3, &iov, 1));
+    tc_put_u64(wfd, 1);
+    tc_get_u64(rfd);
+    p.ops->ep_destroy(ep);
+    tp_close(&p);
+}
+
+static void event_wakeup(void)
+{
+    setenv("FERRY_SHM_RING_SIZE", "8", 1);
+    tproc_t p;
+    tp_open(&p, ev_cb, NULL);
+    FY_ASSERT(p.attr.caps & FY_TL_CAP_EVENT_FD);
+    int fd = p.ops->iface_event_fd(p.iface);
+    FY_ASSERT(fd >= 0);
+    tchild_t c = tc_spawn(ev_sender, NULL);
+    taddr_t addr = tp_addr(&p);
+    tc_write(c.wfd, &addr, sizeof(addr));
+
+    FY_ASSERT_OK(p.ops->iface_event_arm(p.iface));
+    FY_ASSERT(!fd_readable(fd, 0));
+    tc_put_u64(c.wfd, 1);
+    FY_ASSERT_MSG(fd_readable(fd, 10000), "a message did not wake the sleeping receiver");
+    while (ev_count < 1)
+        p.ops->iface_progress(p.iface);
+
+    tc_put_u64(c.wfd, 2);
+    FY_ASSERT_EQ(tc_get_u64(c.rfd), 2);
+    FY_ASSERT_STATUS(p.ops->iface_event_arm(p.iface), FERRY_ERR_BUSY);
+    while (ev_count < 2)
+        p.ops->iface_progress(p.iface);
+
+    for (int i = 0; i < 4; i++) /* idle polls free the consumed cells */
+        p.ops->iface_progress(p.iface);
+    tc_put_u64(c.wfd, 3);
+    unsigned long sent = tc_get_u64(c.rfd);
+    while (ev_count < 2 + sent)
+        p.ops->iface_progress(p.iface);
+    for (int i = 0; i < 4; i++) /* idle polls free the cells and wake the waiter */
+        p.ops->iface_progress(p.iface);
+    FY_ASSERT_EQ(tc_get_u64(c.rfd), 1);
+    while (ev_count < 3 + sent)
+        p.ops->iface_progress(p.iface);
+    tc_put_u64(c.wfd, 4);
+    tc_join(&c);
+    tp_close(&p);
+}
+
+/* One process talking to itself through its own ring (pid == self paths). */
+static void loopback(void)
+{
+    static rxcheck_t r;
+    static const size_t sizes[] = {8, 0, 5000, 200000, 112};
+    r = (rxcheck_t){.sizes = sizes, .nsizes = FY_ARRAY_SIZE(sizes)};
+    tproc_t p;
+    tp_open(&p, rxcheck_cb, &r);
+    taddr_t addr = tp_addr(&p);
+    fy_tl_ep_t *ep = tp_ep(&p, &addr);
+    static char buf[200000];
+    for (unsigned long k = 0; k < FY_ARRAY_SIZE(sizes); k++) {
+        tcomp_t comp;
+        tcomp_init(&comp);
+        pat_fill(buf, sizes[k], k);
+        ferry_status_t st = tp_send(&p, ep, (uint8_t)k, buf, sizes[k], 0, &comp.super, NULL);
+        while (st == FERRY_INPROGRESS && comp.done == 0)
+            tp_progress(&p);
+        FY_ASSERT(st == FERRY_OK || comp.status == FERRY_OK);
+    }
+    while (r.count < FY_ARRAY_SIZE(sizes))
+        tp_progress(&p);
+    FY_ASSERT_EQ(r.errors, 0);
+    ferry_ep_stats_t stats;
+    FY_ASSERT_OK(p.ops->ep_get_stats(ep, &stats));
+    FY_ASSERT_EQ(stats.tx_msgs, FY_ARRAY_SIZE(sizes));
+    p.ops->ep_destroy(ep);
+    tp_close(&p);
+}
+
+FYTEST_MAIN(FYTEST_CASE(loopback), FYTEST_CASE(sweep_cma), FYTEST_CASE(sweep_no_cma),
+            FYTEST_CASE(sweep_cma_denied), FYTEST_CASE(mixed_order), FYTEST_CASE(many_senders),
+            FYTEST_CASE(slow_receiver), FYTEST_CASE(event_wakeup))

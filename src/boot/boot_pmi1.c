@@ -57,7 +57,19 @@ typedef struct pmi1 {
     size_t in_len, in_cap, in_done;
 } pmi1_t;
 
-static int process_finalized; /* PMI-1 allows one init per process; hydra closes after finalize */
+static ferry_status_t command(pmi1_t *p, uint64_t deadline, const char *reply, char **line,
+                              const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+
+/*
+ * PMI-1 allows one init and one finalize per process (hydra closes the connection at
+ * finalize), and hydra calls a process that exits without finalize a bad termination.  So the
+ * connection belongs to the process: a second fy_boot_init (a world created again) reuses it,
+ * fy_boot_finalize only drops a user, and cmd=finalize is sent at exit.
+ */
+static pmi1_t *process_conn;
+static fy_boot_info_t process_info;
+static int process_users;
+static int atexit_registered;
 
 /* Write the request formatted in p->out (n characters). */
 static ferry_status_t send_out(pmi1_t *p, uint64_t deadline, size_t n)
@@ -84,8 +96,11 @@ static ferry_status_t send_out(pmi1_t *p, uint64_t deadline, size_t n)
             continue;
         }
         p->broken = 1;
-        fy_error("writing to the PMI-1 server (PMI_FD=%d) failed: %s", p->fd,
-                 w < 0 ? strerror(errno) : "short write");
+        if (w < 0 && (errno == EPIPE || errno == ECONNRESET))
+            fy_error("the PMI-1 server closed PMI_FD=%d (did the launcher exit?)", p->fd);
+        else
+            fy_error("writing to the PMI-1 server (PMI_FD=%d) failed: %s", p->fd,
+                     w < 0 ? strerror(errno) : "short write");
         return FERRY_ERR_BOOTSTRAP;
     }
     return FERRY_OK;
@@ -185,9 +200,6 @@ static long field_long(const char *line, const char *name, long dflt)
 }
 
 /* Send one request and read its answer, which must be `cmd=<reply>`. */
-static ferry_status_t command(pmi1_t *p, uint64_t deadline, const char *reply, char **line,
-                             const char *fmt, ...) __attribute__((format(printf, 5, 6)));
-
 static ferry_status_t command(pmi1_t *p, uint64_t deadline, const char *reply, char **line,
                               const char *fmt, ...)
 {
@@ -520,10 +532,17 @@ static void pmi1_free(pmi1_t *p)
 static ferry_status_t pmi1_init(fy_boot_t *boot)
 {
     fy_boot_info_t *info = &boot->info;
-    if (process_finalized) {
-        fy_error("the pmi1 bootstrap was finalized already in this process: PMI-1 allows one "
-                 "init per process");
-        return FERRY_ERR_BOOTSTRAP;
+    if (process_conn != NULL) {
+        if (process_conn->broken) {
+            fy_error("the PMI-1 connection of this process failed earlier: it cannot be used "
+                     "again");
+            return FERRY_ERR_BOOTSTRAP;
+        }
+        *info = process_info;
+        boot->priv = process_conn;
+        boot->value_limit = process_conn->vallen_max - 1;
+        process_users++;
+        return FERRY_OK;
     }
     long fd, size, rank;
     ferry_status_t st = fy_boot_env_int("PMI_FD", 0, INT_MAX, WHO, &fd);
@@ -614,12 +633,17 @@ static ferry_status_t pmi1_init(fy_boot_t *boot)
     }
     fy_debug("pmi1: kvs %s, keylen_max %zu, vallen_max %zu", p->kvs, p->keylen_max,
              p->vallen_max);
+    process_conn = p;
+    process_info = *info;
+    process_users = 1;
+    if (!atexit_registered && atexit(finalize_at_exit) == 0)
+        atexit_registered = 1;
     return FERRY_OK;
 }
 
-static void pmi1_finalize(fy_boot_t *boot)
+static void finalize_at_exit(void)
 {
-    pmi1_t *p = boot->priv;
+    pmi1_t *p = process_conn;
     if (p == NULL)
         return;
     if (!p->broken) {
@@ -627,8 +651,15 @@ static void pmi1_finalize(fy_boot_t *boot)
         command(p, fy_time_ns() + FINALIZE_WAIT_NS, "finalize_ack", &line, "cmd=finalize\n");
     }
     close(p->fd);
-    process_finalized = 1;
     pmi1_free(p);
+    process_conn = NULL;
+}
+
+static void pmi1_finalize(fy_boot_t *boot)
+{
+    /* the connection stays for a later init; finalize_at_exit() ends it */
+    if (boot->priv != NULL && process_users > 0)
+        process_users--;
     boot->priv = NULL;
 }
 

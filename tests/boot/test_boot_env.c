@@ -242,8 +242,8 @@ typedef struct fake {
     /* what it saw */
     int puts, longest_value, longest_key;
     int nkv;
-    char keys[512][FAKE_KEYLEN];
-    char vals[512][FAKE_VALLEN];
+    char keys[4096][FAKE_KEYLEN];
+    char vals[4096][FAKE_VALLEN];
 } fake_t;
 
 static void fake_reply(fake_t *f, const char *line)
@@ -265,6 +265,16 @@ static const char *fake_field(const char *line, const char *name, char *out, siz
     return out;
 }
 
+/* strcpy that cuts at n - 1 characters, as a PMI server with fixed buffers does */
+static void copy_cut(char *dst, size_t n, const char *src)
+{
+    size_t k = strlen(src);
+    if (k > n - 1)
+        k = n - 1;
+    memcpy(dst, src, k);
+    dst[k] = '\0';
+}
+
 static void *fake_main(void *arg)
 {
     fake_t *f = arg;
@@ -279,7 +289,7 @@ static void *fake_main(void *arg)
         char *nl;
         while ((nl = strchr(buf, '\n')) != NULL) {
             /* one request, with a space in front so that every field is " name=" */
-            char line[8192], key[256], val[4096], out[8192];
+            char line[8200], key[256], val[4096], out[8192];
             *nl = '\0';
             snprintf(line, sizeof(line), " %s", buf);
             size_t used = (size_t)(nl + 1 - buf);
@@ -306,13 +316,14 @@ static void *fake_main(void *arg)
                     f->longest_value = (int)strlen(val);
                 if ((int)strlen(key) > f->longest_key)
                     f->longest_key = (int)strlen(key);
-                if (strlen(key) >= FAKE_KEYLEN || f->nkv == 512) {
-                    fake_reply(f, "cmd=put_result rc=-1 msg=key_too_long\n");
+                if (strlen(key) >= FAKE_KEYLEN || f->nkv == 4096) {
+                    fake_reply(f, f->nkv == 4096 ? "cmd=put_result rc=-1 msg=table_full\n"
+                                                 : "cmd=put_result rc=-1 msg=key_too_long\n");
                     continue;
                 }
                 /* like hydra: a long value is silently cut */
-                snprintf(f->keys[f->nkv], FAKE_KEYLEN, "%s", key);
-                snprintf(f->vals[f->nkv], FAKE_VALLEN, "%s", val);
+                copy_cut(f->keys[f->nkv], FAKE_KEYLEN, key);
+                copy_cut(f->vals[f->nkv], FAKE_VALLEN, val);
                 f->nkv++;
                 fake_reply(f, "cmd=put_result rc=0 msg=success\n");
             } else if (strstr(line, " cmd=get ") != NULL) {
@@ -418,7 +429,7 @@ static void pmi1_local_ranks_from_mapping(void)
     fake_start(f, 3, 4);
     fy_boot_t *b;
     char msg[4096];
-    FY_ASSERT_OK(init_capture(&b, msg, sizeof(msg)));
+    FY_ASSERT_MSG(init_capture(&b, msg, sizeof(msg)) == FERRY_OK, "init: %s", msg);
     FY_ASSERT_EQ(fy_boot_info(b)->local_rank, 1);
     FY_ASSERT_EQ(fy_boot_info(b)->local_size, 2);
     fy_boot_finalize(b);

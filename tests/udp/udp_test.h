@@ -8,6 +8,7 @@
 #define FY_UDP_TEST_H
 
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -19,6 +20,7 @@
 
 #include "tl/tl.h"
 #include "util/clock.h"
+#include "util/status.h"
 
 #define UT_JOB_KEY 0x5eedf00dcafe0001ull
 #define UT_ADDR_MAX 128

@@ -352,7 +352,7 @@ static int push_some(shm_ep_t *ep, shm_op_t *op)
             return 0;
         }
         size_t n = FY_MIN((size_t)ep->bcopy_size, op->total - op->offset);
-        shm_frag_hdr_t fh = {((uint64_t)(uint32_t)getpid() << 32) | ep->token, op->total,
+        shm_frag_hdr_t fh = {((ep->owner >> SHM_OWNER_SHIFT) << 32) | ep->token, op->total,
                              op->offset};
         memcpy(c->data, &fh, sizeof(fh));
         op_copy_out(op, op->offset, cell_buf(ep, t), n);

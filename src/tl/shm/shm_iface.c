@@ -548,7 +548,7 @@ static void rx_pull(shm_iface_t *iface, uint8_t am_id, const char *buf, uint32_t
         return;
     }
     iface->stats.rx_pull++;
-    if (!iface->cma_ok && d.reply.pid != (int32_t)getpid()) {
+    if (!iface->cma_ok && d.reply.pid != iface->addr.pid) {
         fy_shm_reply(iface, &d.reply, SHM_CELL_ZDONE, d.cookie, SHM_STATUS_NEED_PUSH, 0);
         return;
     }
@@ -561,7 +561,7 @@ static void rx_pull(shm_iface_t *iface, uint8_t am_id, const char *buf, uint32_t
     }
     memcpy(dst, buf + sizeof(d), d.hdr_len);
     int err = 0;
-    if (d.reply.pid == (int32_t)getpid()) {
+    if (d.reply.pid == iface->addr.pid) {
         char *p = dst + d.hdr_len;
         for (uint32_t i = 0; i < d.iovcnt; i++) {
             memcpy(p, (const void *)(uintptr_t)d.iov[i].addr, d.iov[i].len);

@@ -231,8 +231,10 @@ typedef struct fy_tcp_tx {
     size_t left;              /* bytes of this piece still to write */
     size_t copied;            /* bytes counted in peer->q_bytes */
     unsigned iovcnt, iovidx;
+    ferry_status_t status;    /* leader: the first error of any piece */
+    char *owned;              /* orphaned zcopy: our copy of the rest (freed with the tx) */
     uint8_t pool;             /* 0 malloc, 1 desc pool, 2 copy pool */
-    uint8_t queued;           /* in a queue */
+    uint8_t queued;           /* in a queue (counted in q_ops / q_bytes) */
     uint8_t started;          /* some bytes written */
     uint8_t hdr[FY_TCP_HDR_MAX];
     struct iovec iov[FY_TCP_MAX_IOV + 1];
@@ -348,6 +350,7 @@ struct fy_tcp_iface {
     fy_list_t notify;    /* failed peers whose eps and ops must hear of it */
     fy_list_t dead;      /* peers to free at the end of progress */
     fy_list_t dead_accepts;
+    fy_list_t dead_links;
     int in_progress;
     uint64_t next_timer_ns;
     fy_mpool_t tx_pool, copy_pool, op_pool;
@@ -391,10 +394,22 @@ void fy_tcp_timers(fy_tcp_iface_t *iface, uint64_t now);
 void fy_tcp_peer_destroy_all(fy_tcp_iface_t *iface);
 void fy_tcp_free_dead(fy_tcp_iface_t *iface);
 
-/* tcp_tx.c: sending */
-ferry_status_t fy_tcp_send(fy_tcp_peer_t *peer, fy_tcp_ep_t *ep, const void *hdr,
-                           size_t hdr_len, const struct iovec *iov, size_t iovcnt,
-                           size_t len, int zcopy, fy_tl_comp_t *comp);
+/* tcp_tx.c: sending.  A frame to send: its header, a part copied if the frame has to wait
+ * (AM data of am_short, proto's header of am_zcopy) and a part sent from the caller's memory
+ * (zero copy: referenced until written).  Only the zero-copy part of a frame that allows it
+ * is striped. */
+typedef struct fy_tcp_msg {
+    const void *hdr;
+    size_t hdr_len;            /* frame header + extension (no stripe ext: added here) */
+    const struct iovec *copy;
+    size_t copy_cnt, copy_len;
+    const struct iovec *zc;
+    size_t zc_cnt, zc_len;
+    fy_tl_comp_t *comp;        /* called when zc is written, if it was not at once */
+    int stripe;                /* the frame type allows striping */
+} fy_tcp_msg_t;
+
+ferry_status_t fy_tcp_send(fy_tcp_peer_t *peer, fy_tcp_ep_t *ep, const fy_tcp_msg_t *m);
 void fy_tcp_link_write(fy_tcp_link_t *link);
 void fy_tcp_tx_done(fy_tcp_peer_t *peer, fy_tcp_tx_t *tx, ferry_status_t status);
 void fy_tcp_peer_up_flush(fy_tcp_peer_t *peer);

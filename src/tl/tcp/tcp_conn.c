@@ -65,14 +65,15 @@ static void link_close(fy_tcp_link_t *link)
     fy_list_del(&link->ready_elem);
 }
 
+/* Links are freed at the end of progress: an event of this very epoll batch may still
+ * point to one. */
 static void link_free(fy_tcp_iface_t *iface, fy_tcp_link_t *link)
 {
     if (link == NULL)
         return;
     link_close(link);
     fy_tcp_dest_release(iface, &link->frame);
-    free(link->rxbuf);
-    free(link);
+    fy_list_add_tail(&iface->dead_links, &link->ready_elem);
 }
 
 /* Write a handshake record on a fresh socket (it always fits; a short write is a failure). */
@@ -544,9 +545,7 @@ static void attach(fy_tcp_iface_t *iface, fy_tcp_peer_t *p, fy_tcp_accept_t *a)
         return;
     }
     answer(iface, a, FY_TCP_ACCEPT);
-    link->ev = a->ev; /* the fd is registered already: switch its epoll data to the link */
-    a->ev |= 1;       /* differ from the wanted interest so the MOD happens */
-    link->ev = FY_TCP_EV_REG;
+    link->ev = FY_TCP_EV_REG; /* registered (by the accept): the MOD below points it here */
     a->fd = -1;
     accept_drop(iface, a);
     p->links[idx] = link;
@@ -733,7 +732,9 @@ void fy_tcp_peer_destroy_all(fy_tcp_iface_t *iface)
         fy_list_t *x;
         while ((x = fy_list_pop_head(&p->eps)) != NULL)
             fy_container_of(x, fy_tcp_ep_t, elem)->peer = NULL;
-        p->in_table = p->in_table && fy_hash_del(&iface->peers_by_id, p->remote_id) && 0;
+        if (p->in_table)
+            fy_hash_del(&iface->peers_by_id, p->remote_id);
+        p->in_table = 0;
         fy_list_add_tail(&iface->dead, &p->elem);
     }
     while ((e = fy_list_pop_head(&iface->accepting)) != NULL) {
@@ -755,4 +756,9 @@ void fy_tcp_free_dead(fy_tcp_iface_t *iface)
     }
     while ((e = fy_list_pop_head(&iface->dead_accepts)) != NULL)
         free(fy_container_of(e, fy_tcp_accept_t, elem));
+    while ((e = fy_list_pop_head(&iface->dead_links)) != NULL) {
+        fy_tcp_link_t *link = fy_container_of(e, fy_tcp_link_t, ready_elem);
+        free(link->rxbuf);
+        free(link);
+    }
 }

@@ -335,6 +335,8 @@ unsigned fy_udp_iface_progress(fy_tl_iface_t *tl_iface);
 int fy_udp_iface_event_fd(fy_tl_iface_t *tl_iface);
 ferry_status_t fy_udp_iface_event_arm(fy_tl_iface_t *tl_iface);
 void fy_udp_iface_print(fy_tl_iface_t *tl_iface, FILE *f);
+void fy_udp_conn_print(const fy_udp_conn_t *conn, FILE *f);
+int fy_udp_stats_wanted(const fy_udp_iface_t *iface);
 
 /* udp_conn.c */
 ferry_status_t fy_udp_ep_create(fy_tl_iface_t *tl_iface, const void *dev_addr,

@@ -64,7 +64,7 @@ static ferry_status_t slot_alloc(fy_udp_iface_t *iface, fy_udp_conn_t *c)
     for (i = 1; i < iface->conn_cap; i++)
         if (iface->conns[i] == NULL)
             break;
-    if (i == iface->conn_cap) {
+    if (i >= iface->conn_cap) {
         uint32_t ncap = iface->conn_cap ? iface->conn_cap * 2 : 64;
         if (ncap > 65536)
             return FERRY_ERR_NO_RESOURCE;
@@ -477,6 +477,8 @@ void fy_udp_ep_destroy(fy_tl_ep_t *ep)
     fy_udp_conn_t *c = fy_udp_conn(ep);
     if (c == NULL || c->state == FY_UDP_CONN_CLOSED)
         return;
+    if (fy_udp_stats_wanted(c->iface))
+        fy_udp_conn_print(c, stderr);
     c->owned = 0;
     fy_udp_conn_fail(c, FERRY_ERR_CANCELED, 0);
     if (c->state != FY_UDP_CONN_CLOSED)

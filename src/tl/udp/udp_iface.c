@@ -321,10 +321,9 @@ err:
 void fy_udp_iface_close(fy_tl_iface_t *tl_iface)
 {
     fy_udp_iface_t *iface = fy_udp_iface(tl_iface);
-    const char *e = getenv("FERRY_STATS");
     if (iface == NULL)
         return;
-    if (iface->conns != NULL && (iface->opts->stats || (e != NULL && *e == '1')))
+    if (iface->conns != NULL && fy_udp_stats_wanted(iface))
         fy_udp_iface_print(tl_iface, stderr);
     fy_udp_conn_destroy_all(iface);
     fy_udp_fault_fini(iface);
@@ -460,7 +459,7 @@ ferry_status_t fy_udp_iface_event_arm(fy_tl_iface_t *tl_iface)
     return FERRY_OK;
 }
 
-static void print_conn(const fy_udp_conn_t *c, FILE *f)
+void fy_udp_conn_print(const fy_udp_conn_t *c, FILE *f)
 {
     char buf[FY_NETIF_ADDR_STRLEN];
     const ferry_ep_stats_t *s = &c->stats;
@@ -480,6 +479,12 @@ static void print_conn(const fy_udp_conn_t *c, FILE *f)
             (unsigned long long)s->drops_duplicate, (double)c->srtt / 1e3,
             (double)c->rto / 1e3, c->snd_nxt - c->snd_una, c->wnd,
             (unsigned long long)c->inflight, (unsigned long long)c->credit, c->seg_size);
+}
+
+int fy_udp_stats_wanted(const fy_udp_iface_t *iface)
+{
+    const char *e = getenv("FERRY_STATS");
+    return iface->opts->stats || (e != NULL && *e != '\0' && *e != '0' && *e != 'n');
 }
 
 void fy_udp_iface_print(fy_tl_iface_t *tl_iface, FILE *f)
@@ -508,5 +513,5 @@ void fy_udp_iface_print(fy_tl_iface_t *tl_iface, FILE *f)
                 (unsigned long long)ft->n_corrupt, (unsigned long long)ft->n_oversize);
     for (uint32_t i = 1; i < iface->conn_cap; i++)
         if (iface->conns[i] != NULL)
-            print_conn(iface->conns[i], f);
+            fy_udp_conn_print(iface->conns[i], f);
 }

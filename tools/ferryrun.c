@@ -639,6 +639,9 @@ int main(int argc, char **argv)
     sigaddset(&mask, SIGQUIT);
     sigprocmask(SIG_BLOCK, &mask, NULL);
     signal(SIGPIPE, SIG_IGN);
+    /* orphans of the job (a rank's children whose rank died) come to us to be reaped, rather
+     * than to an init that may not reap them */
+    prctl(PR_SET_CHILD_SUBREAPER, 1);
 
     epfd = epoll_create1(EPOLL_CLOEXEC);
     int sfd = signalfd(-1, &mask, SFD_NONBLOCK | SFD_CLOEXEC);

@@ -70,6 +70,7 @@ static pmi1_t *process_conn;
 static fy_boot_info_t process_info;
 static int process_users;
 static int atexit_registered;
+static void finalize_at_exit(void);
 
 /* Write the request formatted in p->out (n characters). */
 static ferry_status_t send_out(pmi1_t *p, uint64_t deadline, size_t n)

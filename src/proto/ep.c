@@ -16,6 +16,15 @@
 
 #include "proto/proto_int.h"
 
+/* Destroy a transport endpoint and count it off its interface. */
+static void fy_ep_tl_destroy(fy_tl_ep_t *te)
+{
+    fy_iface_t *fi = te->iface->params.am_arg;
+    if (fi->neps > 0)
+        fi->neps--;
+    te->iface->component->ops->ep_destroy(te);
+}
+
 ferry_status_t fy_ep_create_internal(ferry_worker_t *w, const void *addr, size_t len, int is_reply,
                                      ferry_ep_t **ep_p)
 {
@@ -28,7 +37,7 @@ ferry_status_t fy_ep_create_internal(ferry_worker_t *w, const void *addr, size_t
     st = fy_ep_connect(ep, addr, len);
     if (st != FERRY_OK) {
         for (unsigned i = 0; i < ep->ntl_eps; i++)
-            ep->tl_eps[i]->iface->component->ops->ep_destroy(ep->tl_eps[i]);
+            fy_ep_tl_destroy(ep->tl_eps[i]);
         fy_worker_ep_free(w, ep);
         return st;
     }
@@ -331,7 +340,7 @@ void fy_ep_destroy_now(ferry_ep_t *ep)
 {
     ferry_worker_t *w = ep->worker;
     for (unsigned i = 0; i < ep->ntl_eps; i++)
-        ep->tl_eps[i]->iface->component->ops->ep_destroy(ep->tl_eps[i]);
+        fy_ep_tl_destroy(ep->tl_eps[i]);
     ep->ntl_eps = 0;
     fy_wireup_forget(ep);
     if (fy_list_is_linked(&ep->pending_link))
@@ -386,8 +395,11 @@ void fy_ep_fail(ferry_ep_t *ep, ferry_status_t st)
             fy_worker_complete_later(w, op, st);
     }
     if (st != FERRY_ERR_CANCELED) {
-        fy_warn("endpoint %u to worker %016llx failed: %s", ep->id,
-                (unsigned long long)ep->remote_uuid, ferry_status_string(st));
+        /* A peer that leaves with nothing in flight (the end of a job) is news, not trouble. */
+        fy_log(ep->outstanding != 0 ? FY_LOG_WARN : FY_LOG_INFO,
+               "endpoint %u to worker %016llx failed: %s%s", ep->id,
+               (unsigned long long)ep->remote_uuid, ferry_status_string(st),
+               ep->outstanding != 0 ? " (operations in flight fail with it)" : "");
         if (ep->err_cb != NULL)
             ep->err_cb(ep->err_arg, ep, st);
     }
@@ -408,7 +420,7 @@ void fy_ep_close_now(ferry_ep_t *ep)
         fy_ep_fail(ep, FERRY_ERR_CANCELED);
     ep->state = FY_EP_CLOSED;
     for (unsigned i = 0; i < ep->ntl_eps; i++)
-        ep->tl_eps[i]->iface->component->ops->ep_destroy(ep->tl_eps[i]);
+        fy_ep_tl_destroy(ep->tl_eps[i]);
     ep->ntl_eps = 0;
     if (ep->outstanding == 0 && fy_list_is_empty(&ep->close_waiters))
         fy_ep_destroy_now(ep);

@@ -24,6 +24,10 @@
 #define FY_MAX_DEVS 8
 #define FY_MAX_IFACES 16
 #define FY_MAX_IOV 16
+/* An interface with no endpoint (it can only receive a newcomer's wireup) is polled every
+ * FY_IDLE_POLL-th progress call: a socket poll is a system call, which the shared-memory
+ * fast path must not pay on every pass. */
+#define FY_IDLE_POLL 64
 #define FY_ADDR_MAGIC 0x41575946u /* "FYWA" */
 #define FY_RKEY_MAGIC 0x4b525946u /* "FYRK" */
 #define FY_ADDR_VERSION 1
@@ -107,6 +111,7 @@ typedef struct fy_iface {
     fy_tl_iface_attr_t attr;
     int fd;
     unsigned index;
+    unsigned neps; /* transport endpoints open on it: 0 = polled only now and then */
     ferry_worker_t *worker;
 } fy_iface_t;
 
@@ -173,6 +178,8 @@ struct ferry_worker {
     fy_mpool_t ops;
     uint64_t drops_no_handler, drops_unknown_ep, drops_malformed;
     int closing; /* being destroyed: arriving messages are dropped */
+    unsigned poll_count; /* progress calls, to poll idle interfaces every FY_IDLE_POLL */
+    int poll_all;        /* poll every interface at the next progress (after a wake-up) */
     uint8_t *address;
     size_t address_len;
     /* ops waiting for a reply (emulated get/amo, flush round trips), by id */

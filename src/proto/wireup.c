@@ -173,6 +173,7 @@ static ferry_status_t lane_ep(ferry_ep_t *ep, fy_iface_t *fi, const fy_remote_if
         if (st != FERRY_OK)
             return st;
         tl_ep->owner = ep;
+        fi->neps++;
         pair_ep_idx[pair] = (int)ep->ntl_eps;
         ep->tl_eps[ep->ntl_eps++] = tl_ep;
     }

@@ -304,8 +304,11 @@ unsigned ferry_worker_progress(ferry_worker_t *w)
     if (FY_UNLIKELY(w == NULL))
         return 0;
     unsigned n = 0;
+    int all = w->poll_all || (++w->poll_count % FY_IDLE_POLL) == 0;
+    w->poll_all = 0;
     for (unsigned i = 0; i < w->nifaces; i++)
-        n += w->ifaces[i].tl->ops->iface_progress(w->ifaces[i].tl_iface);
+        if (w->ifaces[i].neps != 0 || all)
+            n += w->ifaces[i].tl->ops->iface_progress(w->ifaces[i].tl_iface);
     if (FY_UNLIKELY(!fy_list_is_empty(&w->pending_eps)))
         n += fy_worker_progress_pending(w);
     if (FY_UNLIKELY(!fy_queue_is_empty(&w->completed))) {
@@ -373,6 +376,7 @@ static void sleep_on_fd(ferry_worker_t *w, int timeout_ms)
 {
     struct epoll_event evs[8];
     int n = epoll_wait(w->epfd, evs, 8, timeout_ms);
+    w->poll_all = 1;
     for (int i = 0; i < n; i++)
         if (evs[i].data.u32 == UINT32_MAX)
             drain_sigfd(w);
@@ -408,8 +412,10 @@ ferry_status_t ferry_worker_wait(ferry_worker_t *w, int timeout_ms)
             continue;
         }
         ferry_status_t st = ferry_worker_arm(w);
-        if (st == FERRY_ERR_BUSY)
+        if (st == FERRY_ERR_BUSY) {
+            w->poll_all = 1;
             continue;
+        }
         int ms;
         if (deadline == UINT64_MAX)
             ms = -1;

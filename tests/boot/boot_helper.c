@@ -203,13 +203,22 @@ static int mode_fail(int argc, char **argv)
     const char *how = argv[1];
     fy_boot_t *b = boot_or_die();
     if (my_rank == victim) {
+        /* a grandchild in the victim's process group; it tells its pid when it runs */
+        int p[2];
+        CHECK(pipe(p) == 0, "pipe");
         pid_t g = fork();
         if (g == 0) {
-            printf("grandchild %d\n", (int)getpid());
-            fflush(stdout);
+            int me = (int)getpid();
+            ssize_t w = write(p[1], &me, sizeof(me));
+            (void)w;
             for (;;)
                 pause();
         }
+        int gpid = 0;
+        CHECK(read(p[0], &gpid, sizeof(gpid)) == (ssize_t)sizeof(gpid), "grandchild pid");
+        printf("grandchild %d\n", gpid);
+        close(p[0]);
+        close(p[1]);
     }
     printf("pid %d %d\n", my_rank, (int)getpid());
     fflush(stdout);

@@ -419,42 +419,66 @@ static void pmi1_split_values(void)
     FY_ASSERT_LE(f->longest_key, FAKE_KEYLEN - 1);
     FY_ASSERT_GE(puts_before_fence, 201 + 1334 / 63 + 2);
     fy_boot_finalize(b);
-    pthread_join(f->thread, NULL);
 }
 
-static void pmi1_local_ranks_from_mapping(void)
+/* Local rank and size of PMI_RANK=rank of size, from the fake's map (and environment). */
+static void check_local(const char *mapping, int rank, int size, int lrank, int lsize)
 {
     fake_t *f = &the_fake;
-    f->mapping = "(vector,(0,2,2))"; /* ranks 0,1 on node 0; 2,3 on node 1 */
-    fake_start(f, 3, 4);
+    f->mapping = mapping;
+    fake_start(f, rank, size);
     fy_boot_t *b;
     char msg[4096];
     FY_ASSERT_MSG(init_capture(&b, msg, sizeof(msg)) == FERRY_OK, "init: %s", msg);
-    FY_ASSERT_EQ(fy_boot_info(b)->local_rank, 1);
-    FY_ASSERT_EQ(fy_boot_info(b)->local_size, 2);
+    FY_ASSERT_EQ(fy_boot_info(b)->local_rank, lrank);
+    FY_ASSERT_EQ(fy_boot_info(b)->local_size, lsize);
     fy_boot_finalize(b);
-    pthread_join(f->thread, NULL);
+}
 
-    memset(f, 0, sizeof(*f));
-    f->mapping = "(vector,(0,2,1))"; /* round robin over 2 nodes: 5 ranks, 0 2 4 | 1 3 */
-    fake_start(f, 4, 5);
-    FY_ASSERT_OK(init_capture(&b, msg, sizeof(msg)));
-    FY_ASSERT_EQ(fy_boot_info(b)->local_rank, 2);
-    FY_ASSERT_EQ(fy_boot_info(b)->local_size, 3);
-    fy_boot_finalize(b);
-    pthread_join(f->thread, NULL);
+/* ranks 0,1 on node 0; 2,3 on node 1 */
+static void pmi1_local_ranks_block(void) { check_local("(vector,(0,2,2))", 3, 4, 1, 2); }
 
-    /* hydra's own variables win over the map */
-    memset(f, 0, sizeof(*f));
-    f->mapping = "(vector,(0,2,1))";
-    fake_start(f, 4, 5);
+/* round robin over 2 nodes, repeated: 5 ranks, 0 2 4 | 1 3 */
+static void pmi1_local_ranks_cyclic(void) { check_local("(vector,(0,2,1))", 4, 5, 2, 3); }
+
+/* hydra's own variables win over the map */
+static void pmi1_local_ranks_env(void)
+{
     setenv("MPI_LOCALRANKID", "0", 1);
     setenv("MPI_LOCALNRANKS", "1", 1);
-    FY_ASSERT_OK(init_capture(&b, msg, sizeof(msg)));
+    the_fake.mapping = "(vector,(0,2,1))";
+    fake_start(&the_fake, 4, 5); /* cleans the environment: set the variables again */
+    setenv("MPI_LOCALRANKID", "0", 1);
+    setenv("MPI_LOCALNRANKS", "1", 1);
+    fy_boot_t *b;
+    char msg[4096];
+    FY_ASSERT_MSG(init_capture(&b, msg, sizeof(msg)) == FERRY_OK, "init: %s", msg);
     FY_ASSERT_EQ(fy_boot_info(b)->local_rank, 0);
     FY_ASSERT_EQ(fy_boot_info(b)->local_size, 1);
     fy_boot_finalize(b);
-    pthread_join(f->thread, NULL);
+}
+
+/* A second init in the process (a world created again) reuses the one PMI-1 connection. */
+static void pmi1_init_twice(void)
+{
+    the_fake.mapping = "(vector,(0,1,1))";
+    fake_start(&the_fake, 0, 1);
+    fy_boot_t *b, *c;
+    char msg[4096];
+    FY_ASSERT_OK(init_capture(&b, msg, sizeof(msg)));
+    int x = 5;
+    FY_ASSERT_OK(fy_boot_put(b, "x", &x, sizeof(x)));
+    FY_ASSERT_OK(fy_boot_fence(b));
+    fy_boot_finalize(b);
+    FY_ASSERT_OK(init_capture(&c, msg, sizeof(msg)));
+    FY_ASSERT_STR_EQ(fy_boot_info(c)->backend, "pmi1");
+    x = 6;
+    FY_ASSERT_OK(fy_boot_put(c, "x", &x, sizeof(x)));
+    FY_ASSERT_OK(fy_boot_fence(c));
+    size_t len = sizeof(x);
+    FY_ASSERT_OK(fy_boot_get(c, 0, "x", &x, &len));
+    FY_ASSERT_EQ(x, 6);
+    fy_boot_finalize(c);
 }
 
 static void pmi1_fence_timeout(void)
@@ -483,8 +507,6 @@ static void pmi1_fence_timeout(void)
                       NULL,
                   "message: %s", msg);
     fy_boot_finalize(b);
-    close(f->fd);
-    pthread_join(f->thread, NULL);
 }
 
 static void pmi1_server_goes_away(void)
@@ -517,5 +539,7 @@ FYTEST_MAIN(FYTEST_CASE(builtin_rank_garbled), FYTEST_CASE(builtin_size_garbled)
             FYTEST_CASE(builtin_addr_garbled), FYTEST_CASE(forced_backend_missing_env),
             FYTEST_CASE(pmi1_env_garbled), FYTEST_CASE(singleton_backend),
             FYTEST_CASE(base64_round_trip), FYTEST_CASE(pmi1_split_values),
-            FYTEST_CASE(pmi1_local_ranks_from_mapping), FYTEST_CASE(pmi1_fence_timeout),
+            FYTEST_CASE(pmi1_local_ranks_block), FYTEST_CASE(pmi1_local_ranks_cyclic),
+            FYTEST_CASE(pmi1_local_ranks_env), FYTEST_CASE(pmi1_init_twice),
+            FYTEST_CASE(pmi1_fence_timeout),
             FYTEST_CASE(pmi1_server_goes_away))

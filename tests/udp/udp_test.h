@@ -44,7 +44,7 @@ typedef struct ut_addr {
     uint8_t bytes[UT_ADDR_MAX];
 } ut_addr_t;
 
-static void ut_err_cb(void *arg, fy_tl_ep_t *ep, ferry_status_t status)
+static inline void ut_err_cb(void *arg, fy_tl_ep_t *ep, ferry_status_t status)
 {
     ut_node_t *n = arg;
     n->failed = 1;
@@ -183,7 +183,7 @@ typedef struct ut_rx {
 } ut_rx_t;
 
 /* The receiver's AM handler for id 1: check number, length and content. */
-static void ut_rx_check(ut_rx_t *rx, const void *data, size_t len)
+static inline void ut_rx_check(ut_rx_t *rx, const void *data, size_t len)
 {
     uint32_t meta[3];
     if (rx->bad)

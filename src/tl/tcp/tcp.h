@@ -236,8 +236,9 @@ typedef struct fy_tcp_tx {
     uint8_t pool;             /* 0 malloc, 1 desc pool, 2 copy pool */
     uint8_t queued;           /* in a queue (counted in q_ops / q_bytes) */
     uint8_t started;          /* some bytes written */
+    uint8_t zc;               /* iov points into the caller's memory */
     uint8_t hdr[FY_TCP_HDR_MAX];
-    struct iovec iov[FY_TCP_MAX_IOV + 1];
+    struct iovec iov[FY_TCP_MAX_IOV + 2]; /* header, copy part, caller's iov */
     char data[];              /* copies */
 } fy_tcp_tx_t;
 

@@ -229,14 +229,7 @@ static fy_tcp_tx_t *make_tx(fy_tcp_iface_t *iface, const fy_tcp_msg_t *m, size_t
         tx = tx_alloc(iface, rest);
         if (tx == NULL)
             return NULL;
-        /* header and copy part are contiguous in the message's view: gather both */
-        if (skip < m->hdr_len) {
-            memcpy(tx->data, (const char *)m->hdr + skip, m->hdr_len - skip);
-            gather_from(NULL, 0, m->copy, m->copy_cnt, 0, tx->data + m->hdr_len - skip,
-                        m->copy_len);
-        } else {
-            gather_from(NULL, 0, m->copy, m->copy_cnt, skip - m->hdr_len, tx->data, rest);
-        }
+        gather_from(m->hdr, m->hdr_len, m->copy, m->copy_cnt, skip, tx->data, rest);
         tx->iov[0].iov_base = tx->data;
         tx->iov[0].iov_len = rest;
         tx->iovcnt = 1;
@@ -247,6 +240,7 @@ static fy_tcp_tx_t *make_tx(fy_tcp_iface_t *iface, const fy_tcp_msg_t *m, size_t
     tx = tx_alloc(iface, m->copy_len);
     if (tx == NULL)
         return NULL;
+    tx->zc = 1;
     memcpy(tx->hdr, m->hdr, m->hdr_len);
     tx->iov[0].iov_base = tx->hdr;
     tx->iov[0].iov_len = m->hdr_len;
@@ -370,6 +364,7 @@ static ferry_status_t send_striped(fy_tcp_peer_t *p, fy_tcp_ep_t *ep, const fy_t
                 tx_free(iface, tx[j]);
             return FERRY_ERR_NO_MEMORY;
         }
+        tx[i]->zc = 1;
     }
     uint32_t seq = p->tx_seq++;
     /* piece 0: header + stripe ext, the copy part, zc [0, plen0) */
@@ -486,9 +481,7 @@ static void orphan_queue(fy_tcp_iface_t *iface, fy_list_t *q, fy_tcp_ep_t *ep)
         fy_tcp_tx_t *l = tx->leader != NULL ? tx->leader : tx;
         if (tx->ep != ep && l->ep != ep)
             continue;
-        int user_mem = tx->iovcnt > 1 || (tx->iovcnt == 1 && tx->iov[0].iov_base != tx->data &&
-                                          tx->iov[0].iov_base != (void *)tx->hdr);
-        if (user_mem && tx->left != 0) {
+        if (tx->zc && tx->left != 0) {
             char *copy = malloc(tx->left);
             if (copy != NULL) {
                 size_t o = 0;
@@ -502,6 +495,7 @@ static void orphan_queue(fy_tcp_iface_t *iface, fy_list_t *q, fy_tcp_ep_t *ep)
                 tx->iov[0].iov_len = tx->left;
                 tx->iovidx = 0;
                 tx->iovcnt = 1;
+                tx->zc = 0;
             } else {
                 fy_error("tcp: out of memory orphaning a send: the connection is dropped");
                 fy_tcp_peer_fail(ep->peer, FERRY_ERR_NO_MEMORY, "out of memory");

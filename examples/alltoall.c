@@ -6,6 +6,8 @@
  *   mpiexec.hydra -np 3 ./alltoall
  *   mpirun --oversubscribe -np 4 ./alltoall
  *   ./alltoall                       (a singleton: it talks to itself)
+ *   ferryrun -n 64 ./alltoall --join-only   (join the world, one barrier, leave: what
+ *                                            bench/launch.sh times)
  *
  * Each message carries a header (sender, receiver, sequence number, size) and a payload whose
  * every byte is a function of those four and its offset, in sizes from 0 B to 64 KiB.  A
@@ -21,8 +23,8 @@
 #include <string.h>
 #include <time.h>
 
-#define AM_DATA 7
-#define AM_VERDICT 8
+#define AM_DATA      7
+#define AM_VERDICT   8
 #define WAIT_LIMIT_S 60.0
 
 static const size_t sizes[] = {0, 1, 8, 100, 1000, 4096, 65536};
@@ -77,8 +79,9 @@ static ferry_status_t on_data(void *arg, const void *header, size_t header_len, 
     const uint8_t *p = data;
     for (size_t i = 0; i < data_len; i++) {
         if (p[i] != pattern(h.src, h.dst, h.seq, i)) {
-            fprintf(stderr, "rank %d: from rank %u, message %u (%u B): byte %zu is 0x%02x, "
-                            "expected 0x%02x\n",
+            fprintf(stderr,
+                    "rank %d: from rank %u, message %u (%u B): byte %zu is 0x%02x, "
+                    "expected 0x%02x\n",
                     s->rank, h.src, h.seq, h.size, i, p[i], pattern(h.src, h.dst, h.seq, i));
             s->errors++;
             return FERRY_OK;
@@ -88,8 +91,8 @@ static ferry_status_t on_data(void *arg, const void *header, size_t header_len, 
     return FERRY_OK;
 }
 
-static ferry_status_t on_verdict(void *arg, const void *header, size_t header_len,
-                                 const void *data, size_t data_len, ferry_ep_t *reply_ep)
+static ferry_status_t on_verdict(void *arg, const void *header, size_t header_len, const void *data,
+                                 size_t data_len, ferry_ep_t *reply_ep)
 {
     state_t *s = arg;
     verdict_t v;
@@ -109,8 +112,8 @@ static ferry_status_t on_verdict(void *arg, const void *header, size_t header_le
 }
 
 /* Send, progressing while the transport pushes back. */
-static ferry_status_t send_am(ferry_worker_t *worker, ferry_ep_t *ep, unsigned id,
-                              const void *hdr, size_t hlen, const void *data, size_t len)
+static ferry_status_t send_am(ferry_worker_t *worker, ferry_ep_t *ep, unsigned id, const void *hdr,
+                              size_t hlen, const void *data, size_t len)
 {
     for (;;) {
         ferry_status_t st = ferry_am_send(ep, id, hdr, hlen, data, len, NULL);
@@ -134,8 +137,9 @@ static int wait_for(ferry_worker_t *worker, const unsigned *counter, unsigned ta
     return 0;
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+    int join_only = argc > 1 && strcmp(argv[1], "--join-only") == 0;
     ferry_context_t *ctx = NULL;
     ferry_worker_t *worker = NULL;
     ferry_world_t *world = NULL;
@@ -144,8 +148,8 @@ int main(void)
     memset(&s, 0, sizeof(s));
     int ok = 0;
 
-    ferry_context_params_t cp = {.field_mask = FERRY_CONTEXT_FIELD_FEATURES |
-                                               FERRY_CONTEXT_FIELD_NAME,
+    ferry_context_params_t cp = {.field_mask =
+                                     FERRY_CONTEXT_FIELD_FEATURES | FERRY_CONTEXT_FIELD_NAME,
                                  .features = FERRY_FEATURE_AM,
                                  .name = "alltoall"};
     ferry_status_t st = ferry_context_create(&cp, &ctx);
@@ -171,6 +175,14 @@ int main(void)
     st = ferry_world_barrier(world);
     if (st != FERRY_OK) {
         fprintf(stderr, "rank %d: barrier failed: %s\n", s.rank, ferry_status_string(st));
+        goto out;
+    }
+
+    if (join_only) {
+        if (s.rank == 0)
+            printf("alltoall: %d rank%s (%s) joined\n", s.size, s.size == 1 ? "" : "s",
+                   ferry_world_backend(world));
+        ok = 1;
         goto out;
     }
 
@@ -216,8 +228,8 @@ int main(void)
             fprintf(stderr, "rank %d: cannot report to rank 0: %s\n", s.rank,
                     ferry_status_string(st));
     } else if (wait_for(worker, &s.verdicts, (unsigned)s.size - 1) != 0) {
-        fprintf(stderr, "rank 0: %u of %d ranks reported within %.0f s\n", s.verdicts,
-                s.size - 1, WAIT_LIMIT_S);
+        fprintf(stderr, "rank 0: %u of %d ranks reported within %.0f s\n", s.verdicts, s.size - 1,
+                WAIT_LIMIT_S);
         s.verdict_ranks_bad += (unsigned)s.size - 1 - s.verdicts;
     }
     /* nobody leaves while another still needs it */

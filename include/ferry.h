@@ -423,6 +423,9 @@ FERRY_API ferry_status_t ferry_atomic(ferry_ep_t *ep, ferry_atomic_op_t op, size
  * FERRY_BOOT=builtin|pmix|pmi1|singleton forces a backend.  Collective: every rank calls it.
  */
 FERRY_API ferry_status_t ferry_world_create(ferry_worker_t *worker, ferry_world_t **world_p);
+/** Leave the job: collective (every rank calls it; it ends with a barrier), so that no rank
+ *  sees another's normal exit as a failure.  Closes the world's endpoints.  One world per
+ *  worker. */
 FERRY_API void ferry_world_destroy(ferry_world_t *world);
 FERRY_API int ferry_world_rank(const ferry_world_t *world);
 FERRY_API int ferry_world_size(const ferry_world_t *world);

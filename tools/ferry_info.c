@@ -64,7 +64,7 @@ static void usage(FILE *f)
 
 static void print_size(const char *name, size_t v)
 {
-    if (v == SIZE_MAX)
+    if (v >= ((size_t)1 << 40)) /* a transport's "no limit" (SIZE_MAX, SSIZE_MAX, 1 TiB) */
         printf("    %-16s unlimited\n", name);
     else if (v >= (1u << 20) && v % 1024 == 0)
         printf("    %-16s %zu (%.1f MiB)\n", name, v, (double)v / (1u << 20));

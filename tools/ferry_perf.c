@@ -1071,6 +1071,7 @@ int main(int argc, char **argv)
     out.fmt = opts.fmt;
     out.f = stdout;
     out.check = opts.check;
+    out.demo = opts.demo;
     out.tls = getenv("FERRY_TLS") ? getenv("FERRY_TLS") : "(default)";
     out.mode = "";
 

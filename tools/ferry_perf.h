@@ -186,6 +186,7 @@ typedef struct perf_out {
     unsigned nresults;
     const char *mode, *tls;
     int check;
+    int demo; /* a few words for newcomers around the table */
 } perf_out_t;
 
 void perf_out_begin(perf_out_t *o);

@@ -158,6 +158,13 @@ void perf_out_begin(perf_out_t *o)
         fprintf(o->f, "# ferry_perf %s   %s   FERRY_TLS=%s%s\n", ferry_version(), o->mode, o->tls,
                 o->check ? "   (checked: every payload verified; timings include the checks)"
                          : "");
+        if (o->demo)
+            fprintf(o->f,
+                    "# Two processes: one measures, the other answers; both busy-poll.\n"
+                    "#   am_lat  how long one message takes to arrive: one-way, in microseconds\n"
+                    "#           (the median of all round trips / 2; lower is better)\n"
+                    "#   am_bw   how fast a stream of messages flows: MB/s = 10^6 bytes/s, and\n"
+                    "#           messages/s (a window of messages in flight; higher is better)\n");
     }
     fflush(o->f);
 }
@@ -249,5 +256,8 @@ void perf_out_end(perf_out_t *o, int errors)
         fprintf(o->f, "\n],\"verification_errors\":%d}\n", errors);
     else if (o->fmt == PERF_FMT_TABLE && o->check)
         fprintf(o->f, "#\n# verification: %s (%d errors)\n", errors ? "FAILED" : "passed", errors);
+    if (o->fmt == PERF_FMT_TABLE && o->demo)
+        fprintf(o->f, "#\n# More: ferry_perf -h (tests: am_rate, put/get, atomics, ...), FERRY_TLS=tcp or\n"
+                      "# udp to change transport, -f csv|json, docs/perf.md; ferry_info for the host.\n");
     fflush(o->f);
 }

@@ -45,15 +45,15 @@
 #include "ferry.h"
 #include "ferryrun.h"
 
-#define MAX_RANKS 65536
-#define KILL_GRACE_MS 500 /* SIGTERM, then SIGKILL this much later */
-#define LINE_MAX_HELD (64 * 1024) /* a longer "line" is forwarded in pieces */
+#define MAX_RANKS      65536
+#define KILL_GRACE_MS  500         /* SIGTERM, then SIGKILL this much later */
+#define LINE_MAX_HELD  (64 * 1024) /* a longer "line" is forwarded in pieces */
 #define STATUS_TIMEOUT 124
 
 extern char **environ;
 
 typedef struct stream {
-    int fd;  /* read end of the rank's pipe, -1 once closed */
+    int fd;   /* read end of the rank's pipe, -1 once closed */
     int dest; /* 1 or 2 */
     int at_line_start;
     char *buf;
@@ -79,10 +79,10 @@ static opts_t opt;
 static rank_proc_t *ranks;
 static int nalive;
 static int epfd = -1;
-static int exit_status;       /* the first failure's status; 0 while all is well */
-static int aborting;          /* ending the job: no more failure reports */
-static uint64_t kill_at_ns;   /* when to send SIGKILL (0 = not planned) */
-static char *scratch;         /* output assembly */
+static int exit_status;     /* the first failure's status; 0 while all is well */
+static int aborting;        /* ending the job: no more failure reports */
+static uint64_t kill_at_ns; /* when to send SIGKILL (0 = not planned) */
+static char *scratch;       /* output assembly */
 static size_t scratch_cap;
 
 static uint64_t now_ns(void)
@@ -134,9 +134,9 @@ static void usage(FILE *f)
 static int parse_args(int argc, char **argv)
 {
     static const struct option longopts[] = {
-        {"np", required_argument, NULL, 'n'},   {"timeout", required_argument, NULL, 't'},
-        {"prefix", no_argument, NULL, 'p'},     {"env", required_argument, NULL, 'e'},
-        {"help", no_argument, NULL, 'h'},       {NULL, 0, NULL, 0},
+        {"np", required_argument, NULL, 'n'}, {"timeout", required_argument, NULL, 't'},
+        {"prefix", no_argument, NULL, 'p'},   {"env", required_argument, NULL, 'e'},
+        {"help", no_argument, NULL, 'h'},     {NULL, 0, NULL, 0},
     };
     opt.n = 0;
     int c;
@@ -165,7 +165,9 @@ static int parse_args(int argc, char **argv)
             opt.timeout_s = t;
             break;
         }
-        case 'p': opt.prefix = 1; break;
+        case 'p':
+            opt.prefix = 1;
+            break;
         case 'e': {
             const char *eq = strchr(optarg, '=');
             if (eq == NULL || eq == optarg) {
@@ -179,8 +181,12 @@ static int parse_args(int argc, char **argv)
             opt.envs[opt.nenvs++] = optarg;
             break;
         }
-        case 'h': usage(stdout); exit(0);
-        default: usage(stderr); return -1;
+        case 'h':
+            usage(stdout);
+            exit(0);
+        default:
+            usage(stderr);
+            return -1;
         }
     }
     if (opt.n == 0) {
@@ -481,8 +487,7 @@ static int spawn_ranks(const char *addr, const char *job_key)
         snprintf(e_rank, sizeof(e_rank), "FERRY_RANK=%d", r);
         snprintf(e_lrank, sizeof(e_lrank), "FERRY_LOCAL_RANK=%d", r);
         int po[2], pe[2], px[2];
-        if (pipe2(po, O_CLOEXEC) != 0 || pipe2(pe, O_CLOEXEC) != 0 ||
-            pipe2(px, O_CLOEXEC) != 0) {
+        if (pipe2(po, O_CLOEXEC) != 0 || pipe2(pe, O_CLOEXEC) != 0 || pipe2(px, O_CLOEXEC) != 0) {
             say("cannot create pipes for rank %d: %s (raise the limit of open files?)", r,
                 strerror(errno));
             rc = -1;
@@ -490,12 +495,12 @@ static int spawn_ranks(const char *addr, const char *job_key)
         }
         fflush(NULL);
         pid_t pid = fork();
+        int err = pid < 0 ? errno : 0;
         if (pid == 0)
             child_exec(po[1], pe[1], px[1], self, env);
         close(po[1]);
         close(pe[1]);
         close(px[1]);
-        int err = pid < 0 ? errno : 0;
         if (pid > 0) {
             /* end of file: exec succeeded; an int: why it did not */
             ssize_t n;
@@ -684,10 +689,18 @@ int main(int argc, char **argv)
             uint64_t d = evs[i].data.u64;
             uint32_t idx = FY_RUN_EV_IDX(d);
             switch (FY_RUN_EV_KIND(d)) {
-            case FY_RUN_EV_SIGNAL: on_signal(sfd, srv); break;
-            case FY_RUN_EV_STDOUT: stream_read((int)idx, &ranks[idx].out); break;
-            case FY_RUN_EV_STDERR: stream_read((int)idx, &ranks[idx].err); break;
-            default: fy_run_server_event(srv, d, evs[i].events); break;
+            case FY_RUN_EV_SIGNAL:
+                on_signal(sfd, srv);
+                break;
+            case FY_RUN_EV_STDOUT:
+                stream_read((int)idx, &ranks[idx].out);
+                break;
+            case FY_RUN_EV_STDERR:
+                stream_read((int)idx, &ranks[idx].err);
+                break;
+            default:
+                fy_run_server_event(srv, d, evs[i].events);
+                break;
             }
         }
         now = now_ns();

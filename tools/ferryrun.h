@@ -18,8 +18,8 @@ enum fy_run_ev_kind {
 };
 
 #define FY_RUN_EV(kind, idx) (((uint64_t)(kind) << 32) | (uint32_t)(idx))
-#define FY_RUN_EV_KIND(u) ((unsigned)((u) >> 32))
-#define FY_RUN_EV_IDX(u) ((uint32_t)(u))
+#define FY_RUN_EV_KIND(u)    ((unsigned)((u) >> 32))
+#define FY_RUN_EV_IDX(u)     ((uint32_t)(u))
 
 typedef struct fy_run_server fy_run_server_t;
 

@@ -119,11 +119,10 @@ static int conn_flush(fy_run_server_t *s, uint32_t slot)
     return 0;
 }
 
-static void send_error(fy_run_server_t *s, uint32_t slot, ferry_status_t st, const char *fmt,
-                       ...) __attribute__((format(printf, 4, 5)));
+static void send_error(fy_run_server_t *s, uint32_t slot, ferry_status_t st, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
 
-static void send_error(fy_run_server_t *s, uint32_t slot, ferry_status_t st, const char *fmt,
-                       ...)
+static void send_error(fy_run_server_t *s, uint32_t slot, ferry_status_t st, const char *fmt, ...)
 {
     char text[512];
     va_list ap;
@@ -147,8 +146,8 @@ static void protocol_error(fy_run_server_t *s, uint32_t slot, const char *what)
 {
     conn_t *c = s->conns[slot];
     send_error(s, slot, FERRY_ERR_PROTOCOL, "ferryrun: protocol error from %s%d: %s",
-               c->rank >= 0 ? "rank " : "an unidentified client, fd ", c->rank >= 0 ? c->rank : c->fd,
-               what);
+               c->rank >= 0 ? "rank " : "an unidentified client, fd ",
+               c->rank >= 0 ? c->rank : c->fd, what);
     c->closing = 1;
 }
 
@@ -257,8 +256,8 @@ static void on_hello(fy_run_server_t *s, uint32_t slot, fy_wire_rd_t *rd)
     rank_state_t *r = &s->ranks[rank];
     if (r->state == FY_WIRE_RANK_CONNECTED) {
         send_error(s, slot, FERRY_ERR_BOOTSTRAP,
-                   "rank %u is connected already (pid %d): two processes claim the same rank",
-                   rank, r->pid);
+                   "rank %u is connected already (pid %d): two processes claim the same rank", rank,
+                   r->pid);
         return;
     }
     if (r->state == FY_WIRE_RANK_GONE) {
@@ -337,8 +336,7 @@ static void on_fence(fy_run_server_t *s, uint32_t slot, fy_wire_rd_t *rd)
         if (s->ranks[o].state == FY_WIRE_RANK_GONE && !s->ranks[o].in_fence) {
             char why[200];
             describe_gone(&s->ranks[o], o, why, sizeof(why));
-            send_error(s, slot, FERRY_ERR_BOOTSTRAP, "fence %u cannot complete: %s", s->epoch,
-                       why);
+            send_error(s, slot, FERRY_ERR_BOOTSTRAP, "fence %u cannot complete: %s", s->epoch, why);
             return;
         }
     }
@@ -444,12 +442,24 @@ static int conn_dispatch(fy_run_server_t *s, uint32_t slot)
             else
                 on_hello(s, slot, &rd);
             break;
-        case FY_WIRE_PUT: on_put(s, slot, &rd); break;
-        case FY_WIRE_FENCE: on_fence(s, slot, &rd); break;
-        case FY_WIRE_GET: on_get(s, slot, &rd); break;
-        case FY_WIRE_STATUS: on_status(s, slot); break;
-        case FY_WIRE_FINALIZE: on_finalize(s, slot); break;
-        default: protocol_error(s, slot, "unknown message type"); break;
+        case FY_WIRE_PUT:
+            on_put(s, slot, &rd);
+            break;
+        case FY_WIRE_FENCE:
+            on_fence(s, slot, &rd);
+            break;
+        case FY_WIRE_GET:
+            on_get(s, slot, &rd);
+            break;
+        case FY_WIRE_STATUS:
+            on_status(s, slot);
+            break;
+        case FY_WIRE_FINALIZE:
+            on_finalize(s, slot);
+            break;
+        default:
+            protocol_error(s, slot, "unknown message type");
+            break;
         }
         /* a fence completion may have flushed (and closed) this very connection */
         if (s->conns[slot] == NULL)
@@ -498,8 +508,7 @@ static void on_accept(fy_run_server_t *s)
             if (errno == EINTR || errno == ECONNABORTED)
                 continue;
             if (errno != EAGAIN && errno != EWOULDBLOCK)
-                fprintf(stderr, "ferryrun: accept on the bootstrap socket: %s\n",
-                        strerror(errno));
+                fprintf(stderr, "ferryrun: accept on the bootstrap socket: %s\n", strerror(errno));
             return;
         }
         int one = 1;
@@ -522,8 +531,7 @@ static void on_accept(fy_run_server_t *s)
         c->fd = fd;
         c->rank = -1;
         s->conns[slot] = c;
-        struct epoll_event ev = {.events = EPOLLIN,
-                                 .data.u64 = FY_RUN_EV(FY_RUN_EV_CONN, slot)};
+        struct epoll_event ev = {.events = EPOLLIN, .data.u64 = FY_RUN_EV(FY_RUN_EV_CONN, slot)};
         if (epoll_ctl(s->epfd, EPOLL_CTL_ADD, fd, &ev) != 0) {
             fprintf(stderr, "ferryrun: epoll_ctl: %s\n", strerror(errno));
             conn_close(s, (uint32_t)slot);

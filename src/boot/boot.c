@@ -129,11 +129,20 @@ ferry_status_t fy_boot_init(fy_boot_t **boot_p)
     return FERRY_OK;
 }
 
-const fy_boot_info_t *fy_boot_info(const fy_boot_t *boot) { return &boot->info; }
+const fy_boot_info_t *fy_boot_info(const fy_boot_t *boot)
+{
+    return &boot->info;
+}
 
-size_t fy_boot_value_limit(const fy_boot_t *boot) { return boot->value_limit; }
+size_t fy_boot_value_limit(const fy_boot_t *boot)
+{
+    return boot->value_limit;
+}
 
-uint64_t fy_boot_timeout_ns(const fy_boot_t *boot) { return boot->timeout_ns; }
+uint64_t fy_boot_timeout_ns(const fy_boot_t *boot)
+{
+    return boot->timeout_ns;
+}
 
 static int key_ok(const char *key)
 {
@@ -215,8 +224,8 @@ ferry_status_t fy_boot_env_int(const char *name, long min, long max, const char 
         return FERRY_ERR_BOOTSTRAP;
     }
     if (x < min || x > max) {
-        fy_error("%s=%ld is out of range: expected %ld..%ld (it is set by %s)", name, x, min,
-                 max, who);
+        fy_error("%s=%ld is out of range: expected %ld..%ld (it is set by %s)", name, x, min, max,
+                 who);
         return FERRY_ERR_BOOTSTRAP;
     }
     *out = x;

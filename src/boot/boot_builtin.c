@@ -31,16 +31,16 @@
 #include "util/clock.h"
 #include "util/log.h"
 
-#define WHO "ferryrun"
+#define WHO            "ferryrun"
 #define STATUS_WAIT_NS (2 * FY_NSEC_PER_SEC) /* how long to wait for the list of missing ranks */
-#define MAX_SIZE (1L << 24)
+#define MAX_SIZE       (1L << 24)
 
 typedef struct builtin {
     int fd;
-    int broken;      /* the stream is out of step: refuse further requests */
-    uint32_t epoch;  /* the number of the next fence */
-    char addr[128];  /* FERRY_BOOT_ADDR, for messages */
-    uint8_t *rbuf;   /* received bytes */
+    int broken;               /* the stream is out of step: refuse further requests */
+    uint32_t epoch;           /* the number of the next fence */
+    char addr[128];           /* FERRY_BOOT_ADDR, for messages */
+    uint8_t *rbuf;            /* received bytes */
     size_t rlen, rcap, rdone; /* bytes held, capacity, bytes of messages already consumed */
 } builtin_t;
 
@@ -213,7 +213,8 @@ static ferry_status_t parse_addr(const char *addr, struct sockaddr_storage *ss, 
     int rc = getaddrinfo(host, colon + 1, &hints, &ai);
     if (rc != 0 || ai == NULL) {
         fy_error("FERRY_BOOT_ADDR=\"%s\": cannot resolve host \"%s\": %s (it is set by "
-                 "ferryrun)", addr, host, gai_strerror(rc));
+                 "ferryrun)",
+                 addr, host, gai_strerror(rc));
         return FERRY_ERR_BOOTSTRAP;
     }
     memcpy(ss, ai->ai_addr, ai->ai_addrlen);
@@ -243,7 +244,8 @@ static ferry_status_t connect_server(builtin_t *b, uint64_t deadline)
         return FERRY_OK;
     if (errno != EINPROGRESS) {
         fy_error("cannot connect to ferryrun at %s (FERRY_BOOT_ADDR): %s; is ferryrun still "
-                 "running?", b->addr, strerror(errno));
+                 "running?",
+                 b->addr, strerror(errno));
         return FERRY_ERR_BOOTSTRAP;
     }
     struct pollfd pfd = {.fd = b->fd, .events = POLLOUT};
@@ -260,7 +262,8 @@ static ferry_status_t connect_server(builtin_t *b, uint64_t deadline)
         err = errno;
     if (err != 0) {
         fy_error("cannot connect to ferryrun at %s (FERRY_BOOT_ADDR): %s; is ferryrun still "
-                 "running?", b->addr, strerror(err));
+                 "running?",
+                 b->addr, strerror(err));
         return r == 0 ? FERRY_ERR_TIMED_OUT : FERRY_ERR_BOOTSTRAP;
     }
     return FERRY_OK;
@@ -357,7 +360,8 @@ static ferry_status_t builtin_init(fy_boot_t *boot)
     b->epoch = fy_wire_rd_u32(&r.body);
     if (r.body.bad || version != FY_WIRE_VERSION || ssize != (uint32_t)size) {
         fy_error("ferryrun at %s answered with version %u and job size %u; expected version %u "
-                 "and size %ld", b->addr, version, ssize, FY_WIRE_VERSION, size);
+                 "and size %ld",
+                 b->addr, version, ssize, FY_WIRE_VERSION, size);
         st = FERRY_ERR_PROTOCOL;
         goto fail;
     }
@@ -521,7 +525,8 @@ static ferry_status_t builtin_get(fy_boot_t *boot, int rank, const char *key, vo
     st = recv_msg(b, deadline, &r);
     if (st == FERRY_ERR_TIMED_OUT) {
         fy_error("bootstrap get of rank %d's \"%s\": ferryrun did not answer within "
-                 "FERRY_BOOT_TIMEOUT", rank, key);
+                 "FERRY_BOOT_TIMEOUT",
+                 rank, key);
         b->broken = 1;
     }
     if (st != FERRY_OK)

@@ -39,9 +39,9 @@ typedef struct fy_boot_ops {
 struct fy_boot {
     const fy_boot_ops_t *ops;
     fy_boot_info_t info;
-    uint64_t timeout_ns;  /* FERRY_BOOT_TIMEOUT */
-    size_t value_limit;   /* largest value stored under one launcher key (0 = none) */
-    void *priv;           /* the backend's state */
+    uint64_t timeout_ns; /* FERRY_BOOT_TIMEOUT */
+    size_t value_limit;  /* largest value stored under one launcher key (0 = none) */
+    void *priv;          /* the backend's state */
 };
 
 extern const fy_boot_ops_t fy_boot_singleton_ops;
@@ -95,7 +95,10 @@ ferry_status_t fy_boot_kv_copy_out(const fy_boot_kv_entry_t *e, void *buf, size_
  * Base64 with the URL alphabet (A-Z a-z 0-9 - _) and no padding: every character is safe in
  * a PMI-1 "key=value" token (no space, no '=').  n input bytes take fy_b64_len(n) chars.
  */
-static inline size_t fy_b64_len(size_t n) { return (n / 3) * 4 + (n % 3 ? n % 3 + 1 : 0); }
+static inline size_t fy_b64_len(size_t n)
+{
+    return (n / 3) * 4 + (n % 3 ? n % 3 + 1 : 0);
+}
 /* Encode n bytes to out (fy_b64_len(n) chars, no terminator). */
 void fy_b64_encode(const void *in, size_t n, char *out);
 /* Decode n chars; returns the byte count, or -1 on a character outside the alphabet or a

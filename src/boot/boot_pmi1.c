@@ -40,10 +40,10 @@
 #include "util/clock.h"
 #include "util/log.h"
 
-#define WHO "the PMI-1 launcher (mpiexec.hydra)"
-#define MIN_KEYLEN 40    /* "fy:" + rank + ":#" + 16 hex digits + ":" + chunk, with room */
-#define MIN_VALLEN 64
-#define MAX_VALUE (256u << 20)
+#define WHO              "the PMI-1 launcher (mpiexec.hydra)"
+#define MIN_KEYLEN       40 /* "fy:" + rank + ":#" + 16 hex digits + ":" + chunk, with room */
+#define MIN_VALLEN       64
+#define MAX_VALUE        (256u << 20)
 #define FINALIZE_WAIT_NS (5 * FY_NSEC_PER_SEC)
 
 typedef struct pmi1 {
@@ -51,9 +51,9 @@ typedef struct pmi1 {
     int broken;
     size_t keylen_max, vallen_max, kvsname_max;
     char kvs[256];
-    char *out;  /* the request being sent */
+    char *out; /* the request being sent */
     size_t out_cap;
-    char *in;   /* received bytes; a line is returned NUL-terminated in place */
+    char *in; /* received bytes; a line is returned NUL-terminated in place */
     size_t in_len, in_cap, in_done;
 } pmi1_t;
 
@@ -239,8 +239,7 @@ static ferry_status_t command(pmi1_t *p, uint64_t deadline, const char *reply, c
     if (st != FERRY_OK)
         return st;
     if (!field_is(*line, "cmd", reply)) {
-        fy_error("the PMI-1 server answered \"%.200s\" to %s (expected cmd=%s)", *line, req,
-                 reply);
+        fy_error("the PMI-1 server answered \"%.200s\" to %s (expected cmd=%s)", *line, req, reply);
         p->broken = 1;
         return FERRY_ERR_PROTOCOL;
     }
@@ -270,9 +269,9 @@ static ferry_status_t put_raw(fy_boot_t *boot, pmi1_t *p, const char *lkey, cons
                               size_t vlen)
 {
     char *line;
-    ferry_status_t st = command(p, deadline_of(boot), "put_result", &line,
-                                "cmd=put kvsname=%s key=%s value=%.*s\n", p->kvs, lkey,
-                                (int)vlen, val);
+    ferry_status_t st =
+        command(p, deadline_of(boot), "put_result", &line, "cmd=put kvsname=%s key=%s value=%.*s\n",
+                p->kvs, lkey, (int)vlen, val);
     if (st != FERRY_OK)
         return st;
     if (!field_is(line, "rc", "0")) {
@@ -346,8 +345,7 @@ static ferry_status_t pmi1_put(fy_boot_t *boot, const char *key, const void *val
     return st;
 }
 
-static ferry_status_t pmi1_get(fy_boot_t *boot, int rank, const char *key, void *buf,
-                               size_t *len)
+static ferry_status_t pmi1_get(fy_boot_t *boot, int rank, const char *key, void *buf, size_t *len)
 {
     pmi1_t *p = boot->priv;
     char lkey[128];
@@ -389,8 +387,8 @@ static ferry_status_t pmi1_get(fy_boot_t *boot, int rank, const char *key, void 
         make_key(p, rank, key, (unsigned)i, lkey, sizeof(lkey));
         st = get_raw(boot, p, lkey, &v, &vlen);
         if (st == FERRY_ERR_NO_ELEM) {
-            fy_error("pmi1: part %llu of %llu of rank %d's \"%s\" is missing (key %s)", i,
-                     chunks, rank, key, lkey);
+            fy_error("pmi1: part %llu of %llu of rank %d's \"%s\" is missing (key %s)", i, chunks,
+                     rank, key, lkey);
             st = FERRY_ERR_PROTOCOL;
         }
         if (st != FERRY_OK) {
@@ -408,7 +406,8 @@ static ferry_status_t pmi1_get(fy_boot_t *boot, int rank, const char *key, void 
     return FERRY_OK;
 bad:
     fy_error("pmi1: rank %d's \"%s\" does not reassemble to %llu bytes (was it cut by the "
-             "server?)", rank, key, bytes);
+             "server?)",
+             rank, key, bytes);
     free(text);
     return FERRY_ERR_PROTOCOL;
 }
@@ -602,7 +601,8 @@ static ferry_status_t pmi1_init(fy_boot_t *boot)
         long n = field_long(line, "kvsname_max", 256);
         if (k < MIN_KEYLEN || v < MIN_VALLEN || n < 2) {
             fy_error("the PMI-1 server's limits are too small: keylen_max=%ld (need %d), "
-                     "vallen_max=%ld (need %d)", k, MIN_KEYLEN, v, MIN_VALLEN);
+                     "vallen_max=%ld (need %d)",
+                     k, MIN_KEYLEN, v, MIN_VALLEN);
             st = FERRY_ERR_BOOTSTRAP;
         }
         p->keylen_max = (size_t)k;
@@ -632,8 +632,7 @@ static ferry_status_t pmi1_init(fy_boot_t *boot)
         boot->priv = NULL;
         return st;
     }
-    fy_debug("pmi1: kvs %s, keylen_max %zu, vallen_max %zu", p->kvs, p->keylen_max,
-             p->vallen_max);
+    fy_debug("pmi1: kvs %s, keylen_max %zu, vallen_max %zu", p->kvs, p->keylen_max, p->vallen_max);
     process_conn = p;
     process_info = *info;
     process_users = 1;

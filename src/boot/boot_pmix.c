@@ -153,17 +153,38 @@ static int timeout_secs(const fy_boot_t *boot)
 static int value_to_long(const pmix_value_t *v, long *out)
 {
     switch (v->type) {
-    case PMIX_UINT8: *out = v->data.uint8; return 0;
-    case PMIX_UINT16: *out = v->data.uint16; return 0;
-    case PMIX_UINT32: *out = (long)v->data.uint32; return 0;
-    case PMIX_UINT64: *out = (long)v->data.uint64; return 0;
-    case PMIX_INT: *out = v->data.integer; return 0;
-    case PMIX_INT8: *out = v->data.int8; return 0;
-    case PMIX_INT16: *out = v->data.int16; return 0;
-    case PMIX_INT32: *out = v->data.int32; return 0;
-    case PMIX_INT64: *out = (long)v->data.int64; return 0;
-    case PMIX_SIZE: *out = (long)v->data.size; return 0;
-    default: return -1;
+    case PMIX_UINT8:
+        *out = v->data.uint8;
+        return 0;
+    case PMIX_UINT16:
+        *out = v->data.uint16;
+        return 0;
+    case PMIX_UINT32:
+        *out = (long)v->data.uint32;
+        return 0;
+    case PMIX_UINT64:
+        *out = (long)v->data.uint64;
+        return 0;
+    case PMIX_INT:
+        *out = v->data.integer;
+        return 0;
+    case PMIX_INT8:
+        *out = v->data.int8;
+        return 0;
+    case PMIX_INT16:
+        *out = v->data.int16;
+        return 0;
+    case PMIX_INT32:
+        *out = v->data.int32;
+        return 0;
+    case PMIX_INT64:
+        *out = (long)v->data.int64;
+        return 0;
+    case PMIX_SIZE:
+        *out = (long)v->data.size;
+        return 0;
+    default:
+        return -1;
     }
 }
 
@@ -194,8 +215,7 @@ static ferry_status_t pmix_boot_init(fy_boot_t *boot)
         return FERRY_ERR_BOOTSTRAP;
     }
     long envrank;
-    ferry_status_t st = fy_boot_env_int("PMIX_RANK", 0, 0x7fffffff, "the PMIx launcher",
-                                        &envrank);
+    ferry_status_t st = fy_boot_env_int("PMIX_RANK", 0, 0x7fffffff, "the PMIx launcher", &envrank);
     if (st != FERRY_OK && st != FERRY_ERR_NO_ELEM)
         return st;
     st = load_library();
@@ -206,8 +226,7 @@ static ferry_status_t pmix_boot_init(fy_boot_t *boot)
         return FERRY_ERR_NO_MEMORY;
     pmix_status_t rc = px.init(&p->me, NULL, 0);
     if (rc != PMIX_SUCCESS) {
-        fy_error("PMIx_Init failed: %s (is the PMIx server of the launcher reachable?)",
-                 pxerr(rc));
+        fy_error("PMIx_Init failed: %s (is the PMIx server of the launcher reachable?)", pxerr(rc));
         free(p);
         return FERRY_ERR_BOOTSTRAP;
     }
@@ -237,10 +256,12 @@ static ferry_status_t pmix_boot_init(fy_boot_t *boot)
     return FERRY_OK;
 }
 
-static void make_key(const char *key, char *out, size_t n) { snprintf(out, n, "fy.%s", key); }
+static void make_key(const char *key, char *out, size_t n)
+{
+    snprintf(out, n, "fy.%s", key);
+}
 
-static ferry_status_t pmix_boot_put(fy_boot_t *boot, const char *key, const void *value,
-                                    size_t len)
+static ferry_status_t pmix_boot_put(fy_boot_t *boot, const char *key, const void *value, size_t len)
 {
     char k[80];
     make_key(key, k, sizeof(k));
@@ -286,7 +307,10 @@ static ferry_status_t pmix_boot_fence(fy_boot_t *boot)
     return fence(boot, true);
 }
 
-static ferry_status_t pmix_boot_barrier(fy_boot_t *boot) { return fence(boot, false); }
+static ferry_status_t pmix_boot_barrier(fy_boot_t *boot)
+{
+    return fence(boot, false);
+}
 
 static ferry_status_t pmix_boot_get(fy_boot_t *boot, int rank, const char *key, void *buf,
                                     size_t *len)

@@ -21,13 +21,15 @@ static ferry_status_t singleton_init(fy_boot_t *boot)
     return FERRY_OK;
 }
 
-static ferry_status_t singleton_put(fy_boot_t *boot, const char *key, const void *value,
-                                    size_t len)
+static ferry_status_t singleton_put(fy_boot_t *boot, const char *key, const void *value, size_t len)
 {
     return fy_boot_kv_put(boot->priv, 0, key, value, len);
 }
 
-static ferry_status_t singleton_fence(fy_boot_t *boot) { return FERRY_OK; }
+static ferry_status_t singleton_fence(fy_boot_t *boot)
+{
+    return FERRY_OK;
+}
 
 static ferry_status_t singleton_get(fy_boot_t *boot, int rank, const char *key, void *buf,
                                     size_t *len)

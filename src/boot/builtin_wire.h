@@ -37,10 +37,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define FY_WIRE_VERSION 1
-#define FY_WIRE_HDR_LEN 8
+#define FY_WIRE_VERSION  1
+#define FY_WIRE_HDR_LEN  8
 #define FY_WIRE_MAX_BODY (64u << 20) /* 64 MiB: the largest value a rank may put, roughly */
-#define FY_WIRE_KEY_MAX 63
+#define FY_WIRE_KEY_MAX  63
 
 enum fy_wire_type {
     FY_WIRE_HELLO = 1,
@@ -67,11 +67,16 @@ enum fy_wire_rank_state {
 static inline const char *fy_wire_rank_state_name(unsigned state)
 {
     switch (state) {
-    case FY_WIRE_RANK_NOT_CONNECTED: return "never connected to ferryrun";
-    case FY_WIRE_RANK_CONNECTED: return "connected but not in the fence";
-    case FY_WIRE_RANK_FINALIZED: return "finalized";
-    case FY_WIRE_RANK_GONE: return "exited";
-    default: return "unknown state";
+    case FY_WIRE_RANK_NOT_CONNECTED:
+        return "never connected to ferryrun";
+    case FY_WIRE_RANK_CONNECTED:
+        return "connected but not in the fence";
+    case FY_WIRE_RANK_FINALIZED:
+        return "finalized";
+    case FY_WIRE_RANK_GONE:
+        return "exited";
+    default:
+        return "unknown state";
     }
 }
 
@@ -110,7 +115,10 @@ static inline void fy_wire_bytes(fy_wire_buf_t *b, const void *p, size_t n)
     b->len += n;
 }
 
-static inline void fy_wire_u8(fy_wire_buf_t *b, uint8_t v) { fy_wire_bytes(b, &v, 1); }
+static inline void fy_wire_u8(fy_wire_buf_t *b, uint8_t v)
+{
+    fy_wire_bytes(b, &v, 1);
+}
 
 static inline void fy_wire_u16(fy_wire_buf_t *b, uint16_t v)
 {

@@ -27,8 +27,8 @@
 #include "util/clock.h"
 #include "util/log.h"
 
-#define WORLD_ADDR_KEY "fy.world.addr"
-#define WORLD_MAX_ROUNDS 32
+#define WORLD_ADDR_KEY      "fy.world.addr"
+#define WORLD_MAX_ROUNDS    32
 #define WORLD_WAIT_SLICE_MS 100 /* re-check the deadline this often while asleep */
 
 /*
@@ -51,9 +51,9 @@ struct ferry_world {
     ferry_worker_t *worker;
     fy_boot_t *boot;
     fy_boot_info_t info;
-    ferry_ep_t **eps;  /* per rank, created on first use */
-    unsigned rounds;   /* ceil(log2(size)) */
-    uint32_t epoch;    /* barriers completed */
+    ferry_ep_t **eps;                      /* per rank, created on first use */
+    unsigned rounds;                       /* ceil(log2(size)) */
+    uint32_t epoch;                        /* barriers completed */
     uint32_t arrived[2][WORLD_MAX_ROUNDS]; /* messages received, per epoch parity and round */
 };
 
@@ -150,6 +150,16 @@ fail:
     return st;
 }
 
+/*
+ * Leaving is collective, in three steps, so that no rank sees another vanish while it still
+ * progresses (a peer's exit looks like a failure to a transport that is polling it):
+ *   1. flush every endpoint of the world: what this rank sent has arrived;
+ *   2. a world barrier (progressing): every rank has done 1;
+ *   3. a bootstrap barrier (not progressing): every rank has left 2, so none is polling any
+ *      more when the first one goes.
+ * Then the endpoints are closed without any further exchange.  If a peer is dead already the
+ * barriers fail and destroy goes on alone.
+ */
 void ferry_world_destroy(ferry_world_t *w)
 {
     if (w == NULL)
@@ -157,21 +167,42 @@ void ferry_world_destroy(ferry_world_t *w)
     for (int r = 0; r < w->info.size; r++) {
         if (w->eps[r] == NULL)
             continue;
-        /* flush: what this rank sent last (its final barrier messages) must arrive */
-        ferry_status_t st = ferry_ep_close(w->eps[r], FERRY_EP_CLOSE_FLUSH, NULL);
+        ferry_status_t st = ferry_ep_flush(w->eps[r], NULL);
         if (st != FERRY_OK)
-            fy_debug("world: closing the endpoint to rank %d: %s", r, ferry_status_string(st));
+            fy_debug("world: flushing the endpoint to rank %d: %s", r, ferry_status_string(st));
     }
+    if (w->info.size > 1) {
+        ferry_status_t st = ferry_world_barrier(w);
+        if (st == FERRY_OK)
+            st = fy_boot_barrier(w->boot);
+        if (st != FERRY_OK)
+            fy_warn("world: leaving without every rank (%s)", ferry_status_string(st));
+    }
+    for (int r = 0; r < w->info.size; r++)
+        if (w->eps[r] != NULL)
+            ferry_ep_close(w->eps[r], FERRY_EP_CLOSE_FORCE, NULL);
     fy_am_set_handler(w->worker, FY_AM_ID_WORLD, NULL, NULL);
     free(w->eps);
     fy_boot_finalize(w->boot);
     free(w);
 }
 
-int ferry_world_rank(const ferry_world_t *w) { return w != NULL ? w->info.rank : -1; }
-int ferry_world_size(const ferry_world_t *w) { return w != NULL ? w->info.size : -1; }
-int ferry_world_local_rank(const ferry_world_t *w) { return w != NULL ? w->info.local_rank : -1; }
-int ferry_world_local_size(const ferry_world_t *w) { return w != NULL ? w->info.local_size : -1; }
+int ferry_world_rank(const ferry_world_t *w)
+{
+    return w != NULL ? w->info.rank : -1;
+}
+int ferry_world_size(const ferry_world_t *w)
+{
+    return w != NULL ? w->info.size : -1;
+}
+int ferry_world_local_rank(const ferry_world_t *w)
+{
+    return w != NULL ? w->info.local_rank : -1;
+}
+int ferry_world_local_size(const ferry_world_t *w)
+{
+    return w != NULL ? w->info.local_size : -1;
+}
 
 const char *ferry_world_backend(const ferry_world_t *w)
 {
@@ -229,8 +260,8 @@ static ferry_status_t barrier_send(ferry_world_t *w, int to, unsigned round, uin
     ferry_status_t st = ferry_world_ep(w, to, &ep);
     if (st != FERRY_OK)
         return st;
-    world_msg_t m = {.epoch = w->epoch, .round = (uint16_t)round, .reserved = 0,
-                     .src = (uint32_t)w->info.rank};
+    world_msg_t m = {
+        .epoch = w->epoch, .round = (uint16_t)round, .reserved = 0, .src = (uint32_t)w->info.rank};
     for (;;) {
         st = fy_am_send(ep, FY_AM_ID_WORLD, &m, sizeof(m), NULL, 0, NULL);
         if (st != FERRY_ERR_NO_RESOURCE)
@@ -274,8 +305,8 @@ ferry_status_t ferry_world_barrier(ferry_world_t *w)
                 return FERRY_ERR_TIMED_OUT;
             }
             uint64_t left_ms = (deadline - now) / FY_NSEC_PER_MSEC + 1;
-            ferry_worker_wait(w->worker, left_ms < WORLD_WAIT_SLICE_MS ? (int)left_ms
-                                                                       : WORLD_WAIT_SLICE_MS);
+            ferry_worker_wait(w->worker,
+                              left_ms < WORLD_WAIT_SLICE_MS ? (int)left_ms : WORLD_WAIT_SLICE_MS);
         }
         w->arrived[parity][k]--;
     }

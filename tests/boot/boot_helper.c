@@ -28,15 +28,15 @@
 
 #include "boot/boot.h"
 
-#define CHECK(cond, ...)                                                                       \
-    do {                                                                                       \
-        if (!(cond)) {                                                                         \
-            fprintf(stderr, "boot_helper rank %d: check failed at line %d: %s: ", my_rank,      \
-                    __LINE__, #cond);                                                          \
-            fprintf(stderr, __VA_ARGS__);                                                      \
-            fprintf(stderr, "\n");                                                             \
-            exit(1);                                                                           \
-        }                                                                                      \
+#define CHECK(cond, ...)                                                                           \
+    do {                                                                                           \
+        if (!(cond)) {                                                                             \
+            fprintf(stderr, "boot_helper rank %d: check failed at line %d: %s: ", my_rank,         \
+                    __LINE__, #cond);                                                              \
+            fprintf(stderr, __VA_ARGS__);                                                          \
+            fprintf(stderr, "\n");                                                                 \
+            exit(1);                                                                               \
+        }                                                                                          \
     } while (0)
 
 #define CHECK_OK(st) CHECK((st) == FERRY_OK, "%s", ferry_status_string(st))
@@ -96,8 +96,8 @@ static int mode_kv(int argc, char **argv)
     fy_boot_t *b = boot_or_die();
     const fy_boot_info_t *info = fy_boot_info(b);
     if (expect_backend != NULL)
-        CHECK(strcmp(info->backend, expect_backend) == 0, "backend %s, expected %s",
-              info->backend, expect_backend);
+        CHECK(strcmp(info->backend, expect_backend) == 0, "backend %s, expected %s", info->backend,
+              expect_backend);
     if (expect_size >= 0)
         CHECK(info->size == expect_size, "size %d, expected %ld", info->size, expect_size);
     CHECK(info->rank >= 0 && info->rank < info->size, "rank %d size %d", info->rank, info->size);

@@ -1,7 +1,7 @@
 #!/bin/sh
 # launch.sh LAUNCHER NP EXPECT PROGRAM [ARGS...] - run PROGRAM as NP ranks under a launcher
-# for CTest, and pass only if it exits 0 AND its output matches the extended regular
-# expression EXPECT.
+# for CTest, and pass only if it exits 0 (non-zero if LAUNCH_EXPECT_FAIL=1) AND its output
+# matches the extended regular expression EXPECT.
 #
 #   LAUNCHER  hydra (mpiexec.hydra), mpirun (Open MPI), ferryrun:<path>, none (a singleton)
 #
@@ -42,8 +42,13 @@ echo "+ $*"
 out=$(timeout -k 5 "$limit" "$@" 2>&1)
 rc=$?
 printf '%s\n' "$out"
-if [ $rc -ne 0 ]; then
-    [ $rc -eq 124 ] && echo "launch.sh: timed out after $limit s"
+if [ $rc -eq 124 ]; then
+    echo "launch.sh: timed out after $limit s"
+    exit 1
+fi
+if [ "${LAUNCH_EXPECT_FAIL:-0}" = 1 ]; then
+    [ $rc -ne 0 ] || { echo "launch.sh: exit status 0, but the job should have failed"; exit 1; }
+elif [ $rc -ne 0 ]; then
     echo "launch.sh: exit status $rc"
     exit 1
 fi

@@ -56,14 +56,14 @@ static ferry_status_t init_capture(fy_boot_t **b, char *msg, size_t n)
     return st;
 }
 
-#define EXPECT_INIT_FAILS(status, needle)                                                      \
-    do {                                                                                       \
-        fy_boot_t *b_ = NULL;                                                                  \
-        char msg_[4096];                                                                       \
-        FY_ASSERT_STATUS(init_capture(&b_, msg_, sizeof(msg_)), (status));                     \
-        FY_ASSERT(b_ == NULL);                                                                 \
-        FY_ASSERT_MSG(strstr(msg_, (needle)) != NULL, "\"%s\" not in the message: %s",         \
-                      (needle), msg_);                                                         \
+#define EXPECT_INIT_FAILS(status, needle)                                                          \
+    do {                                                                                           \
+        fy_boot_t *b_ = NULL;                                                                      \
+        char msg_[4096];                                                                           \
+        FY_ASSERT_STATUS(init_capture(&b_, msg_, sizeof(msg_)), (status));                         \
+        FY_ASSERT(b_ == NULL);                                                                     \
+        FY_ASSERT_MSG(strstr(msg_, (needle)) != NULL, "\"%s\" not in the message: %s", (needle),   \
+                      msg_);                                                                       \
     } while (0)
 
 static void builtin_rank_garbled(void)
@@ -436,10 +436,16 @@ static void check_local(const char *mapping, int rank, int size, int lrank, int 
 }
 
 /* ranks 0,1 on node 0; 2,3 on node 1 */
-static void pmi1_local_ranks_block(void) { check_local("(vector,(0,2,2))", 3, 4, 1, 2); }
+static void pmi1_local_ranks_block(void)
+{
+    check_local("(vector,(0,2,2))", 3, 4, 1, 2);
+}
 
 /* round robin over 2 nodes, repeated: 5 ranks, 0 2 4 | 1 3 */
-static void pmi1_local_ranks_cyclic(void) { check_local("(vector,(0,2,1))", 4, 5, 2, 3); }
+static void pmi1_local_ranks_cyclic(void)
+{
+    check_local("(vector,(0,2,1))", 4, 5, 2, 3);
+}
 
 /* hydra's own variables win over the map */
 static void pmi1_local_ranks_env(void)
@@ -503,8 +509,7 @@ static void pmi1_fence_timeout(void)
     msg[k > 0 ? k : 0] = '\0';
     FY_ASSERT_STATUS(st, FERRY_ERR_TIMED_OUT);
     FY_ASSERT_STATUS(st2, FERRY_ERR_BOOTSTRAP); /* out of step: refused, no second hang */
-    FY_ASSERT_MSG(strstr(msg, "bootstrap fence timed out after 0.3 s (FERRY_BOOT_TIMEOUT)") !=
-                      NULL,
+    FY_ASSERT_MSG(strstr(msg, "bootstrap fence timed out after 0.3 s (FERRY_BOOT_TIMEOUT)") != NULL,
                   "message: %s", msg);
     fy_boot_finalize(b);
 }
@@ -541,5 +546,4 @@ FYTEST_MAIN(FYTEST_CASE(builtin_rank_garbled), FYTEST_CASE(builtin_size_garbled)
             FYTEST_CASE(base64_round_trip), FYTEST_CASE(pmi1_split_values),
             FYTEST_CASE(pmi1_local_ranks_block), FYTEST_CASE(pmi1_local_ranks_cyclic),
             FYTEST_CASE(pmi1_local_ranks_env), FYTEST_CASE(pmi1_init_twice),
-            FYTEST_CASE(pmi1_fence_timeout),
-            FYTEST_CASE(pmi1_server_goes_away))
+            FYTEST_CASE(pmi1_fence_timeout), FYTEST_CASE(pmi1_server_goes_away))

@@ -137,7 +137,7 @@ static int count_of(const char *hay, const char *needle)
     return n;
 }
 
-#define ASSERT_HAS(text, needle)                                                               \
+#define ASSERT_HAS(text, needle)                                                                   \
     FY_ASSERT_MSG(strstr((text), (needle)) != NULL, "\"%s\" not found in:\n%s", (needle), (text))
 
 /* The process has ended: no such pid, or a zombie waiting for a parent that does not reap
@@ -185,8 +185,17 @@ static void assert_all_gone(const char *out, int expect)
 static void normal_run(void)
 {
     run_t r;
-    const char *args[] = {"-n", "4", "--timeout", "50", "HELPER", "kv", "--expect-backend",
-                          "builtin", "--expect-size", "4", NULL};
+    const char *args[] = {"-n",
+                          "4",
+                          "--timeout",
+                          "50",
+                          "HELPER",
+                          "kv",
+                          "--expect-backend",
+                          "builtin",
+                          "--expect-size",
+                          "4",
+                          NULL};
     run(&r, args, NULL);
     FY_ASSERT_MSG(r.status == 0, "status %d, stderr:\n%s", r.status, r.err);
     for (int k = 0; k < 4; k++) {
@@ -271,8 +280,7 @@ static void check_lines(const char *out, int nranks, int lines, int prefix)
         FY_ASSERT_MSG(nl != NULL, "unterminated last line: %s", p);
         int pr = -1, r = -1, i = -1, off = 0, off2 = 0;
         if (prefix)
-            FY_ASSERT_MSG(sscanf(p, "[%d] %n", &pr, &off) == 1 && off > 0, "no prefix: %.80s",
-                          p);
+            FY_ASSERT_MSG(sscanf(p, "[%d] %n", &pr, &off) == 1 && off > 0, "no prefix: %.80s", p);
         FY_ASSERT_MSG(sscanf(p + off, "rank %d line %d %n", &r, &i, &off2) == 2 && off2 > 0,
                       "mixed line: %.*s", (int)(nl - p), p);
         FY_ASSERT_MSG(r >= 0 && r < nranks && (!prefix || pr == r), "bad rank in: %.*s",
@@ -319,8 +327,8 @@ static void output_lines_whole(void)
 static void env_option(void)
 {
     run_t r;
-    const char *args[] = {"-n", "2", "--env", "FYTEST_COLOR=blue", "--timeout", "50", "HELPER",
-                          "env", "FYTEST_COLOR", NULL};
+    const char *args[] = {"-n", "2",      "--env", "FYTEST_COLOR=blue", "--timeout",
+                          "50", "HELPER", "env",   "FYTEST_COLOR",      NULL};
     const char *env[] = {"FYTEST_COLOR=red", NULL};
     run(&r, args, env);
     FY_ASSERT_EQ(r.status, 0);
@@ -392,7 +400,8 @@ static void fence_timeout_names_rank(void)
     const char *env[] = {"FERRY_BOOT_TIMEOUT=1", NULL};
     run(&r, args, env);
     FY_ASSERT_EQ(r.status, 3);
-    FY_ASSERT_EQ(count_of(r.out, "fence status TIMED_OUT"), 2);
+    /* the first to time out ends the job: the other may be stopped before it reports */
+    FY_ASSERT_GE(count_of(r.out, "fence status TIMED_OUT"), 1);
     ASSERT_HAS(r.err, "bootstrap fence 0 timed out after 1 s (FERRY_BOOT_TIMEOUT): 1 of 3 ranks "
                       "did not arrive: rank 2 (connected but not in the fence)");
     run_free(&r);
@@ -402,8 +411,7 @@ static void fence_timeout_names_rank(void)
 static void fence_fails_when_rank_exits(void)
 {
     run_t r;
-    const char *args2[] = {"-n", "3", "--timeout", "50", "HELPER", "fencehang", "1", "exit",
-                           NULL};
+    const char *args2[] = {"-n", "3", "--timeout", "50", "HELPER", "fencehang", "1", "exit", NULL};
     const char *env[] = {"FERRY_BOOT_TIMEOUT=40", NULL};
     run(&r, args2, env);
     FY_ASSERT_EQ(r.status, 3);
@@ -416,8 +424,9 @@ static void fence_fails_when_rank_exits(void)
 static void wrong_job_key(void)
 {
     run_t r;
-    const char *args[] = {"-n", "2", "--env", "FERRY_JOB_KEY=not-this-job", "--timeout", "50",
-                          "HELPER", "init", NULL};
+    const char *args[] = {"-n",        "2",  "--env",  "FERRY_JOB_KEY=not-this-job",
+                          "--timeout", "50", "HELPER", "init",
+                          NULL};
     run(&r, args, NULL);
     FY_ASSERT_EQ(r.status, 4);
     ASSERT_HAS(r.err, "presented the wrong FERRY_JOB_KEY");
@@ -426,8 +435,7 @@ static void wrong_job_key(void)
 
 FYTEST_MAIN(FYTEST_CASE(normal_run), FYTEST_CASE(many_ranks), FYTEST_CASE(early_exit),
             FYTEST_CASE(crash_segv), FYTEST_CASE(crash_sigkill), FYTEST_CASE(job_timeout),
-            FYTEST_CASE(output_prefix), FYTEST_CASE(output_lines_whole),
-            FYTEST_CASE(env_option), FYTEST_CASE(signal_forwarded),
-            FYTEST_CASE(missing_program), FYTEST_CASE(bad_arguments),
+            FYTEST_CASE(output_prefix), FYTEST_CASE(output_lines_whole), FYTEST_CASE(env_option),
+            FYTEST_CASE(signal_forwarded), FYTEST_CASE(missing_program), FYTEST_CASE(bad_arguments),
             FYTEST_CASE(fence_timeout_names_rank), FYTEST_CASE(fence_fails_when_rank_exits),
             FYTEST_CASE(wrong_job_key))

@@ -59,6 +59,7 @@
 #define SHM_MAX_IOV 16
 #define SHM_MAX_ZCOPY_HDR 2048
 #define SHM_MAX_WAITERS 16     /* senders that may sleep waiting for room in one ring */
+#define SHM_CTL_MAX_ 24        /* inline bytes of a control message */
 #define SHM_RX_BATCH 32        /* cells handled per progress call */
 #define SHM_RELEASE_BATCH 16   /* consumed cells freed together */
 
@@ -145,7 +146,8 @@ typedef struct shm_pull_desc {
     } iov[SHM_MAX_IOV];
 } shm_pull_desc_t;
 
-/* A pushed chunk (FRAG): inline; the chunk itself is in the buffer. */
+/* A pushed chunk (FRAG): inline; the chunk itself is in the buffer.  cell flags: */
+#define SHM_FRAG_ABORT 1u /* the rest will never come: drop what arrived */
 typedef struct shm_frag_hdr {
     uint64_t token;  /* sender pid << 32 | sender ep token */
     uint64_t total;  /* header + data of the whole message */
@@ -168,6 +170,13 @@ typedef struct shm_amo_req {
     uint64_t addr, operand, compare;
     uint8_t op, size, fetch, pad[5];
 } shm_amo_req_t;
+
+_Static_assert(sizeof(shm_reply_t) <= SHM_CTL_MAX_ && sizeof(shm_frag_hdr_t) <= SHM_CTL_MAX_ &&
+                   SHM_CELL_HDR + SHM_CTL_MAX_ <= 64,
+               "control messages must fit inline in the smallest cell");
+_Static_assert(sizeof(shm_pull_desc_t) + SHM_MAX_ZCOPY_HDR <= 4096 &&
+                   sizeof(shm_amo_req_t) <= 4096,
+               "requests must fit the smallest cell buffer");
 
 /* Status in a ZDONE that asks the sender to push the data through the ring instead. */
 #define SHM_STATUS_NEED_PUSH 1000
@@ -225,16 +234,20 @@ typedef struct shm_peer {
     int full;              /* a send found the ring full since the last arm */
     struct sockaddr_un sun;
     socklen_t sunlen;
-    fy_list_t replies;     /* shm_pending_reply_t waiting for room */
+    fy_list_t replies;     /* shm_pending_ctl_t waiting for room */
     fy_list_t link;        /* iface->peers */
     fy_list_t full_link;   /* iface->full_peers */
 } shm_peer_t;
 
-typedef struct shm_pending_reply {
+/* A control message (an answer, an abort) that found the peer's ring full. */
+#define SHM_CTL_MAX SHM_CTL_MAX_
+typedef struct shm_pending_ctl {
     fy_list_t link;
     uint8_t type;
-    shm_reply_t r;
-} shm_pending_reply_t;
+    uint16_t flags;
+    uint32_t len;
+    uint8_t data[SHM_CTL_MAX];
+} shm_pending_ctl_t;
 
 enum shm_op_type { SHM_OP_PULL, SHM_OP_PUSH, SHM_OP_AMO, SHM_OP_FLUSH };
 
@@ -391,6 +404,16 @@ static inline shm_cell_t *shm_ring_claim(char *cells, uint32_t *tailp, uint32_t 
     }
 }
 
+/* Fill a claimed cell's header (every field: cells are reused). */
+static inline void shm_cell_hdr(shm_cell_t *c, unsigned type, unsigned am_id, unsigned flags,
+                                size_t len)
+{
+    c->type = (uint8_t)type;
+    c->am_id = (uint8_t)am_id;
+    c->flags = (uint16_t)flags;
+    c->len = (uint32_t)len;
+}
+
 static inline void shm_ring_publish(shm_cell_t *c, uint64_t owner, uint32_t ticket)
 {
     __atomic_store_n(&c->state, owner | SHM_STATE(SHM_PHASE_READY, ticket), __ATOMIC_RELEASE);
@@ -430,6 +453,11 @@ ferry_status_t fy_shm_peer_get(shm_iface_t *iface, const shm_iface_addr_t *addr,
 void fy_shm_peer_wake(shm_iface_t *iface, shm_peer_t *peer);
 void fy_shm_peer_full(shm_iface_t *iface, shm_peer_t *peer);
 void fy_shm_peer_fail(shm_iface_t *iface, shm_peer_t *peer, ferry_status_t status);
+/* Send an inline control cell to a peer (len bytes of data, <= SHM_CTL_MAX; the cell's len
+ * field says len_field), queued in order if its ring is full. */
+void fy_shm_send_ctl(shm_iface_t *iface, shm_peer_t *peer, uint8_t type, uint16_t flags,
+                     const void *data, uint32_t len, uint32_t len_field);
+/* Answer a request (ZDONE, AMO_REP) to the iface at `to`. */
 void fy_shm_reply(shm_iface_t *iface, const shm_iface_addr_t *to, uint8_t type, uint64_t cookie,
                   ferry_status_t status, uint64_t value);
 

@@ -200,12 +200,24 @@ ferry_status_t fy_shm_ep_create(fy_tl_iface_t *tl_iface, const void *dev_addr,
     return FERRY_OK;
 }
 
+/* Tell the peer that a half-pushed message will never be completed. */
+static void push_abort(shm_ep_t *ep, const shm_op_t *op)
+{
+    if (op->offset == 0)
+        return;
+    shm_frag_hdr_t fh = {((ep->owner >> SHM_OWNER_SHIFT) << 32) | ep->token, op->total,
+                         op->offset};
+    fy_shm_send_ctl(ep->iface, ep->peer, SHM_CELL_FRAG, SHM_FRAG_ABORT, &fh, sizeof(fh), 0);
+}
+
 void fy_shm_ep_destroy(fy_tl_ep_t *tl_ep)
 {
     if (tl_ep == NULL)
         return;
     shm_ep_t *ep = (shm_ep_t *)tl_ep;
     shm_iface_t *iface = ep->iface;
+    if (ep->push_op != NULL)
+        push_abort(ep, ep->push_op);
     fy_list_t ops;
     detach_ops(ep, &ops);
     fy_list_del(&ep->link);
@@ -270,9 +282,7 @@ ferry_status_t fy_shm_am_short(fy_tl_ep_t *tl_ep, uint8_t id, const struct iovec
         shm_ring_claim(ep->cells, ep->tail, ep->mask, ep->cell_shift, ep->owner, &t, &wake);
     if (FY_UNLIKELY(c == NULL))
         return ep_full(ep);
-    c->type = SHM_CELL_SHORT;
-    c->am_id = id;
-    c->len = (uint32_t)len;
+    shm_cell_hdr(c, SHM_CELL_SHORT, id, 0, len);
     shm_iov_gather(c->data, iov, iovcnt);
     shm_ring_publish(c, ep->owner, t);
     if (FY_UNLIKELY(wake))
@@ -298,14 +308,12 @@ ferry_status_t fy_shm_am_bcopy(fy_tl_ep_t *tl_ep, uint8_t id, const struct iovec
     if (FY_UNLIKELY(c == NULL))
         return ep_full(ep);
     if (len <= ep->inline_max) {
-        c->type = SHM_CELL_SHORT;
+        shm_cell_hdr(c, SHM_CELL_SHORT, id, 0, len);
         shm_iov_gather(c->data, iov, iovcnt);
     } else {
-        c->type = SHM_CELL_BCOPY;
+        shm_cell_hdr(c, SHM_CELL_BCOPY, id, 0, len);
         shm_iov_gather(cell_buf(ep, t), iov, iovcnt);
     }
-    c->am_id = id;
-    c->len = (uint32_t)len;
     shm_ring_publish(c, ep->owner, t);
     if (FY_UNLIKELY(wake))
         fy_shm_peer_wake(ep->iface, ep->peer);
@@ -356,9 +364,7 @@ static int push_some(shm_ep_t *ep, shm_op_t *op)
                              op->offset};
         memcpy(c->data, &fh, sizeof(fh));
         op_copy_out(op, op->offset, cell_buf(ep, t), n);
-        c->type = SHM_CELL_FRAG;
-        c->am_id = op->am_id;
-        c->len = (uint32_t)n;
+        shm_cell_hdr(c, SHM_CELL_FRAG, op->am_id, 0, n);
         shm_ring_publish(c, ep->owner, t);
         if (wake)
             fy_shm_peer_wake(ep->iface, ep->peer);
@@ -403,7 +409,8 @@ static void op_save_message(shm_op_t *op, uint8_t id, const void *hdr, size_t hd
 {
     op->am_id = id;
     op->hdr_len = hdr_len;
-    memcpy(op->hdr, hdr, hdr_len);
+    if (hdr_len != 0)
+        memcpy(op->hdr, hdr, hdr_len);
     op->iovcnt = iovcnt;
     memcpy(op->iov, iov, iovcnt * sizeof(*iov));
     op->total = hdr_len + fy_iov_total(iov, iovcnt);
@@ -467,10 +474,9 @@ ferry_status_t fy_shm_am_zcopy(fy_tl_ep_t *tl_ep, uint8_t id, const void *hdr, s
         d->iov[i].addr = (uint64_t)(uintptr_t)iov[i].iov_base;
         d->iov[i].len = iov[i].iov_len;
     }
-    memcpy((char *)d + sizeof(*d), hdr, hdr_len);
-    c->type = SHM_CELL_PULL;
-    c->am_id = id;
-    c->len = (uint32_t)(sizeof(*d) + hdr_len);
+    if (hdr_len != 0)
+        memcpy((char *)d + sizeof(*d), hdr, hdr_len);
+    shm_cell_hdr(c, SHM_CELL_PULL, id, 0, sizeof(*d) + hdr_len);
     if (ep->zc_mode == SHM_ZC_UNKNOWN) {
         op->probe = 1;
         ep->blocked |= SHM_EP_PROBING;

@@ -215,7 +215,7 @@ void fy_shm_iface_close(fy_tl_iface_t *tl_iface)
         shm_peer_t *peer = fy_container_of(pos, shm_peer_t, link);
         fy_list_t *r;
         while ((r = fy_list_pop_head(&peer->replies)) != NULL)
-            free(fy_container_of(r, shm_pending_reply_t, link));
+            free(fy_container_of(r, shm_pending_ctl_t, link));
         if (peer->pidfd >= 0)
             close(peer->pidfd);
         fy_shmem_detach(peer->hdr);
@@ -408,7 +408,7 @@ void fy_shm_peer_fail(shm_iface_t *iface, shm_peer_t *peer, ferry_status_t statu
         epoll_ctl(iface->epfd, EPOLL_CTL_DEL, peer->pidfd, NULL);
     fy_list_t *r;
     while ((r = fy_list_pop_head(&peer->replies)) != NULL) {
-        free(fy_container_of(r, shm_pending_reply_t, link));
+        free(fy_container_of(r, shm_pending_ctl_t, link));
         iface->nreplies--;
     }
     iface->pending_fail = 1; /* progress fails the eps (callbacks run from progress) */
@@ -443,7 +443,7 @@ static int peer_add_waiter(shm_iface_t *iface, shm_peer_t *peer)
 
 /* ---- answers (ZDONE, AMO_REP) ------------------------------------------------------------ */
 
-static int try_reply(shm_iface_t *iface, shm_peer_t *peer, uint8_t type, const shm_reply_t *r)
+static int try_ctl(shm_iface_t *iface, shm_peer_t *peer, const shm_pending_ctl_t *m)
 {
     uint32_t t;
     int wake = 0;
@@ -453,14 +453,31 @@ static int try_reply(shm_iface_t *iface, shm_peer_t *peer, uint8_t type, const s
         fy_shm_peer_full(iface, peer);
         return 0;
     }
-    c->type = type;
-    c->am_id = 0;
-    c->len = sizeof(*r);
-    memcpy(c->data, r, sizeof(*r));
+    shm_cell_hdr(c, m->type, 0, m->flags, m->len);
+    memcpy(c->data, m->data, SHM_CTL_MAX);
     shm_ring_publish(c, iface->owner, t);
     if (wake)
         fy_shm_peer_wake(iface, peer);
     return 1;
+}
+
+void fy_shm_send_ctl(shm_iface_t *iface, shm_peer_t *peer, uint8_t type, uint16_t flags,
+                     const void *data, uint32_t len, uint32_t len_field)
+{
+    shm_pending_ctl_t m = {.type = type, .flags = flags, .len = len_field};
+    memcpy(m.data, data, len);
+    if (peer->status != FERRY_OK)
+        return;
+    if (fy_list_is_empty(&peer->replies) && try_ctl(iface, peer, &m))
+        return;
+    shm_pending_ctl_t *p = malloc(sizeof(*p));
+    if (p == NULL) {
+        fy_error("out of memory queueing a message to process %d: dropped", (int)peer->addr.pid);
+        return;
+    }
+    *p = m;
+    fy_list_add_tail(&peer->replies, &p->link);
+    iface->nreplies++;
 }
 
 void fy_shm_reply(shm_iface_t *iface, const shm_iface_addr_t *to, uint8_t type, uint64_t cookie,
@@ -472,19 +489,7 @@ void fy_shm_reply(shm_iface_t *iface, const shm_iface_addr_t *to, uint8_t type, 
         fy_debug("cannot answer process %d: its ring cannot be mapped", (int)to->pid);
         return;
     }
-    if (peer->status != FERRY_OK)
-        return;
-    if (fy_list_is_empty(&peer->replies) && try_reply(iface, peer, type, &r))
-        return;
-    shm_pending_reply_t *p = malloc(sizeof(*p));
-    if (p == NULL) {
-        fy_error("out of memory queueing an answer to process %d: dropped", (int)to->pid);
-        return;
-    }
-    p->type = type;
-    p->r = r;
-    fy_list_add_tail(&peer->replies, &p->link);
-    iface->nreplies++;
+    fy_shm_send_ctl(iface, peer, type, 0, &r, sizeof(r), sizeof(r));
 }
 
 static unsigned flush_replies(shm_iface_t *iface)
@@ -496,8 +501,8 @@ static unsigned flush_replies(shm_iface_t *iface)
         shm_peer_t *peer = fy_container_of(pos, shm_peer_t, link);
         fy_list_t *r;
         while ((r = peer->replies.next) != &peer->replies) {
-            shm_pending_reply_t *p = fy_container_of(r, shm_pending_reply_t, link);
-            if (!try_reply(iface, peer, p->type, &p->r))
+            shm_pending_ctl_t *p = fy_container_of(r, shm_pending_ctl_t, link);
+            if (!try_ctl(iface, peer, p))
                 break;
             fy_list_del(r);
             free(p);
@@ -512,11 +517,11 @@ static unsigned flush_replies(shm_iface_t *iface)
 
 static char *rx_buffer(shm_iface_t *iface, size_t len)
 {
-    if (len <= iface->rxbuf_size)
+    if (iface->rxbuf != NULL && len <= iface->rxbuf_size)
         return iface->rxbuf;
     if (len > iface->md->opts.rx_keep)
         return malloc(len ? len : 1);
-    char *b = malloc(len);
+    char *b = malloc(len ? len : 1);
     if (b == NULL)
         return NULL;
     free(iface->rxbuf);
@@ -599,6 +604,14 @@ static void rx_frag(shm_iface_t *iface, const shm_cell_t *c, uint8_t am_id, cons
     memcpy(&fh, c->data, sizeof(fh));
     shm_frag_rx_t *f = fy_hash_get(&iface->frags, fh.token);
     iface->stats.rx_frag++;
+    if (c->flags & SHM_FRAG_ABORT) { /* the sender's ep was destroyed mid-message */
+        if (f != NULL) {
+            fy_hash_del(&iface->frags, fh.token);
+            free(f->buf);
+            free(f);
+        }
+        return;
+    }
     if (fh.offset == 0) {
         if (f != NULL) { /* a sender restarted a message: drop the old one */
             fy_hash_del(&iface->frags, fh.token);
@@ -755,6 +768,31 @@ static void check_stuck(shm_iface_t *iface)
     fy_warn("process %d died while writing into this ring: its message is lost", (int)owner);
 }
 
+/* Drop half-received pushed messages whose sender has died. */
+typedef struct frag_scan {
+    uint64_t dead[16];
+    unsigned n;
+} frag_scan_t;
+
+static void frag_find_dead(uint64_t token, void *value, void *arg)
+{
+    frag_scan_t *s = arg;
+    if (s->n < FY_ARRAY_SIZE(s->dead) && pid_is_dead((pid_t)(token >> 32)))
+        s->dead[s->n++] = token;
+}
+
+static void drop_dead_frags(shm_iface_t *iface)
+{
+    frag_scan_t s = {.n = 0};
+    fy_hash_foreach(&iface->frags, frag_find_dead, &s);
+    for (unsigned i = 0; i < s.n; i++) {
+        shm_frag_rx_t *f = fy_hash_del(&iface->frags, s.dead[i]);
+        free(f->buf);
+        free(f);
+        iface->stats.drops_dead++;
+    }
+}
+
 static void check_liveness(shm_iface_t *iface)
 {
     struct epoll_event evs[16];
@@ -773,6 +811,8 @@ static void check_liveness(shm_iface_t *iface)
             fy_shm_peer_fail(iface, peer, FERRY_ERR_CONNECTION_RESET);
     }
     check_stuck(iface);
+    if (FY_UNLIKELY(fy_hash_count(&iface->frags) != 0))
+        drop_dead_frags(iface);
 }
 
 /* Fail the eps of failed peers: err_cb, then their operations. */

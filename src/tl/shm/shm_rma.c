@@ -240,9 +240,7 @@ ferry_status_t fy_shm_atomic(fy_tl_ep_t *tl_ep, ferry_atomic_op_t aop, size_t si
                        .size = (uint8_t)size,
                        .fetch = result != NULL};
     memcpy(ep->bufs + (size_t)(t & ep->mask) * ep->bcopy_size, &q, sizeof(q));
-    c->type = SHM_CELL_AMO_REQ;
-    c->am_id = 0;
-    c->len = sizeof(q);
+    shm_cell_hdr(c, SHM_CELL_AMO_REQ, 0, 0, sizeof(q));
     shm_ring_publish(c, ep->owner, t);
     if (wake)
         fy_shm_peer_wake(ep->iface, ep->peer);

@@ -184,6 +184,7 @@ typedef struct fy_tcp_config {
     size_t max_msg;         /* largest AM payload */
     uint64_t keepidle, keepintvl;
     unsigned long keepcnt;
+    uint64_t user_timeout;  /* TCP_USER_TIMEOUT; 0 = the kernel's */
     uint64_t conn_timeout;
     int nodelay;
     double latency_ns;      /* reported latency; 0 = built-in estimate */
@@ -258,7 +259,7 @@ typedef struct fy_tcp_dest {
 } fy_tcp_dest_t;
 
 enum { FY_TCP_LINK_CONNECTING = 1, FY_TCP_LINK_HELLO_SENT, FY_TCP_LINK_UP, FY_TCP_LINK_CLOSED };
-enum { FY_TCP_STALL_STRIPE = 1, FY_TCP_STALL_CHUNK = 2, FY_TCP_STALL_TXQ = 4 };
+enum { FY_TCP_STALL_STRIPE = 1, FY_TCP_STALL_CHUNK = 2 };
 
 typedef struct fy_tcp_link {
     int kind;                 /* FY_TCP_OBJ_LINK: first, for the epoll dispatch */
@@ -275,6 +276,7 @@ typedef struct fy_tcp_link {
     size_t rx_size, rx_head, rx_tail;
     fy_tcp_dest_t *rx_dest;   /* reading a payload straight into a destination */
     size_t rx_off, rx_left;   /* where in rx_dest, and how much of this piece is left */
+    size_t rx_piece;          /* the length of this piece */
     fy_tcp_dest_t frame;      /* the destination of a non-striped frame */
 } fy_tcp_link_t;
 

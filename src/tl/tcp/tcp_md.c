@@ -60,13 +60,19 @@ static const fy_config_field_t tcp_config_fields[] = {
                     "is disconnected.",
                     FY_CFG_SIZE, fy_tcp_config_t, max_msg),
     FY_CONFIG_FIELD("KEEPIDLE", "10s",
-                    "Idle time before keepalive probes start (and with KEEPINTVL and KEEPCNT "
-                    "the TCP_USER_TIMEOUT for unacknowledged data); inf turns keepalive off.",
+                    "Idle time before keepalive probes find out whether the peer is still "
+                    "there; inf turns keepalive off.",
                     FY_CFG_TIME, fy_tcp_config_t, keepidle),
     FY_CONFIG_FIELD("KEEPINTVL", "2s", "Time between keepalive probes.", FY_CFG_TIME,
                     fy_tcp_config_t, keepintvl),
     FY_CONFIG_FIELD("KEEPCNT", "5", "Unanswered keepalive probes before the peer is dead.",
                     FY_CFG_UINT, fy_tcp_config_t, keepcnt),
+    FY_CONFIG_FIELD("USER_TIMEOUT", "0",
+                    "TCP_USER_TIMEOUT: a peer that acknowledges nothing for this long is dead, "
+                    "even with data outstanding.  Current kernels also count a full receive "
+                    "window, so a peer that stops reading that long is cut off: 0 (off) "
+                    "unless every worker progresses often.",
+                    FY_CFG_TIME, fy_tcp_config_t, user_timeout),
     FY_CONFIG_FIELD("CONN_TIMEOUT", "10s",
                     "Time allowed to set up a connection, and for a connecting stranger to "
                     "complete its handshake.",

@@ -144,7 +144,7 @@ static void dest_finish(fy_tcp_peer_t *p, fy_tcp_dest_t *d)
 }
 
 /* The piece a link was reading is complete. */
-static void piece_done(fy_tcp_link_t *link, size_t piece)
+static void piece_done(fy_tcp_link_t *link)
 {
     fy_tcp_peer_t *p = link->peer;
     fy_tcp_dest_t *d = link->rx_dest;
@@ -153,7 +153,7 @@ static void piece_done(fy_tcp_link_t *link, size_t piece)
         dest_finish(p, d);
         return;
     }
-    d->got += piece;
+    d->got += link->rx_piece;
     if (d->got < d->total) {
         if (link->index == 0)
             fy_tcp_link_stall(link, FY_TCP_STALL_STRIPE); /* wait for the chunks */
@@ -171,8 +171,9 @@ static void begin_payload(fy_tcp_link_t *link, fy_tcp_dest_t *d, size_t off, siz
     link->rx_dest = d;
     link->rx_off = off;
     link->rx_left = len;
+    link->rx_piece = len;
     if (len == 0)
-        piece_done(link, 0);
+        piece_done(link);
 }
 
 /* The first piece of a striped frame: everything up to its chunks. */
@@ -330,12 +331,11 @@ static int handle_frame(fy_tcp_link_t *link)
             struct iovec v = {local, st == FERRY_OK ? len : 0};
             fy_tcp_msg_t m = {.hdr = &ans, .hdr_len = sizeof(ans), .zc = &v,
                               .zc_cnt = v.iov_len != 0, .zc_len = v.iov_len, .stripe = 1};
+            /* Answers are queued whatever the bound: refusing them would stop this side
+             * reading, and two sides that both stop reading never resume.  Their number is
+             * bounded by the requests the requester itself keeps outstanding. */
             if (fy_tcp_send(p, NULL, &m) == FERRY_ERR_NO_MEMORY) {
                 fy_tcp_peer_fail(p, FERRY_ERR_NO_MEMORY, "out of memory for an answer");
-                return -1;
-            }
-            if (fy_tcp_over_bound(p)) {
-                fy_tcp_link_stall(link, FY_TCP_STALL_TXQ); /* answers back up: stop reading */
                 return -1;
             }
             return link->state == FY_TCP_LINK_UP ? 1 : -1;
@@ -350,8 +350,6 @@ static int handle_frame(fy_tcp_link_t *link)
         if (striped && begin_stripe(link, seq, len0) != 0)
             return -1;
         begin_payload(link, d, 0, striped ? len0 : len);
-        if (fy_tcp_over_bound(p))
-            fy_tcp_link_stall(link, FY_TCP_STALL_TXQ);
         return link->state == FY_TCP_LINK_UP ? 1 : -1;
     }
     case FY_TCP_GET_RESP:
@@ -453,8 +451,7 @@ void fy_tcp_link_parse(fy_tcp_link_t *link)
             link->rx_left -= n;
             if (link->rx_left != 0)
                 break;
-            size_t piece = link->rx_off; /* a piece ends where its bytes end */
-            piece_done(link, link->rx_dest == &link->frame ? 0 : piece);
+            piece_done(link);
             continue;
         }
         if (avail < sizeof(fy_tcp_hdr_t) || handle_frame(link) <= 0)
@@ -490,6 +487,12 @@ void fy_tcp_link_read(fy_tcp_link_t *link)
     for (int round = 0; round < 8; round++) {
         if (link->state == FY_TCP_LINK_CLOSED || link->stall)
             return;
+        if (link->rx_dest == NULL && link->rx_tail > link->rx_head) {
+            /* frames left from before a stall come first (and make room) */
+            fy_tcp_link_parse(link);
+            if (link->state == FY_TCP_LINK_CLOSED || link->stall)
+                return;
+        }
         struct iovec v[FY_TCP_MAX_IOV + 2];
         size_t cnt, want, covered = 0;
         int direct = link->rx_dest != NULL && link->rx_head == link->rx_tail;
@@ -538,10 +541,8 @@ void fy_tcp_link_read(fy_tcp_link_t *link)
             link->rx_off += take;
             link->rx_left -= take;
             link->rx_tail = (size_t)n - take;
-            if (link->rx_left == 0) {
-                size_t piece = link->rx_off;
-                piece_done(link, link->rx_dest == &link->frame ? 0 : piece);
-            }
+            if (link->rx_left == 0)
+                piece_done(link);
         } else {
             link->rx_tail += (size_t)n;
         }

@@ -41,8 +41,10 @@ void fy_tcp_sock_tune(int fd, const fy_tcp_config_t *cfg)
         int v = cfg->rcvbuf > (size_t)INT32_MAX ? INT32_MAX : (int)cfg->rcvbuf;
         setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &v, sizeof(v));
     }
-    /* Keepalive notices a dead peer on an idle connection; TCP_USER_TIMEOUT does the same
-     * when data is waiting for acknowledgement (keepalive probes are not sent then). */
+    /* Keepalive notices a dead peer on an idle connection.  TCP_USER_TIMEOUT would also
+     * notice one while data waits for acknowledgement, but current kernels apply it to a
+     * zero window too: a live receiver that stops reading for that long is cut off.  So it
+     * is opt-in (FERRY_TCP_USER_TIMEOUT), for jobs whose workers always progress. */
     if (cfg->keepidle != 0 && cfg->keepidle != UINT64_MAX) {
         int idle = (int)FY_MAX(1, cfg->keepidle / FY_NSEC_PER_SEC);
         int intvl = (int)FY_MAX(1, cfg->keepintvl / FY_NSEC_PER_SEC);
@@ -51,8 +53,9 @@ void fy_tcp_sock_tune(int fd, const fy_tcp_config_t *cfg)
         setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof(idle));
         setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof(intvl));
         setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof(cnt));
-        unsigned ut = (unsigned)((cfg->keepidle + cfg->keepintvl * (uint64_t)cnt) /
-                                 FY_NSEC_PER_MSEC);
+    }
+    if (cfg->user_timeout != 0 && cfg->user_timeout != UINT64_MAX) {
+        unsigned ut = (unsigned)FY_MAX(1, cfg->user_timeout / FY_NSEC_PER_MSEC);
         setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &ut, sizeof(ut));
     }
 }

@@ -100,10 +100,6 @@ void fy_tcp_tx_done(fy_tcp_peer_t *p, fy_tcp_tx_t *tx, ferry_status_t status)
         if (comp != NULL)
             comp->cb(comp, st);
     }
-    fy_tcp_link_t *l0 = p->links[0];
-    if (l0 != NULL && (l0->stall & FY_TCP_STALL_TXQ) && p->q_ops <= iface->cfg->tx_queue_ops / 2 &&
-        p->q_bytes <= iface->cfg->tx_queue / 2)
-        fy_tcp_link_unstall(l0, FY_TCP_STALL_TXQ);
 }
 
 /* Move a descriptor past n written bytes. */
@@ -281,8 +277,10 @@ ferry_status_t fy_tcp_send(fy_tcp_peer_t *p, fy_tcp_ep_t *ep, const fy_tcp_msg_t
             return FERRY_ERR_NOT_CONNECTED;
         if (p->state == FY_TCP_PEER_IDLE) {
             ferry_status_t st = fy_tcp_peer_connect(p); /* reconnect on demand */
-            if (st != FERRY_OK)
+            if (st != FERRY_OK) {
+                fy_tcp_peer_fail(p, FERRY_ERR_UNREACHABLE, "cannot reconnect");
                 return st;
+            }
         }
     }
     size_t payload = m->copy_len + m->zc_len;
@@ -350,11 +348,11 @@ static ferry_status_t send_striped(fy_tcp_peer_t *p, fy_tcp_ep_t *ep, const fy_t
         return FERRY_ERR_NO_RESOURCE;
 
     /* piece sizes: zc split evenly (4 KiB multiples); piece 0 also carries the copy part */
-    size_t len = m->zc_len, share = ((len / k) + 4095) & ~(size_t)4095;
+    size_t len = m->zc_len, share = FY_ALIGN_UP((len + k - 1) / k, 4096);
     size_t off[FY_TCP_MAX_LINKS], plen[FY_TCP_MAX_LINKS];
     for (unsigned i = 0; i < k; i++) {
         off[i] = FY_MIN(len, share * i);
-        plen[i] = FY_MIN(len - off[i], share);
+        plen[i] = i + 1 == k ? len - off[i] : FY_MIN(len - off[i], share);
     }
     fy_tcp_tx_t *tx[FY_TCP_MAX_LINKS] = {0};
     for (unsigned i = 0; i < k; i++) {

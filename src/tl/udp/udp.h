@@ -36,6 +36,11 @@
 #define FY_UDP_MAX_ZHDR 256  /* am_zcopy header */
 #define FY_UDP_BATCH 32      /* datagrams per recvmmsg / sendmmsg */
 #define FY_UDP_SEG_HDR_MAX (FY_UDP_HDR_LEN + 48)
+#define FY_UDP_CWND_INIT 64 /* segments a new ep may have in flight before its first ACK */
+#define FY_UDP_CWND_MIN 16
+#define FY_UDP_TX_BYTES (1u << 20) /* bytes of new segments one ep sends per pass */
+#define FY_UDP_GSO_MAX 64    /* segments per GSO send (the kernel's UDP_MAX_SEGMENTS) */
+#define FY_UDP_GSO_BYTES 65000 /* payload of one GSO send */
 
 /* ---- configuration (FERRY_UDP_*) ------------------------------------------------------ */
 typedef struct fy_udp_opts {
@@ -50,6 +55,7 @@ typedef struct fy_udp_opts {
     unsigned long ack_passes;
     uint64_t ack_delay;
     unsigned long ack_every;
+    size_t ack_bytes;
     uint64_t rto_init, rto_min, rto_max;
     uint64_t peer_timeout;
     size_t max_zcopy;
@@ -195,6 +201,8 @@ typedef struct fy_udp_conn {
 
     /* send */
     uint32_t snd_nxt, snd_una, wnd;
+    uint32_t cwnd;           /* congestion window, segments (<= wnd) */
+    uint64_t cwnd_cut_ns;    /* last time a timeout halved cwnd */
     fy_udp_seg_t **win;
     uint64_t inflight, credit;
     fy_list_t sendq;
@@ -207,6 +215,7 @@ typedef struct fy_udp_conn {
     int64_t srtt, rttvar;    /* ns; srtt 0 = no sample yet */
     uint64_t rto;
     uint64_t last_rx_ns;
+    uint64_t last_ack_ns;    /* snd_una last moved (or the window went from empty) */
 
     /* receive */
     uint32_t rcv_nxt;
@@ -214,6 +223,7 @@ typedef struct fy_udp_conn {
     uint32_t nstash;
     uint8_t ack_pending, ack_now;
     uint32_t ack_passes, ack_unsent;
+    uint64_t ack_unsent_bytes;
     uint64_t ack_since;
     fy_list_t ack_link;
     /* reassembly of a large AM (chunks of one fragment arrive in sequence order) */
@@ -257,9 +267,17 @@ typedef struct fy_udp_chan {
     unsigned ntx, ntxiov;
     struct mmsghdr tmsg[FY_UDP_BATCH];
     struct iovec tiov[FY_UDP_BATCH * (FY_UDP_MAX_IOV + 4)];
-    fy_udp_seg_t *tseg[FY_UDP_BATCH]; /* the segment of each message, NULL if unsequenced */
+    /* segments of each message (several when GSO merged them), for a refused send */
+    fy_udp_seg_t *bseg[FY_UDP_BATCH * FY_UDP_GSO_MAX];
+    unsigned nbseg;
+    uint16_t mseg_first[FY_UDP_BATCH], mseg_n[FY_UDP_BATCH];
+    uint32_t mgso[FY_UDP_BATCH];   /* datagram size of a GSO message, 0 = plain */
+    uint32_t mbytes[FY_UDP_BATCH];
+    uint8_t mopen[FY_UDP_BATCH];   /* every datagram so far full-size: more may join */
+    uint8_t cbuf[FY_UDP_BATCH][CMSG_SPACE(sizeof(uint16_t))];
     uint8_t thdr[FY_UDP_BATCH][FY_UDP_SEG_HDR_MAX]; /* headers of unsequenced messages */
     unsigned idle;           /* empty polls in a row */
+    unsigned last_batch;     /* datagrams the last poll found (0, 1, or more) */
 } fy_udp_chan_t;
 
 typedef struct fy_udp_iface {
@@ -274,6 +292,7 @@ typedef struct fy_udp_iface {
     uint32_t wsize;          /* window array size, a power of two >= opts->window */
     uint64_t credit;         /* what we let a peer have in flight towards us */
     int csum;                /* compute and require checksums */
+    int gso;                 /* merge data segments with UDP_SEGMENT */
     fy_udp_chan_t ch[FY_UDP_NCH];
     int epfd, tfd;
     fy_hotel_t hotel;
@@ -380,7 +399,7 @@ void fy_udp_tx_ctrl(fy_udp_iface_t *iface, fy_udp_conn_t *conn, uint8_t chan, ui
 void fy_udp_tx_flush(fy_udp_iface_t *iface, uint8_t chan);
 void fy_udp_tx_flush_all(fy_udp_iface_t *iface);
 void fy_udp_send_acks(fy_udp_iface_t *iface, int force);
-void fy_udp_ack_schedule(fy_udp_conn_t *conn, int now);
+void fy_udp_ack_schedule(fy_udp_conn_t *conn, int now, size_t bytes);
 size_t fy_udp_chunk_payload(const fy_udp_conn_t *conn, uint8_t type);
 
 /* udp_rx.c */

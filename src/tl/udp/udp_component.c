@@ -42,6 +42,8 @@ static const fy_config_field_t udp_fields[] = {
       ack_delay),
     F("ACK_EVERY", "64", "Send an ACK at least every this many received segments.",
       FY_CFG_UINT, ack_every),
+    F("ACK_BYTES", "256k", "Send an ACK at least every this many received bytes.",
+      FY_CFG_SIZE, ack_bytes),
     F("RTO_INIT", "10ms", "Retransmission timeout before the first RTT sample.",
       FY_CFG_TIME, rto_init),
     F("RTO_MIN", "200us", "Floor of the RTT-adaptive retransmission timeout.", FY_CFG_TIME,

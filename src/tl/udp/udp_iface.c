@@ -8,7 +8,7 @@
  * fragments are delivered at once), then the data channel, then run the hotel (expired
  * segments go on the resend queue), then send: resends first, then the ready endpoints,
  * then the ACKs that found no data to ride on.  An idle data channel is polled only every
- * fourth pass, so a ping-pong of tiny messages pays for one receive system call per pass.
+ * eighth pass, so a ping-pong of tiny messages pays for one receive system call per pass.
  *
  * The event fd is an epoll set of both sockets and a timerfd.  Before sleeping, arm sends
  * every owed ACK (a sleeping peer must not hold ACKs) and sets the timerfd to the
@@ -264,6 +264,8 @@ ferry_status_t fy_udp_iface_open(fy_tl_md_t *tl_md, const fy_tl_iface_params_t *
     while (iface->wsize < o->window)
         iface->wsize <<= 1;
     iface->csum = o->checksum || o->fault_corrupt > 0;
+    /* GSO pays when several segments fit one 64 KiB send; the injector needs datagrams. */
+    iface->gso = o->gso && 2 * iface->seg_size <= FY_UDP_GSO_BYTES;
 
     st = chan_open(iface, FY_UDP_CH_PRIO, 2u << 20, 1u << 20);
     if (st == FERRY_OK)
@@ -303,6 +305,8 @@ ferry_status_t fy_udp_iface_open(fy_tl_md_t *tl_md, const fy_tl_iface_params_t *
     st = fy_udp_fault_init(iface);
     if (st != FERRY_OK)
         goto err;
+    if (iface->fault.enabled && (iface->fault.chan_mask & (1u << FY_UDP_CH_DATA)))
+        iface->gso = 0;
     {
         char buf[FY_NETIF_ADDR_STRLEN];
         fy_debug("udp: iface %s %s ports %u/%u seg %u window %u credit %llu%s",
@@ -407,7 +411,7 @@ unsigned fy_udp_iface_progress(fy_tl_iface_t *tl_iface)
     iface->pass++;
     iface->now = fy_time_ns();
     fy_udp_rx_progress(iface, FY_UDP_CH_PRIO);
-    if (data->idle < 16 || (iface->pass & 3) == 0)
+    if (data->idle < 16 || (iface->pass & 7) == 0)
         fy_udp_rx_progress(iface, FY_UDP_CH_DATA);
     iface->now = fy_time_ns();
     if (iface->fault.enabled)

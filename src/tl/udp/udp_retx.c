@@ -15,6 +15,9 @@
  * the priority channel passing a large one on the data channel) is not sent twice.  A loss
  * thus costs about one RTT, not a timeout.
  *
+ * The timeout is the time without ACK progress, as in TCP: a segment whose timer runs out
+ * while the ACK point moved within the last RTO is checked in again instead of resent.
+ *
  * A peer is presumed dead when a segment's timer runs out and nothing at all has been heard
  * from it for FERRY_UDP_PEER_TIMEOUT while data was waiting for its ACK.
  */
@@ -91,9 +94,15 @@ void fy_udp_process_ack(fy_udp_conn_t *c, uint32_t ack, uint32_t sack, int pure)
     if (d > 0) {
         if (fy_udp_seq_diff(ack, c->snd_nxt) > 0)
             return; /* acknowledges what was never sent: not from our peer's stream */
-        fy_udp_seg_t *last = c->win[(ack - 1) & mask];
-        if (last != NULL && last->tries == 1)
-            rtt_sample(c, (int64_t)(iface->now - last->tx_ns));
+        /* Sample the oldest segment this ACK covers that was sent once (Karn): with ACKs
+         * that cover many segments, its wait is what a timeout must outlast. */
+        for (uint32_t s = c->snd_una; s != ack; s++) {
+            fy_udp_seg_t *seg = c->win[s & mask];
+            if (seg != NULL && seg->tries == 1) {
+                rtt_sample(c, (int64_t)(iface->now - seg->tx_ns));
+                break;
+            }
+        }
         for (uint32_t s = c->snd_una; s != ack; s++) {
             fy_udp_seg_t *seg = c->win[s & mask];
             c->win[s & mask] = NULL;
@@ -106,7 +115,10 @@ void fy_udp_process_ack(fy_udp_conn_t *c, uint32_t ack, uint32_t sack, int pure)
                 fy_udp_frag_release_seg(iface, seg->frag);
             fy_udp_seg_free(iface, seg);
         }
+        /* The congestion window doubles per round trip while ACKs come (slow start). */
+        c->cwnd = FY_MIN(c->wnd, c->cwnd + (uint32_t)d);
         c->snd_una = ack;
+        c->last_ack_ns = iface->now;
         if (!fy_list_is_empty(&c->sendq))
             fy_udp_ready_add(c);
         if (!fy_list_is_empty(&c->flushq))
@@ -131,6 +143,8 @@ void fy_udp_hotel_expired(fy_hotel_t *hotel, fy_hotel_room_t *room, void *arg)
     }
     fy_udp_seg_t *seg = fy_container_of(t, fy_udp_seg_t, timer);
     fy_udp_conn_t *c = seg->conn;
+    if (c->in_fail_list)
+        return; /* failing already: conn_fail releases the segment */
     if (iface->now - c->last_rx_ns > iface->opts->peer_timeout) {
         char buf[FY_NETIF_ADDR_STRLEN];
         fy_warn("udp: peer %s silent for %.1f s with %u segments unacknowledged: presumed "
@@ -140,6 +154,22 @@ void fy_udp_hotel_expired(fy_hotel_t *hotel, fy_hotel_room_t *room, void *arg)
         fy_udp_conn_schedule_fail(c, FERRY_ERR_ENDPOINT_TIMEOUT);
         return;
     }
+    /* As TCP restarts its timer on every ACK that advances: while the ACK point moves, a
+     * segment is only waiting in line at a busy receiver (a hole would have shown in the
+     * SACK bits and been resent already).  Wait on. */
+    if (iface->now - c->last_ack_ns < c->rto) {
+        fy_hotel_checkin(&iface->hotel, &seg->timer.room, c->rto - (iface->now - c->last_ack_ns),
+                         iface->now);
+        return;
+    }
     c->stats.timeouts++;
+    /* A timeout means the path (or the receiver) holds more than it carries: halve the
+     * congestion window, once per round trip.  Random loss found by the SACK/dup-ACK path
+     * leaves it alone: it is not congestion on the networks this runs on. */
+    if (iface->now - c->cwnd_cut_ns > (uint64_t)FY_MAX(c->srtt, (int64_t)c->iface->opts->rto_min)) {
+        c->cwnd = FY_MAX(c->cwnd / 2, (uint32_t)FY_UDP_CWND_MIN);
+        c->cwnd_cut_ns = iface->now;
+        c->rto = FY_MIN(2 * c->rto, iface->opts->rto_max); /* until the next clean sample */
+    }
     fy_udp_resend_push(iface, seg);
 }

@@ -186,7 +186,7 @@ static int process(fy_udp_iface_t *iface, fy_udp_conn_t *c, const fy_udp_hdr_t *
     case FY_UDP_T_AM:
         /* Fast path: the handler runs before the carried ACK is processed. */
         c->rcv_nxt++;
-        fy_udp_ack_schedule(c, 0);
+        fy_udp_ack_schedule(c, 0, plen);
         c->stats.rx_msgs++;
         c->stats.rx_bytes += plen;
         iface->events++;
@@ -197,7 +197,7 @@ static int process(fy_udp_iface_t *iface, fy_udp_conn_t *c, const fy_udp_hdr_t *
         if (done < 0)
             return 0; /* no memory for reassembly: the sender will resend */
         c->rcv_nxt++;
-        fy_udp_ack_schedule(c, 0);
+        fy_udp_ack_schedule(c, 0, plen);
         if (done) {
             c->stats.rx_msgs++;
             c->stats.rx_bytes += c->rx_total;
@@ -210,7 +210,7 @@ static int process(fy_udp_iface_t *iface, fy_udp_conn_t *c, const fy_udp_hdr_t *
         break;
     }
     c->rcv_nxt++;
-    fy_udp_ack_schedule(c, 0);
+    fy_udp_ack_schedule(c, 0, plen);
     switch (h->type) {
     case FY_UDP_T_PUT: {
         fy_udp_chunk_t ch;
@@ -266,7 +266,7 @@ static void drain(fy_udp_iface_t *iface, fy_udp_conn_t *c)
         fy_mpool_put(&iface->ch[b->chan].rxpool, b);
     }
     if (drained)
-        fy_udp_ack_schedule(c, 1);
+        fy_udp_ack_schedule(c, 1, 0);
 }
 
 /* Check and process one datagram.  Returns 1 when the buffer was kept (stashed). */
@@ -351,10 +351,10 @@ static int rx_dgram(fy_udp_iface_t *iface, uint8_t chan, fy_udp_rxbuf_t *b, size
     if (d < 0) {
         /* Already processed: our ACK was lost.  ACK again at once. */
         c->stats.drops_duplicate++;
-        fy_udp_ack_schedule(c, 1);
+        fy_udp_ack_schedule(c, 1, 0);
         return 0;
     }
-    fy_udp_ack_schedule(c, 1); /* a hole: tell the sender now (dup ACK + SACK) */
+    fy_udp_ack_schedule(c, 1, 0); /* a hole: tell the sender now (dup ACK + SACK) */
     if ((uint32_t)d >= iface->wsize) {
         iface->drops_window++;
         return 0;
@@ -384,12 +384,27 @@ static int rx_dgram(fy_udp_iface_t *iface, uint8_t chan, fy_udp_rxbuf_t *b, size
 unsigned fy_udp_rx_progress(fy_udp_iface_t *iface, uint8_t chan)
 {
     fy_udp_chan_t *ch = &iface->ch[chan];
-    int n = recvmmsg(ch->fd, ch->rmsg, FY_UDP_BATCH, MSG_DONTWAIT, NULL);
+    int n;
 
+    /* recvmmsg costs more than recvmsg when a single datagram (or none) is waiting, as in
+     * a ping-pong: batch only while the last poll found more than one. */
+    if (ch->last_batch > 1) {
+        n = recvmmsg(ch->fd, ch->rmsg, FY_UDP_BATCH, MSG_DONTWAIT, NULL);
+    } else {
+        ssize_t r = recvmsg(ch->fd, &ch->rmsg[0].msg_hdr, MSG_DONTWAIT);
+        n = r < 0 ? -1 : 1;
+        if (r >= 0)
+            ch->rmsg[0].msg_len = (unsigned)r;
+        else if (errno != EAGAIN && errno != EWOULDBLOCK)
+            n = -1;
+    }
     if (n <= 0) {
         ch->idle++;
+        ch->last_batch = 0;
         return 0;
     }
+    /* A single recvmsg that found one datagram: maybe a burst is waiting. */
+    ch->last_batch = n > 1 || ch->last_batch == 1 ? (unsigned)n + (n == 1) : 1;
     ch->idle = 0;
     iface->now = fy_time_ns();
     for (int i = 0; i < n; i++) {

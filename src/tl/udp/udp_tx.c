@@ -19,6 +19,7 @@
  * channel.
  */
 #include <errno.h>
+#include <netinet/udp.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -117,7 +118,7 @@ void fy_udp_frag_release_seg(fy_udp_iface_t *iface, fy_udp_frag_t *f)
 
 static inline int can_send(const fy_udp_conn_t *c)
 {
-    return (uint32_t)(c->snd_nxt - c->snd_una) < c->wnd &&
+    return (uint32_t)(c->snd_nxt - c->snd_una) < FY_MIN(c->wnd, c->cwnd) &&
            (c->inflight < c->credit || c->snd_nxt == c->snd_una);
 }
 
@@ -155,13 +156,27 @@ void fy_udp_tx_flush(fy_udp_iface_t *iface, uint8_t chan)
 
     if (n == 0)
         return;
+    for (unsigned i = 0; i < n; i++) {
+        struct msghdr *mh = &ch->tmsg[i].msg_hdr;
+        if (ch->mseg_n[i] > 1) {
+            struct cmsghdr *cm = (struct cmsghdr *)ch->cbuf[i];
+            uint16_t gso = (uint16_t)ch->mgso[i];
+            mh->msg_control = ch->cbuf[i];
+            mh->msg_controllen = sizeof(ch->cbuf[i]);
+            cm->cmsg_level = SOL_UDP;
+            cm->cmsg_type = UDP_SEGMENT;
+            cm->cmsg_len = CMSG_LEN(sizeof(gso));
+            memcpy(CMSG_DATA(cm), &gso, sizeof(gso));
+        }
+    }
     if (iface->fault.enabled && (iface->fault.chan_mask & (1u << chan))) {
         for (unsigned i = 0; i < n; i++)
             fy_udp_fault_send(iface, chan, &ch->tmsg[i].msg_hdr);
         sent = n;
     } else {
         while (sent < n) {
-            int r = sendmmsg(ch->fd, ch->tmsg + sent, n - sent, 0);
+            int r = n - sent == 1 ? (sendmsg(ch->fd, &ch->tmsg[sent].msg_hdr, 0) >= 0 ? 1 : -1)
+                                  : sendmmsg(ch->fd, ch->tmsg + sent, n - sent, 0);
             if (r > 0) {
                 sent += (unsigned)r;
                 continue;
@@ -170,6 +185,12 @@ void fy_udp_tx_flush(fy_udp_iface_t *iface, uint8_t chan)
                 continue;
             if (errno == EAGAIN || errno == EWOULDBLOCK || errno == ENOBUFS)
                 break;
+            if (ch->mseg_n[sent] > 1 && (errno == EIO || errno == EINVAL)) {
+                /* The device cannot segment for us: plain datagrams from now on. */
+                fy_info("udp: UDP segmentation offload refused (%s): off", strerror(errno));
+                iface->gso = 0;
+                break;
+            }
             if (errno == EMSGSIZE && !iface->warned_emsgsize) {
                 iface->warned_emsgsize = 1;
                 fy_warn("udp: a %zu-byte datagram does not fit the interface MTU %u "
@@ -182,11 +203,12 @@ void fy_udp_tx_flush(fy_udp_iface_t *iface, uint8_t chan)
             sent++; /* drop it: a segment is resent by its timer */
         }
     }
-    iface->tx_dgrams += sent;
+    for (unsigned i = 0; i < sent; i++)
+        iface->tx_dgrams += ch->mseg_n[i] ? ch->mseg_n[i] : 1;
     for (unsigned i = sent; i < n; i++)
-        if (ch->tseg[i] != NULL)
-            fy_udp_seg_unsent(iface, ch->tseg[i]);
-    ch->ntx = ch->ntxiov = 0;
+        for (unsigned k = 0; k < ch->mseg_n[i]; k++)
+            fy_udp_seg_unsent(iface, ch->bseg[ch->mseg_first[i] + k]);
+    ch->ntx = ch->ntxiov = ch->nbseg = 0;
 }
 
 void fy_udp_tx_flush_all(fy_udp_iface_t *iface)
@@ -200,7 +222,8 @@ static struct mmsghdr *batch_slot(fy_udp_iface_t *iface, uint8_t chan, unsigned 
                                   struct iovec **iov)
 {
     fy_udp_chan_t *ch = &iface->ch[chan];
-    if (ch->ntx == FY_UDP_BATCH || ch->ntxiov + niov > FY_ARRAY_SIZE(ch->tiov))
+    if (ch->ntx == FY_UDP_BATCH || ch->ntxiov + niov > FY_ARRAY_SIZE(ch->tiov) ||
+        ch->nbseg == FY_ARRAY_SIZE(ch->bseg))
         fy_udp_tx_flush(iface, chan);
     *iov = &ch->tiov[ch->ntxiov];
     return &ch->tmsg[ch->ntx];
@@ -211,14 +234,40 @@ static void batch_commit(fy_udp_iface_t *iface, uint8_t chan, struct mmsghdr *m,
                          socklen_t tolen, fy_udp_seg_t *seg)
 {
     fy_udp_chan_t *ch = &iface->ch[chan];
+    uint32_t bytes = (uint32_t)fy_iov_total(iov, n);
     if (iface->csum)
         batch_csum(iov, n);
+    /* GSO: a segment to the same peer right after full-size ones joins their message; its
+     * iovecs already follow the previous message's in tiov. */
+    if (seg != NULL && iface->gso && ch->ntx > 0) {
+        unsigned i = ch->ntx - 1;
+        struct msghdr *prev = &ch->tmsg[i].msg_hdr;
+        uint32_t gso = ch->mgso[i] ? ch->mgso[i] : ch->mbytes[i];
+        if (ch->mopen[i] && ch->mseg_n[i] > 0 && prev->msg_name == (void *)to &&
+            bytes <= gso && ch->mbytes[i] + bytes <= FY_UDP_GSO_BYTES &&
+            ch->mseg_n[i] < FY_UDP_GSO_MAX) {
+            ch->mgso[i] = gso;
+            ch->mbytes[i] += bytes;
+            ch->mopen[i] = bytes == gso;
+            prev->msg_iovlen += n;
+            ch->ntxiov += n;
+            ch->bseg[ch->nbseg++] = seg;
+            ch->mseg_n[i]++;
+            return;
+        }
+    }
     memset(&m->msg_hdr, 0, sizeof(m->msg_hdr));
     m->msg_hdr.msg_name = (void *)to;
     m->msg_hdr.msg_namelen = tolen;
     m->msg_hdr.msg_iov = iov;
     m->msg_hdr.msg_iovlen = n;
-    ch->tseg[ch->ntx] = seg;
+    ch->mgso[ch->ntx] = 0;
+    ch->mbytes[ch->ntx] = bytes;
+    ch->mopen[ch->ntx] = 1;
+    ch->mseg_first[ch->ntx] = (uint16_t)ch->nbseg;
+    ch->mseg_n[ch->ntx] = seg != NULL;
+    if (seg != NULL)
+        ch->bseg[ch->nbseg++] = seg;
     ch->ntx++;
     ch->ntxiov += n;
 }
@@ -254,6 +303,7 @@ static void piggyback(fy_udp_conn_t *c, uint8_t *hdr)
         c->ack_pending = 0;
         c->ack_now = 0;
         c->ack_unsent = 0;
+        c->ack_unsent_bytes = 0;
         fy_list_del(&c->ack_link);
     }
 }
@@ -266,6 +316,9 @@ static void seg_xmit(fy_udp_iface_t *iface, fy_udp_conn_t *c, fy_udp_seg_t *seg,
     unsigned n = 1;
 
     piggyback(c, seg->hdr);
+    /* A pass may send megabytes: stamp each segment with its own time, or its timer
+     * would start early. */
+    iface->now = fy_time_ns();
     seg->tx_ns = iface->now;
     seg->tries++;
     if (seg->tries > 1)
@@ -287,8 +340,11 @@ static void seg_xmit(fy_udp_iface_t *iface, fy_udp_conn_t *c, fy_udp_seg_t *seg,
 static void seg_assign(fy_udp_conn_t *c, fy_udp_seg_t *seg)
 {
     fy_udp_hdr_t *h = (fy_udp_hdr_t *)seg->hdr;
-    if (c->snd_una == c->snd_nxt)
-        c->last_rx_ns = FY_MAX(c->last_rx_ns, c->iface->now); /* peer-timeout clock starts */
+    if (c->snd_una == c->snd_nxt) {
+        /* the peer-timeout and retransmission clocks start */
+        c->last_rx_ns = FY_MAX(c->last_rx_ns, c->iface->now);
+        c->last_ack_ns = c->iface->now;
+    }
     seg->conn = c;
     seg->seq = c->snd_nxt++;
     h->seq = seg->seq;
@@ -348,7 +404,8 @@ static fy_udp_seg_t *make_chunk(fy_udp_conn_t *c, fy_udp_frag_t *f)
 static unsigned conn_push(fy_udp_conn_t *c, unsigned budget)
 {
     unsigned sent = 0;
-    while (sent < budget && !fy_list_is_empty(&c->sendq)) {
+    uint64_t bytes = 0;
+    while (sent < budget && bytes < FY_UDP_TX_BYTES && !fy_list_is_empty(&c->sendq)) {
         fy_udp_pend_t *p = fy_container_of(c->sendq.next, fy_udp_pend_t, link);
         if (p->kind == FY_UDP_PEND_FLUSH) {
             fy_udp_flush_t *fl = (fy_udp_flush_t *)p;
@@ -394,6 +451,7 @@ static unsigned conn_push(fy_udp_conn_t *c, unsigned budget)
                 f->queued = 0;
             }
             fy_udp_seg_sent(c, seg);
+            bytes += seg->dlen;
         }
         sent++;
     }
@@ -609,16 +667,18 @@ void fy_udp_tx_ctrl(fy_udp_iface_t *iface, fy_udp_conn_t *c, uint8_t chan, uint8
 }
 
 /* Mark that the peer is owed an ACK; now: as soon as this pass ends. */
-void fy_udp_ack_schedule(fy_udp_conn_t *c, int now)
+void fy_udp_ack_schedule(fy_udp_conn_t *c, int now, size_t bytes)
 {
     c->ack_unsent++;
+    c->ack_unsent_bytes += bytes;
     if (!c->ack_pending) {
         c->ack_pending = 1;
         c->ack_passes = 0;
         c->ack_since = c->iface->now;
         fy_list_add_tail(&c->iface->acklist, &c->ack_link);
     }
-    if (now || c->ack_unsent >= c->iface->opts->ack_every)
+    if (now || c->ack_unsent >= c->iface->opts->ack_every ||
+        c->ack_unsent_bytes >= c->iface->opts->ack_bytes)
         c->ack_now = 1;
 }
 
@@ -636,6 +696,7 @@ void fy_udp_send_acks(fy_udp_iface_t *iface, int force)
         fy_list_del(&c->ack_link);
         c->ack_pending = c->ack_now = 0;
         c->ack_unsent = 0;
+        c->ack_unsent_bytes = 0;
         if (c->peer_id != 0)
             fy_udp_tx_ctrl(iface, c, FY_UDP_CH_PRIO, FY_UDP_T_ACK, NULL, 0, 0,
                            &c->addr[FY_UDP_CH_PRIO], c->addrlen);

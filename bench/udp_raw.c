@@ -1,0 +1,135 @@
+/*
+ * udp_raw.c - the floor for the udp transport: raw UDP between two processes on loopback
+ * with nonblocking sockets and busy polling, no protocol at all.
+ *
+ *   udp_raw lat [-s size] [-n iters]    ping-pong, one-way latency
+ *   udp_raw bw  [-s size] [-n iters]    one-way stream of datagrams (no flow control, so
+ *                                        the receiver counts what arrived: loss is possible)
+ *
+ * ferry's udp transport is measured against it (bench/RESULTS.md).
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <arpa/inet.h>
+#include <errno.h>
+#include <getopt.h>
+#include <netinet/in.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static int open_sock(uint16_t *port)
+{
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t l = sizeof(a);
+    int fd = socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK, 0), v = 16 << 20;
+    setsockopt(fd, SOL_SOCKET, SO_RCVBUFFORCE, &v, sizeof(v));
+    setsockopt(fd, SOL_SOCKET, SO_SNDBUFFORCE, &v, sizeof(v));
+    bind(fd, (struct sockaddr *)&a, sizeof(a));
+    getsockname(fd, (struct sockaddr *)&a, &l);
+    *port = ntohs(a.sin_port);
+    return fd;
+}
+
+int main(int argc, char **argv)
+{
+    size_t size = 8;
+    unsigned long iters = 0;
+    int opt, lat, p[2], q[2];
+    if (argc < 2 || (strcmp(argv[1], "lat") && strcmp(argv[1], "bw"))) {
+        fprintf(stderr, "usage: %s lat|bw [-s size] [-n iters]\n", argv[0]);
+        return 2;
+    }
+    lat = strcmp(argv[1], "lat") == 0;
+    optind = 2;
+    while ((opt = getopt(argc, argv, "s:n:")) != -1) {
+        if (opt == 's')
+            size = strtoull(optarg, NULL, 0);
+        else if (opt == 'n')
+            iters = strtoul(optarg, NULL, 0);
+    }
+    if (iters == 0)
+        iters = 100000;
+    if (size < 2 || size > 65507) {
+        fprintf(stderr, "udp_raw: size must be 2 .. 65507 (the largest UDP datagram)\n");
+        return 2;
+    }
+    char *buf = calloc(1, size + 1);
+    uint16_t ports[2];
+    if (pipe(p) || pipe(q))
+        return 1;
+    pid_t pid = fork();
+    int me = pid == 0;
+    int fd = open_sock(&ports[me]);
+    /* exchange ports */
+    if (write(me ? q[1] : p[1], &ports[me], 2) != 2 || read(me ? p[0] : q[0], &ports[!me], 2) != 2)
+        return 1;
+    struct sockaddr_in peer = {.sin_family = AF_INET, .sin_port = htons(ports[!me]),
+                               .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    unsigned long warm = lat ? 1000 : 1000;
+    if (lat) {
+        uint64_t t0 = 0;
+        for (unsigned long i = 0; i < warm + iters; i++) {
+            if (i == warm)
+                t0 = now_ns();
+            if (!me && sendto(fd, buf, size, 0, (struct sockaddr *)&peer, sizeof(peer)) < 0) {
+                perror("udp_raw: sendto");
+                return 1;
+            }
+            while (recv(fd, buf, size + 1, 0) < 0) {
+            }
+            if (me && sendto(fd, buf, size, 0, (struct sockaddr *)&peer, sizeof(peer)) < 0) {
+                perror("udp_raw: sendto");
+                return 1;
+            }
+        }
+        if (!me)
+            printf("raw udp lat size %zu: %.3f us one-way\n", size,
+                   (double)(now_ns() - t0) / 1e3 / 2.0 / (double)iters);
+    } else if (!me) {
+        uint64_t t0 = now_ns();
+        for (unsigned long i = 0; i < warm + iters; i++) {
+            if (i == warm)
+                t0 = now_ns();
+            while (sendto(fd, buf, size, 0, (struct sockaddr *)&peer, sizeof(peer)) < 0) {
+            }
+        }
+        buf[0] = 1; /* the end marker: a 1-byte datagram */
+        uint64_t t1 = now_ns();
+        for (int k = 0; k < 100; k++)
+            sendto(fd, buf, 1, 0, (struct sockaddr *)&peer, sizeof(peer));
+        unsigned long got = 0;
+        if (read(q[0], &got, sizeof(got)) != sizeof(got))
+            return 1;
+        double secs = (double)(t1 - t0) / 1e9;
+        printf("raw udp bw size %zu: %.3f GB/s sent, %lu of %lu datagrams arrived\n", size,
+               (double)size * (double)iters / secs / 1e9, got, warm + iters);
+    } else {
+        unsigned long got = 0;
+        for (;;) {
+            ssize_t r = recv(fd, buf, size + 1, 0);
+            if (r == 1)
+                break;
+            if (r > 0)
+                got++;
+        }
+        if (write(q[1], &got, sizeof(got)) != sizeof(got))
+            return 1;
+    }
+    if (pid != 0)
+        waitpid(pid, NULL, 0);
+    return 0;
+}

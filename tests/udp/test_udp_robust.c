@@ -1,0 +1,337 @@
+/*
+ * test_udp_robust.c - what the udp transport must survive:
+ *
+ *   flood        a third process throws random datagrams at both of the receiver's ports
+ *                (random bytes, wrong job keys, truncated and oversized headers, lengths that
+ *                do not add up, unknown types and endpoint ids) while a checked stream runs:
+ *                the stream arrives intact and the drops are counted by reason;
+ *   peer_death   the peer is killed mid-conversation: err_cb fires with
+ *                FERRY_ERR_ENDPOINT_TIMEOUT within the configured (short) timeout, the
+ *                pending operations complete with that error, later sends are refused;
+ *   no_peer      an ep to a port nobody listens on fails (FERRY_ERR_UNREACHABLE) after the
+ *                timeout instead of hanging.
+ */
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <time.h>
+
+#include "fytest.h"
+#include "tl/udp/udp.h"
+#include "udp_test.h"
+
+typedef struct state {
+    ut_rx_t rx;
+    volatile int got;
+} state_t;
+
+static void am_cb(void *arg, uint8_t id, const void *data, size_t len)
+{
+    state_t *s = arg;
+    if (id == 1)
+        ut_rx_check(&s->rx, data, len);
+    else
+        s->got++;
+}
+
+typedef struct comp {
+    fy_tl_comp_t comp;
+    volatile int done;
+    ferry_status_t st;
+} comp_t;
+
+static void comp_cb(fy_tl_comp_t *c, ferry_status_t st)
+{
+    ((comp_t *)c)->st = st;
+    ((comp_t *)c)->done = 1;
+}
+
+static pid_t spawn_peer(int (*fn)(int rfd, int wfd, void *arg), void *arg, int *rfd, int *wfd)
+{
+    int c2p[2], p2c[2];
+    FY_ASSERT(pipe(c2p) == 0 && pipe(p2c) == 0);
+    pid_t pid = fork();
+    FY_ASSERT(pid >= 0);
+    if (pid == 0) {
+        close(c2p[0]);
+        close(p2c[1]);
+        _exit(fn(p2c[0], c2p[1], arg));
+    }
+    close(c2p[1]);
+    close(p2c[0]);
+    *rfd = c2p[0];
+    *wfd = p2c[1];
+    return pid;
+}
+
+/* ---- flood ----------------------------------------------------------------------------- */
+
+#define NMSG 3000
+
+static int stream_sender(int rfd, int wfd, void *arg)
+{
+    state_t s;
+    ut_node_t n;
+    ut_addr_t mine, theirs;
+    static uint8_t buf[UT_META + 200000];
+    memset(&s, 0, sizeof(s));
+    if (ut_open(&n, "lo", am_cb, &s) != 0)
+        return 10;
+    ut_get_addr(&n, &mine);
+    if (ut_write_all(wfd, &mine, sizeof(mine)) || ut_read_all(rfd, &theirs, sizeof(theirs)) ||
+        ut_connect(&n, &theirs) != FERRY_OK)
+        return 11;
+    for (uint32_t i = 0; i < NMSG; i++) {
+        size_t size = (i % 50 == 49) ? 150000 : (i * 37) % 3000;
+        uint32_t meta[3] = {i, (uint32_t)size, 0};
+        ut_pattern(buf + UT_META, size, i);
+        meta[2] = fy_udp_crc32c(0, buf + UT_META, size);
+        memcpy(buf, meta, UT_META);
+        struct iovec iov = {buf, UT_META + size};
+        ferry_status_t st;
+        if (UT_META + size <= n.attr.max_bcopy) {
+            while ((st = n.ops->am_bcopy(n.ep, 1, &iov, 1)) == FERRY_ERR_NO_RESOURCE)
+                ut_progress(&n, 1);
+            if (st != FERRY_OK)
+                return 12;
+        } else {
+            comp_t c = {{comp_cb}, 0, FERRY_OK};
+            struct iovec d = {buf + UT_META, size};
+            st = n.ops->am_zcopy(n.ep, 1, buf, UT_META, &d, 1, &c.comp);
+            if (st != FERRY_INPROGRESS || !ut_wait_flag(&n, &c.done, 30000) || c.st != FERRY_OK)
+                return 13;
+        }
+        ut_progress(&n, 1);
+    }
+    while (!s.got)
+        ut_progress(&n, 10);
+    ut_close(&n);
+    return 0;
+}
+
+/* Throws junk at the two ports in the address until its pipe closes. */
+static int flooder(int rfd, int wfd, void *arg)
+{
+    const ut_addr_t *target = arg;
+    fy_udp_dev_addr_t d;
+    fy_udp_iface_addr_t a;
+    struct sockaddr_in to[2];
+    uint64_t rng = 12345;
+    static uint8_t pkt[70000];
+    int fd = socket(AF_INET, SOCK_DGRAM, 0);
+
+    memcpy(&d, target->bytes, sizeof(d));
+    memcpy(&a, target->bytes + target->dlen, sizeof(a));
+    for (int c = 0; c < 2; c++) {
+        memset(&to[c], 0, sizeof(to[c]));
+        to[c].sin_family = AF_INET;
+        memcpy(&to[c].sin_addr, d.ip.addr, 4);
+        to[c].sin_port = htons(c ? a.data_port : a.prio_port);
+    }
+    for (unsigned round = 0;; round++) {
+        struct pollfd pfd = {rfd, POLLIN, 0};
+        if (poll(&pfd, 1, 0) > 0)
+            break;
+        for (int k = 0; k < 32; k++) {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            size_t len = rng % 1500;
+            fy_udp_hdr_t h;
+            for (size_t i = 0; i < sizeof(pkt) / 8 && i * 8 < len + 64; i++)
+                memcpy(pkt + i * 8, &(uint64_t){rng * (i + 1)}, 8);
+            memset(&h, 0, sizeof(h));
+            h.job_key = UT_JOB_KEY;
+            h.version = FY_UDP_VERSION;
+            h.type = (uint8_t)(FY_UDP_T_AM + rng % 6);
+            h.dst_id = (uint32_t)(rng >> 32);
+            h.src_id = (uint32_t)rng;
+            h.seq = (uint32_t)(rng >> 16);
+            switch (k % 8) {
+            case 0: /* random bytes */
+                break;
+            case 1: /* wrong key */
+                h.job_key ^= 1;
+                h.len = (uint32_t)len;
+                memcpy(pkt, &h, sizeof(h));
+                len += sizeof(h);
+                break;
+            case 2: /* truncated header */
+                memcpy(pkt, &h, sizeof(h));
+                len = rng % sizeof(h);
+                break;
+            case 3: /* length does not add up */
+                h.len = (uint32_t)(len + 1 + rng % 100);
+                memcpy(pkt, &h, sizeof(h));
+                len += sizeof(h);
+                break;
+            case 4: /* unknown type */
+                h.type = (uint8_t)(FY_UDP_T_MAX + rng % 200);
+                h.len = (uint32_t)len;
+                memcpy(pkt, &h, sizeof(h));
+                len += sizeof(h);
+                break;
+            case 5: /* plausible but unknown endpoint, or the likely one with a bad source */
+                h.dst_id = (k & 16) ? 0x00010001u : h.dst_id;
+                h.len = (uint32_t)len;
+                memcpy(pkt, &h, sizeof(h));
+                len += sizeof(h);
+                break;
+            case 6: /* oversized: larger than the priority channel accepts */
+                len = 2000 + rng % 60000;
+                h.len = (uint32_t)(len - sizeof(h));
+                memcpy(pkt, &h, sizeof(h));
+                break;
+            case 7: /* handshake types with junk */
+                h.type = (uint8_t)(FY_UDP_T_CONN_REQ + rng % 4);
+                h.len = (uint32_t)len;
+                memcpy(pkt, &h, sizeof(h));
+                len += sizeof(h);
+                break;
+            }
+            sendto(fd, pkt, len, 0, (struct sockaddr *)&to[(rng >> 8) & 1], sizeof(to[0]));
+        }
+        struct timespec ts = {0, 20000};
+        nanosleep(&ts, NULL); /* pace the flood: two cores are shared by three processes */
+    }
+    close(fd);
+    return 0;
+}
+
+static void flood(void)
+{
+    state_t s;
+    ut_node_t n;
+    ut_addr_t mine, theirs;
+    int srfd, swfd, frfd, fwfd, st;
+
+    setenv("FERRY_UDP_IF_INCLUDE", "lo", 1);
+    memset(&s, 0, sizeof(s));
+    s.rx.count = NMSG;
+    FY_ASSERT_EQ(ut_open(&n, "lo", am_cb, &s), 0);
+    ut_get_addr(&n, &mine);
+    pid_t fpid = spawn_peer(flooder, &mine, &frfd, &fwfd);
+    pid_t spid = spawn_peer(stream_sender, NULL, &srfd, &swfd);
+    FY_ASSERT_EQ(ut_read_all(srfd, &theirs, sizeof(theirs)), 0);
+    FY_ASSERT_EQ(ut_write_all(swfd, &mine, sizeof(mine)), 0);
+    FY_ASSERT_OK(ut_connect(&n, &theirs));
+    ut_wait_flag(&n, &s.rx.done, 100000);
+    FY_ASSERT_MSG(!s.rx.bad, "receiver: %s", s.rx.why);
+    FY_ASSERT_MSG(s.rx.done, "got %u of %u messages", s.rx.expect, s.rx.count);
+    close(fwfd);
+    struct iovec iov = {"x", 1};
+    FY_ASSERT_OK(n.ops->am_short(n.ep, 2, &iov, 1));
+    int exited = 0;
+    uint64_t end = fy_time_ns() + 20 * FY_NSEC_PER_SEC;
+    while (!exited && fy_time_ns() < end) {
+        ut_progress(&n, 1);
+        exited = waitpid(spid, &st, WNOHANG) == spid;
+    }
+    FY_ASSERT(exited && WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    FY_ASSERT_EQ(waitpid(fpid, &st, 0), fpid);
+    ferry_ep_stats_t es;
+    FY_ASSERT_OK(n.ops->ep_get_stats(n.ep, &es));
+    printf("  dropped: bad key %llu, malformed %llu, unknown ep %llu\n",
+           (unsigned long long)es.drops_bad_key, (unsigned long long)es.drops_malformed,
+           (unsigned long long)es.drops_unknown_ep);
+    FY_ASSERT_GT(es.drops_bad_key, 0);
+    FY_ASSERT_GT(es.drops_malformed, 0);
+    FY_ASSERT_GT(es.drops_unknown_ep, 0);
+    ut_close(&n);
+}
+
+/* ---- peer death ----------------------------------------------------------------------- */
+
+static int doomed_peer(int rfd, int wfd, void *arg)
+{
+    state_t s;
+    ut_node_t n;
+    ut_addr_t mine, theirs;
+    memset(&s, 0, sizeof(s));
+    if (ut_open(&n, "lo", am_cb, &s) != 0)
+        return 10;
+    ut_get_addr(&n, &mine);
+    if (ut_write_all(wfd, &mine, sizeof(mine)) || ut_read_all(rfd, &theirs, sizeof(theirs)) ||
+        ut_connect(&n, &theirs) != FERRY_OK)
+        return 11;
+    ut_wait_flag(&n, &s.got, 30000);
+    struct iovec iov = {"ready", 5};
+    n.ops->am_short(n.ep, 2, &iov, 1);
+    for (;;)
+        n.ops->iface_progress(n.iface); /* until killed */
+}
+
+static void peer_death(void)
+{
+    state_t s;
+    ut_node_t n;
+    ut_addr_t mine, theirs;
+    int rfd, wfd, st;
+    static uint8_t big[4 << 20];
+
+    setenv("FERRY_UDP_IF_INCLUDE", "lo", 1);
+    setenv("FERRY_UDP_PEER_TIMEOUT", "300ms", 1);
+    memset(&s, 0, sizeof(s));
+    FY_ASSERT_EQ(ut_open(&n, "lo", am_cb, &s), 0);
+    ut_get_addr(&n, &mine);
+    pid_t pid = spawn_peer(doomed_peer, NULL, &rfd, &wfd);
+    FY_ASSERT_EQ(ut_read_all(rfd, &theirs, sizeof(theirs)), 0);
+    FY_ASSERT_EQ(ut_write_all(wfd, &mine, sizeof(mine)), 0);
+    FY_ASSERT_OK(ut_connect(&n, &theirs));
+    struct iovec iov = {"hi", 2};
+    FY_ASSERT_OK(n.ops->am_short(n.ep, 2, &iov, 1));
+    FY_ASSERT(ut_wait_flag(&n, &s.got, 30000));
+    kill(pid, SIGKILL);
+    FY_ASSERT_EQ(waitpid(pid, &st, 0), pid);
+
+    uint64_t t0 = fy_time_ns();
+    comp_t c = {{comp_cb}, 0, FERRY_OK};
+    struct iovec d = {big, sizeof(big)};
+    FY_ASSERT_STATUS(n.ops->am_zcopy(n.ep, 2, "h", 1, &d, 1, &c.comp), FERRY_INPROGRESS);
+    FY_ASSERT(ut_wait_flag(&n, &n.failed, 10000));
+    double secs = (double)(n.fail_ns - t0) / 1e9;
+    printf("  peer death detected after %.3f s\n", secs);
+    FY_ASSERT_STATUS(n.fail_status, FERRY_ERR_ENDPOINT_TIMEOUT);
+    FY_ASSERT_LT(secs * 1000, 2000);
+    FY_ASSERT(c.done);
+    FY_ASSERT_STATUS(c.st, FERRY_ERR_ENDPOINT_TIMEOUT);
+    FY_ASSERT_STATUS(n.ops->am_short(n.ep, 2, &iov, 1), FERRY_ERR_NOT_CONNECTED);
+    ut_close(&n);
+}
+
+static void no_peer(void)
+{
+    state_t s;
+    ut_node_t n;
+    ut_addr_t a;
+    struct sockaddr_in sin = {.sin_family = AF_INET};
+    socklen_t sl = sizeof(sin);
+
+    setenv("FERRY_UDP_IF_INCLUDE", "lo", 1);
+    setenv("FERRY_UDP_PEER_TIMEOUT", "200ms", 1);
+    memset(&s, 0, sizeof(s));
+    FY_ASSERT_EQ(ut_open(&n, "lo", am_cb, &s), 0);
+    /* Our own address with the ports of a socket that is gone. */
+    ut_get_addr(&n, &a);
+    int fd = socket(AF_INET, SOCK_DGRAM, 0);
+    sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    FY_ASSERT_EQ(bind(fd, (struct sockaddr *)&sin, sizeof(sin)), 0);
+    getsockname(fd, (struct sockaddr *)&sin, &sl);
+    close(fd);
+    fy_udp_iface_addr_t ia;
+    memcpy(&ia, a.bytes + a.dlen, sizeof(ia));
+    ia.prio_port = ia.data_port = ntohs(sin.sin_port);
+    ia.uuid ^= 0xabcdef;
+    memcpy(a.bytes + a.dlen, &ia, sizeof(ia));
+    FY_ASSERT_OK(ut_connect(&n, &a));
+    struct iovec iov = {"x", 1};
+    FY_ASSERT_OK(n.ops->am_short(n.ep, 2, &iov, 1));
+    comp_t c = {{comp_cb}, 0, FERRY_OK};
+    FY_ASSERT_STATUS(n.ops->ep_flush(n.ep, &c.comp), FERRY_INPROGRESS);
+    FY_ASSERT(ut_wait_flag(&n, &n.failed, 5000));
+    FY_ASSERT_STATUS(n.fail_status, FERRY_ERR_UNREACHABLE);
+    FY_ASSERT(c.done);
+    FY_ASSERT_STATUS(c.st, FERRY_ERR_UNREACHABLE);
+    ut_close(&n);
+}
+
+FYTEST_MAIN(FYTEST_CASE(flood), FYTEST_CASE(peer_death), FYTEST_CASE(no_peer))

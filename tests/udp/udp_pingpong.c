@@ -1,0 +1,192 @@
+/*
+ * udp_pingpong.c - a tl-level latency and bandwidth tool for the udp transport, driving
+ * fy_tl_find("udp")->ops directly between this process and a forked peer on one interface:
+ *
+ *   udp_pingpong lat [-s size] [-n iters] [-d dev]    ping-pong, prints one-way latency
+ *   udp_pingpong bw  [-s size] [-n iters] [-d dev]    stream, prints bandwidth
+ *
+ * Messages up to max_short go with am_short, up to max_bcopy with am_bcopy, larger ones with
+ * am_zcopy (up to 32 in flight).  FERRY_UDP_* variables apply (e.g. FERRY_UDP_FAULT_DROP=1
+ * for the bandwidth under 1% loss).  Both processes busy-poll (-w: sleep on the event fd).
+ */
+#include <getopt.h>
+
+#include "udp_test.h"
+
+typedef struct st {
+    volatile uint64_t msgs, bytes;
+    volatile int done;
+} st_t;
+
+static void am_cb(void *arg, uint8_t id, const void *data, size_t len)
+{
+    st_t *s = arg;
+    s->msgs++;
+    s->bytes += len;
+    if (id == 2)
+        s->done = 1;
+}
+
+typedef struct comp {
+    fy_tl_comp_t comp;
+    int busy;
+} comp_t;
+
+static void comp_cb(fy_tl_comp_t *c, ferry_status_t st)
+{
+    if (st != FERRY_OK)
+        fprintf(stderr, "send failed: %s\n", ferry_status_string(st));
+    ((comp_t *)c)->busy = 0;
+}
+
+static size_t size = 8;
+static unsigned long iters = 0;
+static const char *dev = "lo";
+static int sleepy;
+
+static void send_msg(ut_node_t *n, uint8_t id, void *buf, size_t len, comp_t *c)
+{
+    struct iovec iov = {buf, len};
+    ferry_status_t st;
+    for (;;) {
+        if (len <= n->attr.max_short)
+            st = n->ops->am_short(n->ep, id, &iov, 1);
+        else if (len <= n->attr.max_bcopy)
+            st = n->ops->am_bcopy(n->ep, id, &iov, 1);
+        else {
+            c->busy = 1;
+            c->comp.cb = comp_cb;
+            st = n->ops->am_zcopy(n->ep, id, NULL, 0, &iov, 1, &c->comp);
+        }
+        if (st != FERRY_ERR_NO_RESOURCE)
+            break;
+        ut_progress(n, 1);
+    }
+    if (st != FERRY_OK && st != FERRY_INPROGRESS) {
+        fprintf(stderr, "send: %s\n", ferry_status_string(st));
+        exit(1);
+    }
+}
+
+static void wait_count(ut_node_t *n, st_t *s, uint64_t want)
+{
+    while (s->msgs < want)
+        ut_progress(n, 100);
+}
+
+static int run(int lat, int is_server, int rfd, int wfd)
+{
+    st_t s = {0, 0, 0};
+    ut_node_t n;
+    ut_addr_t mine, theirs;
+    uint8_t *buf = calloc(1, size ? size : 1);
+    comp_t comps[32];
+
+    memset(comps, 0, sizeof(comps));
+    if (ut_open(&n, dev, am_cb, &s) != 0) {
+        fprintf(stderr, "cannot open udp on %s\n", dev);
+        return 1;
+    }
+    n.sleepy = sleepy;
+    ut_get_addr(&n, &mine);
+    ut_write_all(wfd, &mine, sizeof(mine));
+    ut_read_all(rfd, &theirs, sizeof(theirs));
+    if (ut_connect(&n, &theirs) != FERRY_OK) {
+        fprintf(stderr, "cannot connect\n");
+        return 1;
+    }
+    unsigned long warm = lat ? 1000 : 10;
+    if (lat) {
+        uint64_t t0 = 0;
+        for (unsigned long i = 0; i < warm + iters; i++) {
+            if (i == warm)
+                t0 = fy_time_ns();
+            if (is_server) {
+                wait_count(&n, &s, i + 1);
+                send_msg(&n, 1, buf, size, &comps[0]);
+            } else {
+                send_msg(&n, 1, buf, size, &comps[0]);
+                wait_count(&n, &s, i + 1);
+            }
+        }
+        uint64_t t1 = fy_time_ns();
+        while (comps[0].busy)
+            ut_progress(&n, 1);
+        if (!is_server)
+            printf("udp lat size %zu: %.3f us one-way (%lu round trips)\n", size,
+                   (double)(t1 - t0) / 1e3 / 2.0 / (double)iters, iters);
+    } else if (is_server) {
+        wait_count(&n, &s, warm + iters);
+        send_msg(&n, 2, buf, 1, &comps[0]);
+    } else {
+        uint64_t t0 = 0;
+        for (unsigned long i = 0; i < warm + iters; i++) {
+            if (i == warm)
+                t0 = fy_time_ns();
+            comp_t *c = &comps[i % 32];
+            while (c->busy)
+                ut_progress(&n, 1);
+            send_msg(&n, 1, buf, size, c);
+            n.ops->iface_progress(n.iface);
+        }
+        while (!s.done)
+            ut_progress(&n, 1);
+        uint64_t t1 = fy_time_ns();
+        double secs = (double)(t1 - t0) / 1e9;
+        printf("udp bw size %zu: %.3f GB/s (%.0f msg/s, %lu messages)\n", size,
+               (double)size * (double)iters / secs / 1e9, (double)iters / secs, iters);
+    }
+    if (getenv("FERRY_STATS") && !is_server) {
+        ferry_ep_stats_t es;
+        n.ops->ep_get_stats(n.ep, &es);
+        printf("  resent %llu (fast %llu, timeouts %llu), dup acks %llu, rtt %.1f us\n",
+               (unsigned long long)es.retransmits, (unsigned long long)es.fast_retransmits,
+               (unsigned long long)es.timeouts, (unsigned long long)es.dup_acks,
+               (double)es.rtt_ns / 1e3);
+    }
+    /* Stay until the peer is done too (it may need our ACKs). */
+    char x = 1;
+    ut_write_all(wfd, &x, 1);
+    for (;;) {
+        struct pollfd pfd = {rfd, POLLIN, 0};
+        ut_progress(&n, 1);
+        if (poll(&pfd, 1, 0) > 0)
+            break;
+    }
+    ut_close(&n);
+    free(buf);
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    int opt, c2p[2], p2c[2], st;
+    if (argc < 2 || (strcmp(argv[1], "lat") != 0 && strcmp(argv[1], "bw") != 0)) {
+        fprintf(stderr, "usage: %s lat|bw [-s size] [-n iters] [-d device] [-w]\n", argv[0]);
+        return 2;
+    }
+    int lat = strcmp(argv[1], "lat") == 0;
+    optind = 2;
+    while ((opt = getopt(argc, argv, "s:n:d:w")) != -1) {
+        if (opt == 's')
+            size = strtoull(optarg, NULL, 0);
+        else if (opt == 'n')
+            iters = strtoul(optarg, NULL, 0);
+        else if (opt == 'd')
+            dev = optarg;
+        else if (opt == 'w')
+            sleepy = 1;
+    }
+    if (iters == 0)
+        iters = lat ? 100000 : (size >= 65536 ? 20000 : 200000);
+    if (getenv("FERRY_UDP_IF_INCLUDE") == NULL)
+        setenv("FERRY_UDP_IF_INCLUDE", dev, 1);
+    if (pipe(c2p) || pipe(p2c))
+        return 1;
+    pid_t pid = fork();
+    if (pid == 0)
+        _exit(run(lat, 1, p2c[0], c2p[1]));
+    int r = run(lat, 0, c2p[0], p2c[1]);
+    waitpid(pid, &st, 0);
+    return r || !WIFEXITED(st) || WEXITSTATUS(st);
+}

@@ -21,10 +21,11 @@
  *                     worker's thread; the request storage must stay valid until then.
  *   negative          the operation failed now; nothing was started, no callback.
  *
- * A request may be NULL: the library then copies whatever it needs before returning, so the
- * caller's buffers are free at once, and a later failure is reported to the endpoint's error
- * handler.  Operations that fill caller memory later (get, fetching atomics, tag receive)
- * need a request.
+ * A request may be NULL.  Sends and puts then copy whatever they need before returning, so
+ * the caller's buffers are free at once (a later failure goes to the endpoint's error
+ * handler).  Calls that must wait for an answer -- get, fetching atomics, flush, close --
+ * then block, progressing their own worker, until done.  (In one thread driving two workers,
+ * use requests: a blocking call progresses only its own worker.)
  *
  * Parameter structs carry a field_mask: only fields whose bit is set are read, so fields can be
  * added in later versions without breaking callers.  An unknown bit is FERRY_ERR_INVALID_PARAM.

@@ -66,8 +66,8 @@ static void pin(const char *list, int index)
 
 static void cacheline(const char *cpus, long iters)
 {
-    volatile uint64_t *line = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS,
-                                   -1, 0);
+    volatile uint64_t *line =
+        mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     double *samples = malloc(sizeof(double) * (size_t)iters);
     long warmup = iters / 10;
     if (line == MAP_FAILED || samples == NULL)

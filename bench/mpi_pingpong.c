@@ -53,7 +53,10 @@ static size_t parse_size(const char *s)
     return (size_t)v;
 }
 
-static long clamp(long long v, long lo, long hi) { return v < lo ? lo : v > hi ? hi : (long)v; }
+static long clamp(long long v, long lo, long hi)
+{
+    return v < lo ? lo : v > hi ? hi : (long)v;
+}
 
 static void pin(const char *list, int rank)
 {
@@ -148,12 +151,24 @@ int main(int argc, char **argv)
     MPI_Comm_size(MPI_COMM_WORLD, &nranks);
     while ((c = getopt(argc, argv, "t:s:n:w:W:C:")) != -1) {
         switch (c) {
-        case 't': test = optarg; break;
-        case 's': snprintf(sizes_arg, sizeof(sizes_arg), "%s", optarg); break;
-        case 'n': iters = atol(optarg); break;
-        case 'w': warmup = atol(optarg); break;
-        case 'W': window = atoi(optarg); break;
-        case 'C': cpus = optarg; break;
+        case 't':
+            test = optarg;
+            break;
+        case 's':
+            snprintf(sizes_arg, sizeof(sizes_arg), "%s", optarg);
+            break;
+        case 'n':
+            iters = atol(optarg);
+            break;
+        case 'w':
+            warmup = atol(optarg);
+            break;
+        case 'W':
+            window = atoi(optarg);
+            break;
+        case 'C':
+            cpus = optarg;
+            break;
         default:
             if (rank == 0)
                 fprintf(stderr, "usage: mpi_pingpong -t lat|bw [-s sizes] [-n iters] [-w warmup] "
@@ -169,12 +184,14 @@ int main(int argc, char **argv)
     if (cpus != NULL)
         pin(cpus, rank);
 
-    for (char *save = NULL, *t = strtok_r(sizes_arg, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+    for (char *save = NULL, *t = strtok_r(sizes_arg, ",", &save); t;
+         t = strtok_r(NULL, ",", &save)) {
         size_t size = parse_size(t);
         long n = iters;
         if (n <= 0) /* the same defaults as ferry_perf */
-            n = strcmp(test, "bw") == 0 ? clamp((1ll << 30) / (long long)(size ? size : 1), 100, 1000000)
-                                        : clamp((256ll << 20) / (long long)(size ? size : 1), 100, 100000);
+            n = strcmp(test, "bw") == 0
+                    ? clamp((1ll << 30) / (long long)(size ? size : 1), 100, 1000000)
+                    : clamp((256ll << 20) / (long long)(size ? size : 1), 100, 100000);
         long w = warmup >= 0 ? warmup : (n / 10 > 10 ? n / 10 : 10);
         char *buf = malloc(size ? size : 1);
         memset(buf, 1, size ? size : 1);

@@ -111,8 +111,9 @@ if [ $REPORT = 0 ]; then
 # ---- build ------------------------------------------------------------------------------------
 
 say "building ferry in $BUILD"
+# every transport in the tree (FERRY_BENCH_CMAKE_ARGS="-DFERRY_TL_ENABLE=self;shm" narrows it)
 if ! cmake -S "$ROOT" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DFERRY_BUILD_TESTS=OFF \
-        ${FERRY_BENCH_CMAKE_ARGS:-} >> "$LOG" 2>&1 ||
+        "-DFERRY_TL_ENABLE=self;shm;udp;tcp;ofi" ${FERRY_BENCH_CMAKE_ARGS:-} >> "$LOG" 2>&1 ||
    ! cmake --build "$BUILD" -j2 --target ferry_perf ferryrun ferry_info >> "$LOG" 2>&1; then
     tail -30 "$LOG" >&2
     say "ferry does not build: nothing to measure (log: $LOG)"
@@ -215,19 +216,41 @@ run_mpi() {
         $1 == "bw" { print k ".bw." $2, $5; print k ".rate." $2, $6 }' >> "$RAW"
 }
 
-# bench/tcp_raw.c and bench/udp_raw.c: one ping-pong and one stream per size.
+# bench/tcp_raw.c (one ping-pong and one stream per run) and bench/udp_raw.c (lat or bw per
+# run; a datagram carries at most 65507 bytes, so larger sizes have no latency floor and
+# their stream floor is one of the largest datagrams).
+raw_out() { # out-text: "lat gbs" from the programs' lines
+    local lat gbs
+    lat=$(echo "$1" | sed -n 's/.*: *\([0-9.]*\) us one-way.*/\1/p' | head -1)
+    gbs=$(echo "$1" | sed -n 's/.*: *\([0-9.]*\) GB\/s.*/\1/p' | head -1)
+    [ -n "$lat" ] && put "$2.lat.$3" "$lat"
+    [ -n "$gbs" ] && put "$2.bw.$3" "$(awk -v g="$gbs" 'BEGIN { print g * 1000 }')"
+    [ -n "$lat$gbs" ]
+}
 run_raw() { # tcp|udp size
-    local proto=$1 size=$2 n out lat gbs
+    local proto=$1 size=$2 n out dsize
     [ -x "$BIN/${proto}_raw" ] || return
     n=$(iters lat "$size")
-    cmdrec "$proto" "taskset -c $CPUS ${proto}_raw -a 127.0.0.1 -s $size -n $n -b $size -t 500"
-    out=$(timeout $TMO taskset -c "$CPUS" "$BIN/${proto}_raw" -a 127.0.0.1 -s "$size" -n "$n" \
-          -b "$size" -t 500 2>> "$LOG")
-    lat=$(echo "$out" | sed -n 's/.*: *\([0-9.]*\) us one-way.*/\1/p' | head -1)
-    gbs=$(echo "$out" | sed -n 's/.*: *\([0-9.]*\) GB\/s.*/\1/p' | head -1)
-    [ -n "$lat$gbs" ] || { note "${proto}_raw" "${proto}_raw printed nothing this script understands (see $LOG)"; return; }
-    put "$proto.raw.lat.$size" "$lat"
-    [ -n "$gbs" ] && put "$proto.raw.bw.$size" "$(awk -v g="$gbs" 'BEGIN { print g * 1000 }')"
+    if [ "$proto" = tcp ]; then
+        cmdrec tcp "taskset -c $CPUS tcp_raw -a 127.0.0.1 -s $size -n $n -b $size -t 500"
+        out=$(timeout 120 taskset -c "$CPUS" "$BIN/tcp_raw" -a 127.0.0.1 -s "$size" -n "$n" \
+              -b "$size" -t 500 2>> "$LOG")
+        raw_out "$out" tcp.raw "$size" || note tcp_raw "tcp_raw printed nothing this script understands (see $LOG)"
+        return
+    fi
+    dsize=$size
+    if [ "$size" -gt 65507 ]; then
+        dsize=65507
+        note udp_raw "a UDP datagram carries at most 65507 B: no raw latency above that; the raw stream figure for larger sizes is a stream of 65507 B datagrams"
+    else
+        cmdrec udp "taskset -c $CPUS udp_raw lat -s $size -n $n"
+        out=$(timeout 120 taskset -c "$CPUS" "$BIN/udp_raw" lat -s "$size" -n "$n" 2>> "$LOG")
+        raw_out "$out" udp.raw "$size" || note udp_raw "udp_raw lat printed nothing this script understands (see $LOG)"
+    fi
+    n=$(iters bw "$dsize")
+    cmdrec udp "taskset -c $CPUS udp_raw bw -s $dsize -n $n"
+    out=$(timeout 120 taskset -c "$CPUS" "$BIN/udp_raw" bw -s "$dsize" -n "$n" 2>> "$LOG")
+    raw_out "$out" udp.raw "$size" || note udp_raw "udp_raw bw printed nothing this script understands (see $LOG)"
 }
 
 # fi_pingpong over udp;ofi_rxd on the loopback: size
@@ -326,7 +349,7 @@ fmt() { # lat|bw|rate value
     awk -v k="$1" -v v="$2" 'BEGIN {
         if (k == "lat") printf(v < 10 ? "%.3f" : v < 100 ? "%.2f" : "%.1f", v)
         else if (k == "rate") printf("%.2f M", v / 1e6)
-        else printf("%.0f", v) }'
+        else printf(v < 10 ? "%.2f" : v < 100 ? "%.1f" : "%.0f", v) }'
 }
 ratio() { # ferry reference: ferry / reference
     if [ "$1" = "n/a" ] || [ "$2" = "n/a" ]; then echo "–"; return; fi

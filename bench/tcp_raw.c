@@ -99,17 +99,35 @@ int main(int argc, char **argv)
     int links = 1, spin = 1, sockbuf = 0, opt;
     while ((opt = getopt(argc, argv, "a:s:n:b:t:l:BS:")) != -1) {
         switch (opt) {
-        case 'a': addr = optarg; break;
-        case 's': size = strtoul(optarg, NULL, 0); break;
-        case 'n': iters = atol(optarg); break;
-        case 'b': bsize = strtoul(optarg, NULL, 0); break;
-        case 't': ms = atol(optarg); break;
-        case 'l': links = atoi(optarg); break;
-        case 'B': spin = 0; break;
-        case 'S': sockbuf = atoi(optarg); break;
+        case 'a':
+            addr = optarg;
+            break;
+        case 's':
+            size = strtoul(optarg, NULL, 0);
+            break;
+        case 'n':
+            iters = atol(optarg);
+            break;
+        case 'b':
+            bsize = strtoul(optarg, NULL, 0);
+            break;
+        case 't':
+            ms = atol(optarg);
+            break;
+        case 'l':
+            links = atoi(optarg);
+            break;
+        case 'B':
+            spin = 0;
+            break;
+        case 'S':
+            sockbuf = atoi(optarg);
+            break;
         default:
-            fprintf(stderr, "usage: %s [-a addr] [-s size] [-n iters] [-b size] [-t ms] "
-                            "[-l links] [-B] [-S sockbuf]\n", argv[0]);
+            fprintf(stderr,
+                    "usage: %s [-a addr] [-s size] [-n iters] [-b size] [-t ms] "
+                    "[-l links] [-B] [-S sockbuf]\n",
+                    argv[0]);
             return 2;
         }
     }

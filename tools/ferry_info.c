@@ -76,9 +76,9 @@ static void print_size(const char *name, size_t v)
 
 static void print_caps(uint64_t caps)
 {
-    static const char *const names[] = {"am_short", "am_bcopy", "am_zcopy", "put", "get",
-                                        "amo32", "amo64", "am_ordered", "event_fd",
-                                        "connect_to_iface"};
+    static const char *const names[] = {"am_short", "am_bcopy",        "am_zcopy", "put",
+                                        "get",      "amo32",           "amo64",    "am_ordered",
+                                        "event_fd", "connect_to_iface"};
     printf("    %-16s", "capabilities");
     for (unsigned b = 0; b < 64; b++) {
         if (!(caps & (1ull << b)))
@@ -285,7 +285,8 @@ out:
     return rc;
 }
 
-/* ---- health ------------------------------------------------------------------------------------- */
+/* ---- health -------------------------------------------------------------------------------------
+ */
 
 static int nfail, nwarn;
 
@@ -334,8 +335,9 @@ static void check_shm(void)
         return;
     }
     double free_mb = (double)sv.f_bavail * (double)sv.f_frsize / 1e6;
-    verdict(free_mb < 256 ? 1 : 0, "shared memory", "create, map and touch work; /dev/shm has %.0f MB free%s",
-            free_mb, free_mb < 256 ? " (little: large transfers may fail; docker: --shm-size)" : "");
+    verdict(free_mb < 256 ? 1 : 0, "shared memory",
+            "create, map and touch work; /dev/shm has %.0f MB free%s", free_mb,
+            free_mb < 256 ? " (little: large transfers may fail; docker: --shm-size)" : "");
 }
 
 static void check_cma(void)
@@ -380,8 +382,10 @@ static void check_cma(void)
     else
         snprintf(why, sizeof(why), "no Yama ptrace_scope on this kernel");
     if (err == 0)
-        verdict(0, "cross-memory attach", "process_vm_readv between sibling processes works (%s):"
-                " shm does large transfers in a single copy", why);
+        verdict(0, "cross-memory attach",
+                "process_vm_readv between sibling processes works (%s):"
+                " shm does large transfers in a single copy",
+                why);
     else if (err == -1 || err == 126 || err == 127)
         verdict(1, "cross-memory attach", "could not run the check (%s)", why);
     else
@@ -400,8 +404,8 @@ static void check_loopback(void)
     int up = 0;
     if (getifaddrs(&ifa) == 0) {
         for (struct ifaddrs *i = ifa; i != NULL; i = i->ifa_next)
-            if (i->ifa_addr && i->ifa_addr->sa_family == AF_INET &&
-                (i->ifa_flags & IFF_LOOPBACK) && (i->ifa_flags & IFF_UP)) {
+            if (i->ifa_addr && i->ifa_addr->sa_family == AF_INET && (i->ifa_flags & IFF_LOOPBACK) &&
+                (i->ifa_flags & IFF_UP)) {
                 up = 1;
                 snprintf(name, sizeof(name), "%s", i->ifa_name);
                 break;
@@ -409,7 +413,8 @@ static void check_loopback(void)
         freeifaddrs(ifa);
     }
     if (!up) {
-        verdict(2, "loopback", "no loopback interface with an IPv4 address is up (ip link set lo up)");
+        verdict(2, "loopback",
+                "no loopback interface with an IPv4 address is up (ip link set lo up)");
         return;
     }
     /* A datagram to ourselves through 127.0.0.1, as the udp and tcp transports and the
@@ -432,7 +437,8 @@ static void check_loopback(void)
     if (fd >= 0)
         close(fd);
     verdict(ok ? 0 : 2, "loopback", "%s is up%s", name,
-            ok ? "; a UDP datagram to 127.0.0.1 comes back" : ", but a datagram to 127.0.0.1 was lost");
+            ok ? "; a UDP datagram to 127.0.0.1 comes back"
+               : ", but a datagram to 127.0.0.1 was lost");
 }
 
 static void check_clock(void)
@@ -455,9 +461,9 @@ static void check_clock(void)
     }
     double cost = (double)(fy_time_ns() - t0) / n;
     int level = backwards ? 2 : cost > 200 ? 1 : 0;
-    verdict(level, "clock",
-            "CLOCK_MONOTONIC: source %s, resolution %ld ns, %.0f ns per read%s%s", src,
-            (long)res.tv_nsec, cost, cost > 200 ? " (slow: timers and adaptive waits cost more)" : "",
+    verdict(level, "clock", "CLOCK_MONOTONIC: source %s, resolution %ld ns, %.0f ns per read%s%s",
+            src, (long)res.tv_nsec, cost,
+            cost > 200 ? " (slow: timers and adaptive waits cost more)" : "",
             backwards ? "; it went BACKWARDS" : "");
 }
 

@@ -10,11 +10,9 @@
  *                                          hands it to clients that connect to the TCP port
  *   ferry_perf [options] host[:port]       a client of that server (or -a <hex address>)
  *
- * Whatever the way, the session is the same, in control active messages over the one
- * endpoint: HELLO (the initiator's address, its remote key, buffer sizes) and HELLO_ACK (the
- * responder's key), then per test and size START / START_ACK, the measurement, END / END_ACK
- * (with the responder's verification errors), and at last BYE / BYE_ACK.  So the responder
- * needs no options: it learns everything from the initiator, and a server serves any test.
+ * Whatever the way, the session that follows is the same (ferry_perf_session.c): the
+ * responder needs no options, it learns every test from the initiator, so a server serves
+ * any test.  This file holds the test table, the options and the plan, and the three ways.
  *
  * Setup and teardown wait with ferry_worker_wait() (they may sleep); measurements busy-poll
  * (ferry_perf_tests.c).  The exit status is 0 on success, 1 on a failure or a verification
@@ -40,12 +38,12 @@ const perf_test_desc_t perf_tests[PERF_NUM_TESTS] = {
                       PERF_KIND_BW, 0, 0, 0, 0},
     [PERF_PUT_LAT] = {"put_lat", "put ping-pong: each side polls the last byte of its region",
                       PERF_KIND_PINGPONG, 1, 0, 1, 0},
-    [PERF_PUT_BW] = {"put_bw", "put bandwidth: a window of puts, then a flush",
-                     PERF_KIND_BW, 1, 0, 1, 0},
+    [PERF_PUT_BW] = {"put_bw", "put bandwidth: a window of puts, then a flush", PERF_KIND_BW, 1, 0,
+                     1, 0},
     [PERF_GET_LAT] = {"get_lat", "get latency: one complete get (a round trip)",
                       PERF_KIND_ROUNDTRIP, 1, 0, 1, 0},
-    [PERF_GET_BW] = {"get_bw", "get bandwidth: a window of outstanding gets",
-                     PERF_KIND_BW, 1, 0, 1, 0},
+    [PERF_GET_BW] = {"get_bw", "get bandwidth: a window of outstanding gets", PERF_KIND_BW, 1, 0, 1,
+                     0},
     [PERF_AMO_LAT] = {"amo_lat", "64-bit fetch-add latency: one complete operation (a round trip)",
                       PERF_KIND_ROUNDTRIP, 1, 0, 8, 8},
     [PERF_TAG_LAT] = {"tag_lat", "tagged message ping-pong; latency = round trip / 2",
@@ -54,48 +52,25 @@ const perf_test_desc_t perf_tests[PERF_NUM_TESTS] = {
                      PERF_KIND_BW, 0, 1, 0, 0},
 };
 
-#define PERF_DEFAULT_PORT 13340
-#define PERF_DEFAULT_WINDOW 64
-#define PERF_MAX_SIZE (1ull << 30)
-#define PERF_CHECK_MEM (16u << 20) /* per-slot buffers in check mode, at most this much */
-#define PERF_MAX_PLAN 512
-#define PERF_MAX(a, b) ((a) > (b) ? (a) : (b))
-#define PERF_MIN(a, b) ((a) < (b) ? (a) : (b))
+#define PERF_DEFAULT_PORT     13340
+#define PERF_DEFAULT_WINDOW   64
 #define PERF_CLAMP(x, lo, hi) ((x) < (lo) ? (lo) : (x) > (hi) ? (hi) : (x))
-
-typedef struct perf_item {
-    perf_test_id_t test;
-    size_t size;
-} perf_item_t;
-
-typedef struct perf_opts {
-    perf_item_t plan[PERF_MAX_PLAN];
-    unsigned nplan;
-    uint64_t iters, warmup; /* 0: by size */
-    int warmup_set;
-    unsigned window;
-    int check, server, demo;
-    unsigned verbose;
-    perf_format_t fmt;
-    unsigned short port;
-    const char *host, *hexaddr, *cpus;
-    double timeout_s;
-} perf_opts_t;
 
 static void usage(FILE *f)
 {
     fprintf(f,
-        "usage: ferryrun -n 2 ferry_perf [options]      two ranks of a launched job\n"
-        "       ferry_perf -l [-p port] [-C cpu]        a server (prints its address)\n"
-        "       ferry_perf [options] host[:port]        a client of that server\n"
-        "       ferry_perf [options] -a <hex address>   a client, given the server's address\n"
-        "\n"
-        "Measures ferry between two processes; the first rank (or the client) prints.\n"
-        "\n"
-        "  -t TEST[,TEST...]  what to measure (default am_lat; \"all\" for every test):\n");
+            "usage: ferryrun -n 2 ferry_perf [options]      two ranks of a launched job\n"
+            "       ferry_perf -l [-p port] [-C cpu]        a server (prints its address)\n"
+            "       ferry_perf [options] host[:port]        a client of that server\n"
+            "       ferry_perf [options] -a <hex address>   a client, given the server's address\n"
+            "\n"
+            "Measures ferry between two processes; the first rank (or the client) prints.\n"
+            "\n"
+            "  -t TEST[,TEST...]  what to measure (default am_lat; \"all\" for every test):\n");
     for (int t = 0; t < PERF_NUM_TESTS; t++)
         fprintf(f, "       %-8s %s\n", perf_tests[t].name, perf_tests[t].doc);
-    fprintf(f,
+    fprintf(
+        f,
         "  -s SIZES       message size in bytes: 8, 4k, 1m; a list 8,64,1k; a sweep of powers\n"
         "                 of two 1:4m (default 8; atomics are always 8)\n"
         "  -n N           measured iterations per size (default: by size and test)\n"
@@ -331,7 +306,7 @@ static int parse_options(int argc, char **argv, perf_opts_t *o)
 
 /* Iterations by size: small messages many times, large ones enough to move ~1 GiB (bandwidth)
  * or ~256 MiB (latency), within bounds so that a sweep takes seconds. */
-static void plan_counts(const perf_opts_t *o, const perf_item_t *it, perf_params_t *prm)
+void perf_plan_counts(const perf_opts_t *o, const perf_item_t *it, perf_params_t *prm)
 {
     const perf_test_desc_t *d = &perf_tests[it->test];
     uint64_t sz = it->size ? it->size : 1, n;
@@ -353,278 +328,6 @@ static void plan_counts(const perf_opts_t *o, const perf_item_t *it, perf_params
     }
 }
 
-/* ---- control messages ---------------------------------------------------------------------- */
-
-static ferry_status_t ctrl_cb(void *arg, const void *header, size_t header_len, const void *data,
-                              size_t data_len, ferry_ep_t *reply_ep)
-{
-    perf_t *p = arg;
-    perf_ctrl_t h;
-    if (header_len != sizeof(h)) {
-        fprintf(stderr, "ferry_perf: ignored a control message with a %zu-byte header\n",
-                header_len);
-        return FERRY_OK;
-    }
-    memcpy(&h, header, sizeof(h));
-    if (h.magic != PERF_MAGIC || p->inbox_count == PERF_INBOX) {
-        fprintf(stderr, "ferry_perf: ignored a control message (%s)\n",
-                h.magic != PERF_MAGIC ? "bad magic" : "inbox full");
-        return FERRY_OK;
-    }
-    perf_msg_t *m = &p->inbox[(p->inbox_head + p->inbox_count) % PERF_INBOX];
-    m->hdr = h;
-    m->data = NULL;
-    m->data_len = 0;
-    if (data_len > 0) {
-        if ((m->data = malloc(data_len)) == NULL)
-            return FERRY_ERR_NO_MEMORY;
-        memcpy(m->data, data, data_len);
-        m->data_len = data_len;
-    }
-    p->inbox_count++;
-    return FERRY_OK;
-}
-
-void perf_msg_release(perf_msg_t *msg)
-{
-    free(msg->data);
-    msg->data = NULL;
-    msg->data_len = 0;
-}
-
-ferry_status_t perf_ctrl_send(perf_t *p, perf_ctrl_type_t type, const perf_params_t *prm,
-                              int64_t arg0, uint64_t arg1, const void *data, size_t len)
-{
-    perf_ctrl_t h;
-    ferry_status_t st;
-    memset(&h, 0, sizeof(h));
-    h.magic = PERF_MAGIC;
-    h.type = type;
-    if (prm != NULL) {
-        h.test = prm->test;
-        h.flags = prm->flags;
-        h.size = prm->size;
-        h.warmup = prm->warmup;
-        h.iters = prm->iters;
-        h.window = prm->window;
-    }
-    h.arg0 = arg0;
-    h.arg1 = arg1;
-    /* no request: ferry copies header and data before returning */
-    while ((st = ferry_am_send(p->ep, PERF_AM_CTRL, &h, sizeof(h), len ? data : (const void *)&h,
-                               len, NULL)) == FERRY_ERR_NO_RESOURCE)
-        ferry_worker_progress(p->worker);
-    if (st < 0)
-        fprintf(stderr, "ferry_perf: sending a control message failed: %s\n",
-                ferry_status_string(st));
-    return st < 0 ? st : FERRY_OK;
-}
-
-ferry_status_t perf_ctrl_recv(perf_t *p, perf_msg_t *msg)
-{
-    double t0 = perf_ticks_to_ns(perf_ticks());
-    while (p->inbox_count == 0) {
-        if (p->ep_failed)
-            return FERRY_ERR_NOT_CONNECTED;
-        ferry_status_t st = ferry_worker_wait(p->worker, 100);
-        if (st != FERRY_OK && st != FERRY_ERR_TIMED_OUT)
-            ferry_worker_progress(p->worker);
-        if (p->timeout_ns && perf_ticks_to_ns(perf_ticks()) - t0 > (double)p->timeout_ns) {
-            fprintf(stderr, "ferry_perf: the peer sent nothing for %.0f s\n",
-                    (double)p->timeout_ns / 1e9);
-            return FERRY_ERR_TIMED_OUT;
-        }
-    }
-    *msg = p->inbox[p->inbox_head];
-    p->inbox_head = (p->inbox_head + 1) % PERF_INBOX;
-    p->inbox_count--;
-    return FERRY_OK;
-}
-
-static const char *ctrl_name(uint32_t type)
-{
-    static const char *const names[] = {"?", "HELLO", "HELLO_ACK", "START", "START_ACK",
-                                        "END", "END_ACK", "BYE", "BYE_ACK"};
-    return type < sizeof(names) / sizeof(names[0]) ? names[type] : "?";
-}
-
-/* Receive the next control message, which must be of the given type. */
-static ferry_status_t ctrl_expect(perf_t *p, perf_ctrl_type_t type, perf_msg_t *msg)
-{
-    ferry_status_t st = perf_ctrl_recv(p, msg);
-    if (st != FERRY_OK) {
-        fprintf(stderr, "ferry_perf: no %s from the peer: %s\n", ctrl_name(type),
-                ferry_status_string(st));
-        return st;
-    }
-    if (msg->hdr.type != type) {
-        fprintf(stderr, "ferry_perf: expected %s from the peer, got %s\n", ctrl_name(type),
-                ctrl_name(msg->hdr.type));
-        perf_msg_release(msg);
-        return FERRY_ERR_PROTOCOL;
-    }
-    return FERRY_OK;
-}
-
-/* ---- setup pieces -------------------------------------------------------------------------- */
-
-static void ep_err_cb(void *arg, ferry_ep_t *ep, ferry_status_t status)
-{
-    perf_t *p = arg;
-    p->ep_failed = 1;
-    fprintf(stderr, "ferry_perf: the connection to the peer failed: %s\n",
-            ferry_status_string(status));
-}
-
-static ferry_status_t wait_req(perf_t *p, perf_slot_t *s, ferry_status_t st, const char *what)
-{
-    if (st == FERRY_INPROGRESS) {
-        while (s->busy && !p->ep_failed)
-            if (ferry_worker_wait(p->worker, 100) != FERRY_OK)
-                ferry_worker_progress(p->worker);
-        st = s->req.status;
-    }
-    if (st < 0)
-        fprintf(stderr, "ferry_perf: %s failed: %s\n", what, ferry_status_string(st));
-    return st;
-}
-
-static void aux_cb(ferry_request_t *req, ferry_status_t status) { ((perf_slot_t *)req)->busy = 0; }
-
-static ferry_request_t *aux_req(perf_t *p)
-{
-    memset(&p->aux.req, 0, sizeof(p->aux.req));
-    p->aux.req.cb = aux_cb;
-    p->aux.perf = p;
-    p->aux.busy = 1;
-    return &p->aux.req;
-}
-
-/* Buffers and, for RMA, a registered region, all of buf_len bytes, touched once so that no
- * page fault lands in a measurement. */
-static ferry_status_t setup_buffers(perf_t *p, size_t buf_len, unsigned nslots, int rma)
-{
-    size_t alloc = (buf_len + 4095) / 4096 * 4096;
-    p->buf_len = buf_len;
-    p->nslots_max = nslots;
-    p->sbuf = aligned_alloc(4096, alloc);
-    p->rbuf = aligned_alloc(4096, alloc);
-    p->slots = calloc(nslots, sizeof(*p->slots));
-    if (p->sbuf == NULL || p->rbuf == NULL || p->slots == NULL) {
-        fprintf(stderr, "ferry_perf: cannot allocate %zu bytes of buffers\n", 2 * alloc);
-        return FERRY_ERR_NO_MEMORY;
-    }
-    memset(p->sbuf, 0, alloc);
-    memset(p->rbuf, 0, alloc);
-    for (unsigned k = 0; k < nslots; k++)
-        p->slots[k].perf = p;
-    p->aux.perf = p;
-    if (!rma)
-        return FERRY_OK;
-
-    ferry_mem_params_t mp;
-    memset(&mp, 0, sizeof(mp));
-    mp.field_mask = FERRY_MEM_FIELD_LENGTH | FERRY_MEM_FIELD_FLAGS;
-    mp.length = buf_len;
-    mp.flags = FERRY_MEM_ALLOCATE;
-    ferry_status_t st = ferry_mem_map(p->context, &mp, &p->mem);
-    void *addr = NULL;
-    size_t len = 0;
-    if (st == FERRY_OK)
-        st = ferry_mem_query(p->mem, &addr, &len);
-    if (st != FERRY_OK || len < buf_len) {
-        fprintf(stderr, "ferry_perf: cannot register %zu bytes for RMA: %s\n", buf_len,
-                ferry_status_string(st));
-        return st != FERRY_OK ? st : FERRY_ERR_NO_MEMORY;
-    }
-    p->region = addr;
-    p->region_len = len;
-    memset(p->region, 0, buf_len);
-    return FERRY_OK;
-}
-
-/* A packed rkey of our region (malloc'd), or NULL/0 without RMA. */
-static ferry_status_t pack_rkey(perf_t *p, void **buf, size_t *len)
-{
-    *buf = NULL;
-    *len = 0;
-    if (p->mem == NULL)
-        return FERRY_OK;
-    ferry_status_t st = ferry_rkey_pack(p->context, p->mem, NULL, len);
-    if (st != FERRY_ERR_TRUNCATED && st != FERRY_OK)
-        goto fail;
-    if ((*buf = malloc(*len ? *len : 1)) == NULL)
-        return FERRY_ERR_NO_MEMORY;
-    if ((st = ferry_rkey_pack(p->context, p->mem, *buf, len)) == FERRY_OK)
-        return FERRY_OK;
-    free(*buf);
-    *buf = NULL;
-fail:
-    fprintf(stderr, "ferry_perf: ferry_rkey_pack failed: %s\n", ferry_status_string(st));
-    return st;
-}
-
-static ferry_status_t unpack_rkey(perf_t *p, const void *buf, size_t len, uint64_t addr)
-{
-    if (len == 0)
-        return FERRY_OK;
-    ferry_status_t st = ferry_rkey_unpack(p->ep, buf, len, &p->rkey);
-    if (st != FERRY_OK)
-        fprintf(stderr, "ferry_perf: ferry_rkey_unpack failed: %s\n", ferry_status_string(st));
-    p->remote_addr = addr;
-    return st;
-}
-
-static ferry_status_t worker_address(perf_t *p, void **buf, size_t *len)
-{
-    ferry_status_t st;
-    *len = 0;
-    *buf = NULL;
-    st = ferry_worker_get_address(p->worker, NULL, len);
-    if (st != FERRY_ERR_TRUNCATED && st != FERRY_OK)
-        goto fail;
-    if ((*buf = malloc(*len)) == NULL)
-        return FERRY_ERR_NO_MEMORY;
-    if ((st = ferry_worker_get_address(p->worker, *buf, len)) == FERRY_OK)
-        return FERRY_OK;
-    free(*buf);
-    *buf = NULL;
-fail:
-    fprintf(stderr, "ferry_perf: ferry_worker_get_address failed: %s\n", ferry_status_string(st));
-    return st;
-}
-
-/* HELLO's data: | addr_len (u32) | rkey_len (u32) | worker address | packed rkey | */
-static void *hello_pack(const void *addr, uint32_t alen, const void *rkey, uint32_t rlen,
-                        size_t *len)
-{
-    uint8_t *b = malloc(8 + (size_t)alen + rlen);
-    if (b == NULL)
-        return NULL;
-    memcpy(b, &alen, 4);
-    memcpy(b + 4, &rlen, 4);
-    memcpy(b + 8, addr, alen);
-    if (rlen)
-        memcpy(b + 8 + alen, rkey, rlen);
-    *len = 8 + (size_t)alen + rlen;
-    return b;
-}
-
-static int hello_unpack(const perf_msg_t *m, const uint8_t **addr, uint32_t *alen,
-                        const uint8_t **rkey, uint32_t *rlen)
-{
-    const uint8_t *b = m->data;
-    if (m->data_len < 8)
-        return -1;
-    memcpy(alen, b, 4);
-    memcpy(rlen, b + 4, 4);
-    if ((uint64_t)8 + *alen + *rlen != m->data_len)
-        return -1;
-    *addr = b + 8;
-    *rkey = b + 8 + *alen;
-    return 0;
-}
-
 static int pin_cpu(const char *list, int index)
 {
     int cpus[256], n = 0;
@@ -644,240 +347,8 @@ static int pin_cpu(const char *list, int index)
     return 0;
 }
 
-/* ---- the initiator's session ------------------------------------------------------------------ */
-
-static ferry_status_t initiator_hello(perf_t *p, const perf_opts_t *o)
-{
-    size_t max_size = 64, buf_len, dlen = 0, alen, rlen;
-    void *addr = NULL, *rkey = NULL, *data = NULL;
-    int rma = 0;
-    perf_msg_t m;
-    ferry_status_t st;
-
-    for (unsigned i = 0; i < o->nplan; i++) {
-        max_size = PERF_MAX(max_size, o->plan[i].size);
-        rma |= perf_tests[o->plan[i].test].rma;
-    }
-    buf_len = max_size;
-    if (o->check) /* a buffer per slot, within reason */
-        buf_len = PERF_MAX(max_size, PERF_MIN((size_t)o->window * max_size, (size_t)PERF_CHECK_MEM));
-    if ((st = setup_buffers(p, buf_len, o->window, rma)) != FERRY_OK ||
-        (st = worker_address(p, &addr, &alen)) != FERRY_OK ||
-        (st = pack_rkey(p, &rkey, &rlen)) != FERRY_OK)
-        goto out;
-    if ((data = hello_pack(addr, (uint32_t)alen, rkey, (uint32_t)rlen, &dlen)) == NULL) {
-        st = FERRY_ERR_NO_MEMORY;
-        goto out;
-    }
-    perf_params_t hp = {.size = buf_len, .window = o->window,
-                        .flags = (rma ? PERF_FLAG_RMA : 0) | (o->check ? PERF_FLAG_CHECK : 0)};
-    if ((st = perf_ctrl_send(p, PERF_CTRL_HELLO, &hp, 0, (uint64_t)(uintptr_t)p->region, data,
-                             dlen)) != FERRY_OK ||
-        (st = ctrl_expect(p, PERF_CTRL_HELLO_ACK, &m)) != FERRY_OK)
-        goto out;
-    if (m.hdr.arg0 < 0) {
-        st = (ferry_status_t)m.hdr.arg0;
-        fprintf(stderr, "ferry_perf: the responder could not prepare: %s\n",
-                ferry_status_string(st));
-    } else if (rma) {
-        st = unpack_rkey(p, m.data, m.data_len, m.hdr.arg1);
-    }
-    perf_msg_release(&m);
-out:
-    free(addr);
-    free(rkey);
-    free(data);
-    return st;
-}
-
-/* One test at one size: START, measure, END; errors found at either end are counted. */
-static ferry_status_t initiator_measure(perf_t *p, const perf_params_t *prm, perf_result_t *res,
-                                        uint64_t *errors)
-{
-    perf_msg_t m;
-    ferry_status_t st, run;
-
-    p->cur = *prm;
-    p->recv_count = p->ack_count = 0;
-    p->errors = 0;
-    if (p->region != NULL)
-        memset(p->region, 0, prm->size);
-    if ((st = perf_ctrl_send(p, PERF_CTRL_START, prm, 0, 0, NULL, 0)) != FERRY_OK ||
-        (st = ctrl_expect(p, PERF_CTRL_START_ACK, &m)) != FERRY_OK)
-        return st;
-    perf_msg_release(&m);
-    if (m.hdr.arg0 < 0) {
-        fprintf(stderr, "ferry_perf: the responder refused %s at %zu B: %s\n",
-                perf_tests[prm->test].name, prm->size, ferry_status_string((ferry_status_t)m.hdr.arg0));
-        return (ferry_status_t)m.hdr.arg0;
-    }
-    run = perf_run_initiator(p, prm, res);
-    if ((st = perf_ctrl_send(p, PERF_CTRL_END, prm, run == FERRY_OK ? (int64_t)(prm->warmup + prm->iters) : -1,
-                             0, NULL, 0)) != FERRY_OK ||
-        (st = ctrl_expect(p, PERF_CTRL_END_ACK, &m)) != FERRY_OK)
-        return st;
-    perf_msg_release(&m);
-    *errors += p->errors + (uint64_t)(m.hdr.arg0 > 0 ? m.hdr.arg0 : 0);
-    if (m.hdr.arg0 > 0)
-        fprintf(stderr, "ferry_perf: the responder found %lld verification errors in %s, %zu B\n",
-                (long long)m.hdr.arg0, perf_tests[prm->test].name, prm->size);
-    return run;
-}
-
-static int session_initiator(perf_t *p, const perf_opts_t *o, perf_out_t *out)
-{
-    int unsupported[PERF_NUM_TESTS] = {0}, tag_ok, rc = 0;
-    uint64_t errors = 0;
-    perf_msg_t m;
-    ferry_status_t st;
-
-    if ((st = initiator_hello(p, o)) != FERRY_OK)
-        return 1;
-    if (p->verbose)
-        ferry_worker_print_info(p->worker, stderr);
-    tag_ok = perf_tag_available(p);
-    perf_out_begin(out);
-    for (unsigned i = 0; i < o->nplan; i++) {
-        const perf_item_t *it = &o->plan[i];
-        perf_params_t prm;
-        perf_result_t res;
-        if (unsupported[it->test])
-            continue;
-        if (perf_tests[it->test].tag && !tag_ok) {
-            perf_out_unavailable(out, it->test, "ferry_tag_* returns FERRY_ERR_UNSUPPORTED");
-            unsupported[it->test] = 1;
-            continue;
-        }
-        plan_counts(o, it, &prm);
-        st = initiator_measure(p, &prm, &res, &errors);
-        if (st == FERRY_ERR_UNSUPPORTED) {
-            perf_out_unavailable(out, it->test, "ferry returns FERRY_ERR_UNSUPPORTED for it");
-            unsupported[it->test] = 1;
-            continue;
-        }
-        if (st != FERRY_OK) {
-            fprintf(stderr, "ferry_perf: %s at %zu B failed: %s\n", perf_tests[it->test].name,
-                    it->size, ferry_status_string(st));
-            rc = 1;
-            break;
-        }
-        perf_out_result(out, &res);
-    }
-    perf_out_end(out, (int)errors);
-    if (errors) {
-        fprintf(stderr, "ferry_perf: %llu verification errors\n", (unsigned long long)errors);
-        rc = 1;
-    }
-    if (perf_ctrl_send(p, PERF_CTRL_BYE, NULL, 0, 0, NULL, 0) != FERRY_OK ||
-        ctrl_expect(p, PERF_CTRL_BYE_ACK, &m) != FERRY_OK)
-        return 1;
-    perf_msg_release(&m);
-    return rc;
-}
-
-/* ---- the responder's session ------------------------------------------------------------------ */
-
-static ferry_status_t responder_hello(perf_t *p, perf_msg_t *hello)
-{
-    const uint8_t *addr, *rkey;
-    uint32_t alen, rlen;
-    void *mykey = NULL;
-    size_t mylen = 0;
-    ferry_status_t st;
-    const perf_ctrl_t *h = &hello->hdr;
-
-    if (hello_unpack(hello, &addr, &alen, &rkey, &rlen) != 0 || h->size == 0 ||
-        h->size > PERF_MAX_SIZE || h->window == 0 || h->window > 65536) {
-        fprintf(stderr, "ferry_perf: malformed HELLO from the initiator\n");
-        return FERRY_ERR_PROTOCOL;
-    }
-    if (p->ep == NULL) { /* server: an endpoint back to the client */
-        ferry_ep_params_t ep;
-        memset(&ep, 0, sizeof(ep));
-        ep.field_mask = FERRY_EP_FIELD_ADDRESS | FERRY_EP_FIELD_ERR_HANDLER;
-        ep.address = addr;
-        ep.address_len = alen;
-        ep.err_cb = ep_err_cb;
-        ep.err_arg = p;
-        if ((st = ferry_ep_create(p->worker, &ep, &p->ep)) != FERRY_OK) {
-            fprintf(stderr, "ferry_perf: cannot reach the client: %s\n", ferry_status_string(st));
-            return st;
-        }
-        p->own_ep = 1;
-    }
-    st = setup_buffers(p, h->size, (unsigned)h->window, (h->flags & PERF_FLAG_RMA) != 0);
-    if (st == FERRY_OK && (h->flags & PERF_FLAG_RMA))
-        st = unpack_rkey(p, rkey, rlen, h->arg1);
-    if (st == FERRY_OK)
-        st = pack_rkey(p, &mykey, &mylen);
-    ferry_status_t sst = perf_ctrl_send(p, PERF_CTRL_HELLO_ACK, NULL, st,
-                                        (uint64_t)(uintptr_t)p->region, mykey, mylen);
-    free(mykey);
-    return st != FERRY_OK ? st : sst;
-}
-
-/* Check a START and prepare the region for it. */
-static ferry_status_t responder_prepare(perf_t *p, const perf_ctrl_t *h, perf_params_t *prm)
-{
-    if (h->test >= PERF_NUM_TESTS || h->size > p->buf_len || h->window == 0 ||
-        h->window > p->nslots_max || (perf_tests[h->test].rma && p->region == NULL))
-        return FERRY_ERR_INVALID_PARAM;
-    prm->test = (perf_test_id_t)h->test;
-    prm->size = h->size;
-    prm->warmup = h->warmup;
-    prm->iters = h->iters;
-    prm->window = (unsigned)h->window;
-    prm->flags = h->flags;
-    p->cur = *prm;
-    p->recv_count = p->ack_count = 0;
-    p->errors = 0;
-    if (prm->test == PERF_GET_LAT || prm->test == PERF_GET_BW)
-        perf_pattern_fill(p->region, prm->size, 0, PERF_DIR_REGION);
-    else if (p->region != NULL)
-        memset(p->region, 0, prm->size);
-    return FERRY_OK;
-}
-
-static int session_responder(perf_t *p, perf_msg_t *hello)
-{
-    perf_msg_t m;
-    ferry_status_t st;
-
-    st = responder_hello(p, hello);
-    perf_msg_release(hello);
-    if (st != FERRY_OK)
-        return 1;
-    for (;;) {
-        if (perf_ctrl_recv(p, &m) != FERRY_OK)
-            return 1;
-        perf_msg_release(&m);
-        if (m.hdr.type == PERF_CTRL_BYE)
-            return perf_ctrl_send(p, PERF_CTRL_BYE_ACK, NULL, 0, 0, NULL, 0) == FERRY_OK ? 0 : 1;
-        if (m.hdr.type != PERF_CTRL_START) {
-            fprintf(stderr, "ferry_perf: unexpected %s from the initiator\n", ctrl_name(m.hdr.type));
-            return 1;
-        }
-        perf_params_t prm;
-        st = responder_prepare(p, &m.hdr, &prm);
-        if (perf_ctrl_send(p, PERF_CTRL_START_ACK, NULL, st, 0, NULL, 0) != FERRY_OK)
-            return 1;
-        if (st != FERRY_OK)
-            continue;
-        /* CANCELED: the initiator ended the measurement early (it failed; it says why) */
-        st = perf_run_responder(p, &prm);
-        if (st != FERRY_OK && st != FERRY_ERR_CANCELED && st != FERRY_ERR_UNSUPPORTED)
-            return 1;
-        if (ctrl_expect(p, PERF_CTRL_END, &m) != FERRY_OK)
-            return 1;
-        perf_msg_release(&m);
-        if (m.hdr.arg0 >= 0)
-            perf_end_checks(p, (uint64_t)m.hdr.arg0);
-        if (perf_ctrl_send(p, PERF_CTRL_END_ACK, NULL, (int64_t)p->errors, 0, NULL, 0) != FERRY_OK)
-            return 1;
-    }
-}
-
-/* ---- the three ways to find the peer ----------------------------------------------------------- */
+/* ---- the three ways to find the peer -----------------------------------------------------------
+ */
 
 static int run_world(perf_t *p, const perf_opts_t *o, perf_out_t *out)
 {
@@ -912,10 +383,11 @@ static int run_world(perf_t *p, const perf_opts_t *o, perf_out_t *out)
     if (p->initiator) {
         snprintf(mode, sizeof(mode), "2 ranks (%s)", ferry_world_backend(p->world));
         out->mode = mode;
-        rc = session_initiator(p, o, out);
+        rc = perf_session_initiator(p, o, out);
     } else {
-        rc = ctrl_expect(p, PERF_CTRL_HELLO, &hello) == FERRY_OK ? session_responder(p, &hello)
-                                                                   : 1;
+        rc = perf_ctrl_expect(p, PERF_CTRL_HELLO, &hello) == FERRY_OK
+                 ? perf_session_responder(p, &hello)
+                 : 1;
     }
     if ((st = ferry_world_barrier(p->world)) != FERRY_OK && rc == 0) {
         fprintf(stderr, "ferry_perf: final barrier failed: %s\n", ferry_status_string(st));
@@ -934,7 +406,7 @@ static int run_server(perf_t *p, const perf_opts_t *o)
 
     if (o->cpus != NULL)
         pin_cpu(o->cpus, 0);
-    if (worker_address(p, &addr, &alen) != FERRY_OK)
+    if (perf_worker_address(p, &addr, &alen) != FERRY_OK)
         return 1;
     if ((lfd = perf_oob_listen(o->port, &port)) < 0) {
         fprintf(stderr, "ferry_perf: cannot listen on port %u: %s\n", o->port, strerror(errno));
@@ -956,8 +428,8 @@ static int run_server(perf_t *p, const perf_opts_t *o)
     close(lfd);
     free(addr);
     p->initiator = 0;
-    if (ctrl_expect(p, PERF_CTRL_HELLO, &hello) == FERRY_OK)
-        rc = session_responder(p, &hello);
+    if (perf_ctrl_expect(p, PERF_CTRL_HELLO, &hello) == FERRY_OK)
+        rc = perf_session_responder(p, &hello);
     fprintf(stderr, "ferry_perf: server done (%s)\n", rc ? "failed" : "ok");
     return rc;
 }
@@ -1016,7 +488,7 @@ static int run_client(perf_t *p, const perf_opts_t *o, perf_out_t *out)
     ep.field_mask = FERRY_EP_FIELD_ADDRESS | FERRY_EP_FIELD_ERR_HANDLER;
     ep.address = addr;
     ep.address_len = alen;
-    ep.err_cb = ep_err_cb;
+    ep.err_cb = perf_ep_err_cb;
     ep.err_arg = p;
     st = ferry_ep_create(p->worker, &ep, &p->ep);
     free(addr);
@@ -1027,30 +499,8 @@ static int run_client(perf_t *p, const perf_opts_t *o, perf_out_t *out)
     p->own_ep = 1;
     p->initiator = 1;
     out->mode = mode;
-    rc = session_initiator(p, o, out);
+    rc = perf_session_initiator(p, o, out);
     return rc;
-}
-
-static void cleanup(perf_t *p)
-{
-    if (p->rkey != NULL)
-        ferry_rkey_destroy(p->rkey);
-    if (p->own_ep && p->ep != NULL && !p->ep_failed)
-        wait_req(p, &p->aux, ferry_ep_close(p->ep, FERRY_EP_CLOSE_FLUSH, aux_req(p)),
-                 "closing the endpoint");
-    else if (p->own_ep && p->ep != NULL)
-        wait_req(p, &p->aux, ferry_ep_close(p->ep, FERRY_EP_CLOSE_FORCE, aux_req(p)),
-                 "closing the endpoint");
-    if (p->mem != NULL)
-        ferry_mem_unmap(p->context, p->mem);
-    ferry_world_destroy(p->world);
-    ferry_worker_destroy(p->worker);
-    ferry_context_destroy(p->context);
-    for (unsigned i = 0; i < p->inbox_count; i++)
-        perf_msg_release(&p->inbox[(p->inbox_head + i) % PERF_INBOX]);
-    free(p->sbuf);
-    free(p->rbuf);
-    free(p->slots);
 }
 
 int main(int argc, char **argv)
@@ -1080,11 +530,11 @@ int main(int argc, char **argv)
         return 1;
     }
     if ((st = ferry_worker_create(p->context, NULL, &p->worker)) != FERRY_OK ||
-        (st = ferry_worker_set_am_handler(p->worker, PERF_AM_CTRL, ctrl_cb, p)) != FERRY_OK ||
+        (st = ferry_worker_set_am_handler(p->worker, PERF_AM_CTRL, perf_ctrl_cb, p)) != FERRY_OK ||
         (st = ferry_worker_set_am_handler(p->worker, PERF_AM_DATA, perf_data_cb, p)) != FERRY_OK ||
         (st = ferry_worker_set_am_handler(p->worker, PERF_AM_ACK, perf_ack_cb, p)) != FERRY_OK) {
         fprintf(stderr, "ferry_perf: cannot set up a worker: %s\n", ferry_status_string(st));
-        cleanup(p);
+        perf_cleanup(p);
         return 1;
     }
     if (opts.server)
@@ -1093,6 +543,6 @@ int main(int argc, char **argv)
         rc = run_client(p, &opts, &out);
     else
         rc = run_world(p, &opts, &out);
-    cleanup(p);
+    perf_cleanup(p);
     return rc;
 }

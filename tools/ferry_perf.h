@@ -2,8 +2,9 @@
  * ferry_perf.h - what the files of ferry_perf share: the test table, the session state of one
  * process (initiator or responder), the control protocol between the two, and the output.
  *
- *   ferry_perf.c        options, setup (ferryrun world, or server + client), the session
- *   ferry_perf_tests.c  the measurement loops, initiator and responder side of each test
+ *   ferry_perf.c          options, and the three ways to find the peer (world, server, client)
+ *   ferry_perf_session.c  the session: control messages, buffers and keys, the plan's run
+ *   ferry_perf_tests.c    the measurement loops, initiator and responder side of each test
  *   ferry_perf_out.c    statistics and output as a table, CSV or JSON
  *   ferry_perf_oob.c    the out-of-band address exchange of server mode (TCP), hex coding
  *
@@ -58,9 +59,9 @@ extern const perf_test_desc_t perf_tests[PERF_NUM_TESTS];
 /* Active message ids used by ferry_perf (any user ids would do). */
 #define PERF_AM_CTRL 200 /* perf_ctrl_t header, optional data */
 #define PERF_AM_DATA 201 /* payload only: the measured messages */
-#define PERF_AM_ACK 202  /* empty: end of a window */
+#define PERF_AM_ACK  202 /* empty: end of a window */
 
-#define PERF_MAGIC 0x66506572u /* "fPer" */
+#define PERF_MAGIC         0x66506572u /* "fPer" */
 #define PERF_PROTO_VERSION 1
 
 typedef enum perf_ctrl_type {
@@ -80,15 +81,15 @@ enum perf_flag {
 };
 
 /*
- * The header of every control message (all little-endian host order: both processes run
- * the same binary, usually on the same host).
+ * The header of every control message, in host byte order (both ends run the same
+ * ferry_perf; HELLO carries a version to make sure):
  *
  *   0        4        8        12       16
  *   | magic  | type   | test   | flags  |
- *   | size                              |   START: message size
- *   | warmup           | iters          |   START: counts (HELLO: region length in warmup)
- *   | window           | arg0           |   START: window;  *_ACK / END: status / count
- *   | arg1                              |   HELLO / HELLO_ACK: address of the region
+ *   | size            | warmup          |   START: message size and counts;
+ *   | iters           | window          |   HELLO: buffer length (size), slots (window)
+ *   | arg0            | arg1            |   arg0: HELLO version, *_ACK status, END count;
+ *                                           arg1: HELLO / HELLO_ACK region address
  */
 typedef struct perf_ctrl {
     uint32_t magic, type, test, flags;
@@ -116,8 +117,8 @@ typedef enum perf_format { PERF_FMT_TABLE, PERF_FMT_CSV, PERF_FMT_JSON } perf_fo
 typedef struct perf_slot {
     ferry_request_t req; /* first: the callback gets &req */
     struct perf *perf;
-    int busy;            /* INPROGRESS and not yet called back */
-    int is_get;          /* check the buffer when it completes */
+    int busy;   /* INPROGRESS and not yet called back */
+    int is_get; /* check the buffer when it completes */
     uint64_t seq;
 } perf_slot_t;
 
@@ -134,12 +135,12 @@ typedef struct perf {
     ferry_context_t *context;
     ferry_worker_t *worker;
     ferry_world_t *world;
-    ferry_ep_t *ep;       /* to the peer */
-    int own_ep;           /* ep created here (server/client), closed here */
-    int initiator;        /* 1: measures and prints; 0: responds */
-    int ep_failed;        /* the ep error handler fired */
+    ferry_ep_t *ep; /* to the peer */
+    int own_ep;     /* ep created here (server/client), closed here */
+    int initiator;  /* 1: measures and prints; 0: responds */
+    int ep_failed;  /* the ep error handler fired */
     unsigned verbose;
-    uint64_t timeout_ns;  /* a wait for the peer longer than this fails */
+    uint64_t timeout_ns; /* a wait for the peer longer than this fails */
 
     /* control messages received, in order */
     perf_msg_t inbox[PERF_INBOX];
@@ -197,6 +198,36 @@ void perf_out_end(perf_out_t *o, int errors);
 /* Fill r's latency figures from per-operation tick counts (sorted in place). */
 void perf_stats_latency(perf_result_t *r, uint64_t *ticks, uint64_t n, double divisor);
 
+/* ---- options and the plan (ferry_perf.c) ------------------------------------------------ */
+
+#define PERF_MAX_SIZE  (1ull << 30)
+#define PERF_CHECK_MEM (16u << 20) /* per-slot buffers in check mode, at most this much */
+#define PERF_MAX_PLAN  512
+#define PERF_MAX(a, b) ((a) > (b) ? (a) : (b))
+#define PERF_MIN(a, b) ((a) < (b) ? (a) : (b))
+
+typedef struct perf_item {
+    perf_test_id_t test;
+    size_t size;
+} perf_item_t;
+
+typedef struct perf_opts {
+    perf_item_t plan[PERF_MAX_PLAN];
+    unsigned nplan;
+    uint64_t iters, warmup; /* 0: by size */
+    int warmup_set;
+    unsigned window;
+    int check, server, demo;
+    unsigned verbose;
+    perf_format_t fmt;
+    unsigned short port;
+    const char *host, *hexaddr, *cpus;
+    double timeout_s;
+} perf_opts_t;
+
+/* The parameters of one plan item: iterations by size unless -n/-w, whole windows. */
+void perf_plan_counts(const perf_opts_t *o, const perf_item_t *it, perf_params_t *prm);
+
 /* ---- time -------------------------------------------------------------------------------- */
 
 /* A cheap cycle counter where the TSC is invariant, else CLOCK_MONOTONIC nanoseconds. */
@@ -205,6 +236,20 @@ uint64_t perf_ticks(void);
 double perf_ticks_to_ns(uint64_t ticks);
 
 /* ---- the session, both sides (ferry_perf.c / ferry_perf_tests.c) ------------------------ */
+
+/* The session (ferry_perf_session.c).  p->ep must be set, except on a server, whose
+ * responder creates it from the address in HELLO.  Return an exit status (0, 1). */
+int perf_session_initiator(perf_t *p, const perf_opts_t *o, perf_out_t *out);
+int perf_session_responder(perf_t *p, perf_msg_t *hello);
+void perf_cleanup(perf_t *p);
+/* The handler of PERF_AM_CTRL (arg: the perf_t); the error handler of endpoints made here. */
+ferry_status_t perf_ctrl_cb(void *arg, const void *header, size_t header_len, const void *data,
+                            size_t data_len, ferry_ep_t *reply_ep);
+void perf_ep_err_cb(void *arg, ferry_ep_t *ep, ferry_status_t status);
+/* Receive the next control message, which must be of the given type. */
+ferry_status_t perf_ctrl_expect(perf_t *p, perf_ctrl_type_t type, perf_msg_t *msg);
+/* The worker's address blob (malloc'd). */
+ferry_status_t perf_worker_address(perf_t *p, void **buf, size_t *len);
 
 /* Progress until a control message is in the inbox (waiting, not spinning). */
 ferry_status_t perf_ctrl_recv(perf_t *p, perf_msg_t *msg);
@@ -232,13 +277,13 @@ void perf_end_checks(perf_t *p, uint64_t ops);
 /* The verification pattern: a function of (sequence number, direction, offset). */
 void perf_pattern_fill(void *buf, size_t len, uint64_t seq, unsigned dir);
 int perf_pattern_check(const void *buf, size_t len, uint64_t seq, unsigned dir);
-#define PERF_DIR_I2R 1u
-#define PERF_DIR_R2I 2u
+#define PERF_DIR_I2R    1u
+#define PERF_DIR_R2I    2u
 #define PERF_DIR_REGION 3u
 
 /* ---- out of band (ferry_perf_oob.c) ------------------------------------------------------ */
 
-char *perf_hex_encode(const void *buf, size_t len);                   /* malloc'd */
+char *perf_hex_encode(const void *buf, size_t len);                       /* malloc'd */
 ferry_status_t perf_hex_decode(const char *hex, void **buf, size_t *len); /* malloc'd */
 /* Server: listen on port (0 = any); *port_p gets the real one. Returns the fd or -1. */
 int perf_oob_listen(unsigned short port, unsigned short *port_p);

@@ -27,7 +27,7 @@
 
 #include "ferry_perf.h"
 
-#define OOB_MAGIC "FPERFADR"
+#define OOB_MAGIC    "FPERFADR"
 #define OOB_MAX_ADDR (1u << 20)
 
 char *perf_hex_encode(const void *buf, size_t len)
@@ -194,8 +194,7 @@ ferry_status_t perf_oob_fetch(const char *host, unsigned short port, void **addr
     }
     if (read_all(fd, magic, 8) != 0 || memcmp(magic, OOB_MAGIC, 8) != 0 ||
         read_all(fd, &nlen, 4) != 0 || (nlen = ntohl(nlen)) == 0 || nlen > OOB_MAX_ADDR) {
-        fprintf(stderr, "ferry_perf: %s:%u did not send a ferry_perf server address\n", host,
-                port);
+        fprintf(stderr, "ferry_perf: %s:%u did not send a ferry_perf server address\n", host, port);
         close(fd);
         return FERRY_ERR_PROTOCOL;
     }
@@ -204,8 +203,7 @@ ferry_status_t perf_oob_fetch(const char *host, unsigned short port, void **addr
         return FERRY_ERR_NO_MEMORY;
     }
     if (read_all(fd, *addr, nlen) != 0) {
-        fprintf(stderr, "ferry_perf: %s:%u closed before the whole address was read\n", host,
-                port);
+        fprintf(stderr, "ferry_perf: %s:%u closed before the whole address was read\n", host, port);
         free(*addr);
         *addr = NULL;
         close(fd);

@@ -87,7 +87,10 @@ uint64_t perf_ticks(void)
     return mono_ns();
 }
 
-double perf_ticks_to_ns(uint64_t ticks) { return (double)ticks * perf_ns_per_tick; }
+double perf_ticks_to_ns(uint64_t ticks)
+{
+    return (double)ticks * perf_ns_per_tick;
+}
 
 /* ---- statistics ----------------------------------------------------------------------------- */
 
@@ -151,13 +154,13 @@ void perf_out_begin(perf_out_t *o)
         json_str(o->f, o->mode);
         fprintf(o->f, ",\"tls\":");
         json_str(o->f, o->tls);
-        fprintf(o->f, ",\"check\":%s,\"units\":{\"lat\":\"us\",\"bw\":\"MB/s (1e6 B/s)\","
-                      "\"rate\":\"per second\"},\n\"results\":[",
+        fprintf(o->f,
+                ",\"check\":%s,\"units\":{\"lat\":\"us\",\"bw\":\"MB/s (1e6 B/s)\","
+                "\"rate\":\"per second\"},\n\"results\":[",
                 o->check ? "true" : "false");
     } else {
         fprintf(o->f, "# ferry_perf %s   %s   FERRY_TLS=%s%s\n", ferry_version(), o->mode, o->tls,
-                o->check ? "   (checked: every payload verified; timings include the checks)"
-                         : "");
+                o->check ? "   (checked: every payload verified; timings include the checks)" : "");
         if (o->demo)
             fprintf(o->f,
                     "# Two processes: one measures, the other answers; both busy-poll.\n"
@@ -174,8 +177,7 @@ static void table_header(perf_out_t *o, perf_test_id_t t)
     const perf_test_desc_t *d = &perf_tests[t];
     fprintf(o->f, "#\n# %s: %s\n", d->name, d->doc);
     if (d->kind == PERF_KIND_BW)
-        fprintf(o->f, "#%11s %10s %7s %12s %14s\n", "size", "iters", "window", "MB/s",
-                "msgs/s");
+        fprintf(o->f, "#%11s %10s %7s %12s %14s\n", "size", "iters", "window", "MB/s", "msgs/s");
     else
         fprintf(o->f, "#%11s %10s %10s %10s %10s %10s %10s   %s latency, us\n", "size", "iters",
                 "median", "p90", "p99", "min", "avg", lat_kind(t));
@@ -208,23 +210,23 @@ void perf_out_result(perf_out_t *o, const perf_result_t *r)
                     (unsigned long long)r->iters, r->lat_p50, r->lat_p90, r->lat_p99, r->lat_min,
                     r->lat_avg);
     } else if (o->fmt == PERF_FMT_CSV) {
-        fprintf(o->f, "%s,%zu,%llu,%u,", d->name, r->size, (unsigned long long)r->iters,
-                r->window);
+        fprintf(o->f, "%s,%zu,%llu,%u,", d->name, r->size, (unsigned long long)r->iters, r->window);
         if (r->has_lat)
             fprintf(o->f, "%s,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,,\n", lat_kind(r->test), r->lat_avg,
                     r->lat_p50, r->lat_p90, r->lat_p99, r->lat_min, r->lat_max);
         else
             fprintf(o->f, ",,,,,,,%.2f,%.0f\n", r->bw_mbs, r->rate);
     } else {
-        fprintf(o->f, "%s\n {\"test\":\"%s\",\"available\":true,\"size\":%zu,\"iters\":%llu,"
-                      "\"window\":%u,",
-                o->nresults ? "," : "", d->name, r->size, (unsigned long long)r->iters,
-                r->window);
+        fprintf(o->f,
+                "%s\n {\"test\":\"%s\",\"available\":true,\"size\":%zu,\"iters\":%llu,"
+                "\"window\":%u,",
+                o->nresults ? "," : "", d->name, r->size, (unsigned long long)r->iters, r->window);
         if (r->has_lat)
-            fprintf(o->f, "\"lat_kind\":\"%s\",\"lat_us\":{\"avg\":%.4f,\"p50\":%.4f,"
-                          "\"median\":%.4f,\"p90\":%.4f,\"p99\":%.4f,\"min\":%.4f,\"max\":%.4f}}",
-                    lat_kind(r->test), r->lat_avg, r->lat_p50, r->lat_p50, r->lat_p90,
-                    r->lat_p99, r->lat_min, r->lat_max);
+            fprintf(o->f,
+                    "\"lat_kind\":\"%s\",\"lat_us\":{\"avg\":%.4f,\"p50\":%.4f,"
+                    "\"median\":%.4f,\"p90\":%.4f,\"p99\":%.4f,\"min\":%.4f,\"max\":%.4f}}",
+                    lat_kind(r->test), r->lat_avg, r->lat_p50, r->lat_p50, r->lat_p90, r->lat_p99,
+                    r->lat_min, r->lat_max);
         else
             fprintf(o->f, "\"bw_MBps\":%.2f,\"rate_per_s\":%.0f}", r->bw_mbs, r->rate);
     }
@@ -241,7 +243,8 @@ void perf_out_unavailable(perf_out_t *o, perf_test_id_t test, const char *why)
     } else if (o->fmt == PERF_FMT_CSV) {
         fprintf(stderr, "ferry_perf: %s: not available (%s)\n", name, why);
     } else {
-        fprintf(o->f, "%s\n {\"test\":\"%s\",\"available\":false,\"reason\":", o->nresults ? "," : "",
+        fprintf(o->f,
+                "%s\n {\"test\":\"%s\",\"available\":false,\"reason\":", o->nresults ? "," : "",
                 name);
         json_str(o->f, why);
         fputc('}', o->f);
@@ -257,7 +260,9 @@ void perf_out_end(perf_out_t *o, int errors)
     else if (o->fmt == PERF_FMT_TABLE && o->check)
         fprintf(o->f, "#\n# verification: %s (%d errors)\n", errors ? "FAILED" : "passed", errors);
     if (o->fmt == PERF_FMT_TABLE && o->demo)
-        fprintf(o->f, "#\n# More: ferry_perf -h (tests: am_rate, put/get, atomics, ...), FERRY_TLS=tcp or\n"
-                      "# udp to change transport, -f csv|json, docs/perf.md; ferry_info for the host.\n");
+        fprintf(
+            o->f,
+            "#\n# More: ferry_perf -h (tests: am_rate, put/get, atomics, ...), FERRY_TLS=tcp or\n"
+            "# udp to change transport, -f csv|json, docs/perf.md; ferry_info for the host.\n");
     fflush(o->f);
 }

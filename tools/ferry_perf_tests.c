@@ -60,43 +60,43 @@ static ferry_status_t perf_watchdog(perf_t *p, uint64_t *t0, const char *what, u
 }
 
 /* Progress until cond holds.  Returns from the calling function on failure or timeout. */
-#define PERF_WAIT_(p, cond, what, seq, bounded)                                                \
-    do {                                                                                       \
-        uint64_t spins_ = 0, t0_ = 0;                                                          \
-        while (!(cond)) {                                                                      \
-            ferry_worker_progress((p)->worker);                                                \
-            if (__builtin_expect((++spins_ & PERF_SPIN_CHECK) == 0, 0)) {                      \
-                ferry_status_t wst_ = perf_watchdog((p), &t0_, (what), (seq), (bounded));      \
-                if (wst_ != FERRY_OK)                                                          \
-                    return wst_;                                                               \
-            }                                                                                  \
-        }                                                                                      \
+#define PERF_WAIT_(p, cond, what, seq, bounded)                                                    \
+    do {                                                                                           \
+        uint64_t spins_ = 0, t0_ = 0;                                                              \
+        while (!(cond)) {                                                                          \
+            ferry_worker_progress((p)->worker);                                                    \
+            if (__builtin_expect((++spins_ & PERF_SPIN_CHECK) == 0, 0)) {                          \
+                ferry_status_t wst_ = perf_watchdog((p), &t0_, (what), (seq), (bounded));          \
+                if (wst_ != FERRY_OK)                                                              \
+                    return wst_;                                                                   \
+            }                                                                                      \
+        }                                                                                          \
     } while (0)
 #define PERF_WAIT(p, cond, what, seq) PERF_WAIT_(p, cond, what, seq, 1)
 
 /* Issue an operation, retrying on back-pressure; a slot (may be NULL) becomes busy on
  * INPROGRESS.  Returns from the calling function on failure. */
-#define PERF_POST(p, s, call, what)                                                            \
-    do {                                                                                       \
-        ferry_status_t pst_;                                                                   \
-        uint64_t pspins_ = 0, pt0_ = 0;                                                        \
-        while ((pst_ = (call)) == FERRY_ERR_NO_RESOURCE) {                                     \
-            ferry_worker_progress((p)->worker);                                                \
-            if ((++pspins_ & 0xfffu) == 0) {                                                   \
-                ferry_status_t wst_ = perf_watchdog((p), &pt0_, "resources for " what, 0, 1);  \
-                if (wst_ != FERRY_OK)                                                          \
-                    return wst_;                                                               \
-            }                                                                                  \
-        }                                                                                      \
-        if (pst_ == FERRY_INPROGRESS) {                                                        \
-            perf_slot_t *ps_ = (s);                                                            \
-            if (ps_ != NULL)                                                                   \
-                ps_->busy = 1;                                                                 \
-        } else if (pst_ != FERRY_OK) {                                                         \
-            if (pst_ != FERRY_ERR_UNSUPPORTED)                                                 \
-                fprintf(stderr, "ferry_perf: %s failed: %s\n", what, ferry_status_string(pst_)); \
-            return pst_;                                                                       \
-        }                                                                                      \
+#define PERF_POST(p, s, call, what)                                                                \
+    do {                                                                                           \
+        ferry_status_t pst_;                                                                       \
+        uint64_t pspins_ = 0, pt0_ = 0;                                                            \
+        while ((pst_ = (call)) == FERRY_ERR_NO_RESOURCE) {                                         \
+            ferry_worker_progress((p)->worker);                                                    \
+            if ((++pspins_ & 0xfffu) == 0) {                                                       \
+                ferry_status_t wst_ = perf_watchdog((p), &pt0_, "resources for " what, 0, 1);      \
+                if (wst_ != FERRY_OK)                                                              \
+                    return wst_;                                                                   \
+            }                                                                                      \
+        }                                                                                          \
+        if (pst_ == FERRY_INPROGRESS) {                                                            \
+            perf_slot_t *ps_ = (s);                                                                \
+            if (ps_ != NULL)                                                                       \
+                ps_->busy = 1;                                                                     \
+        } else if (pst_ != FERRY_OK) {                                                             \
+            if (pst_ != FERRY_ERR_UNSUPPORTED)                                                     \
+                fprintf(stderr, "ferry_perf: %s failed: %s\n", what, ferry_status_string(pst_));   \
+            return pst_;                                                                           \
+        }                                                                                          \
     } while (0)
 
 static void slot_cb(ferry_request_t *req, ferry_status_t status)
@@ -118,8 +118,8 @@ static ferry_request_t *slot_req(perf_slot_t *s)
 static void verify_error(perf_t *p, const char *what, uint64_t seq, size_t len)
 {
     if (p->errors++ < 10)
-        fprintf(stderr, "ferry_perf: verification error: %s %llu (%zu B) of %s, size %zu\n",
-                what, (unsigned long long)seq, len, perf_tests[p->cur.test].name, p->cur.size);
+        fprintf(stderr, "ferry_perf: verification error: %s %llu (%zu B) of %s, size %zu\n", what,
+                (unsigned long long)seq, len, perf_tests[p->cur.test].name, p->cur.size);
 }
 
 /* ---- the pattern -------------------------------------------------------------------------- */
@@ -317,7 +317,8 @@ static ferry_status_t pingpong_responder(perf_t *p, const perf_params_t *prm)
     return wait_idle(p, 1);
 }
 
-/* ---- active messages and tags: windows -------------------------------------------------------- */
+/* ---- active messages and tags: windows --------------------------------------------------------
+ */
 
 static ferry_status_t window_initiator(perf_t *p, const perf_params_t *prm, uint64_t *elapsed)
 {
@@ -367,8 +368,8 @@ static ferry_status_t window_responder(perf_t *p, const perf_params_t *prm)
     unsigned ns = perf_nslots(p, prm);
     uint64_t posted = 0, done = 0, next_ack = prm->window;
     for (; posted < total && posted < ns; posted++)
-        if ((st = recv_tag(p, &p->slots[posted], PERF_TAG_PING, slot_buf(p->rbuf, prm, (unsigned)posted),
-                           prm->size)) != FERRY_OK)
+        if ((st = recv_tag(p, &p->slots[posted], PERF_TAG_PING,
+                           slot_buf(p->rbuf, prm, (unsigned)posted), prm->size)) != FERRY_OK)
             return st;
     while (done < total) {
         unsigned k = (unsigned)(done % ns);
@@ -393,13 +394,15 @@ static ferry_status_t window_responder(perf_t *p, const perf_params_t *prm)
 
 /* ---- RMA: put ping-pong --------------------------------------------------------------------- */
 
-static inline uint8_t put_flag(uint64_t i) { return (uint8_t)(i % 255 + 1); }
+static inline uint8_t put_flag(uint64_t i)
+{
+    return (uint8_t)(i % 255 + 1);
+}
 
 /* Put size bytes with the flag in the last byte.  In check mode the body and the flag go as
  * two puts ordered by a fence, so a receiver that sees the flag may check the body (a single
  * copy may store its bytes in any order); timed mode uses one put, as ucx_perftest does. */
-static ferry_status_t put_flagged(perf_t *p, perf_slot_t *s, size_t size, uint64_t i,
-                                  unsigned dir)
+static ferry_status_t put_flagged(perf_t *p, perf_slot_t *s, size_t size, uint64_t i, unsigned dir)
 {
     uint8_t *buf = p->sbuf;
     ferry_status_t st;
@@ -490,8 +493,7 @@ static ferry_status_t put_bw_initiator(perf_t *p, const perf_params_t *prm, uint
         if (check)
             perf_pattern_fill(buf, prm->size, i, PERF_DIR_I2R);
         uint64_t raddr = p->remote_addr + (check ? (uint64_t)k * prm->size : 0);
-        PERF_POST(p, s, ferry_put(p->ep, buf, prm->size, raddr, p->rkey, slot_req(s)),
-                  "ferry_put");
+        PERF_POST(p, s, ferry_put(p->ep, buf, prm->size, raddr, p->rkey, slot_req(s)), "ferry_put");
     }
     if ((st = wait_idle(p, ns)) != FERRY_OK || (st = flush_ep(p)) != FERRY_OK)
         return st;
@@ -590,7 +592,8 @@ void perf_end_checks(perf_t *p, uint64_t ops)
         uint64_t v;
         memcpy(&v, p->region, 8);
         if (v != ops) {
-            fprintf(stderr, "ferry_perf: verification error: counter is %llu after %llu fetch-adds\n",
+            fprintf(stderr,
+                    "ferry_perf: verification error: counter is %llu after %llu fetch-adds\n",
                     (unsigned long long)v, (unsigned long long)ops);
             p->errors++;
         }
@@ -605,7 +608,8 @@ void perf_end_checks(perf_t *p, uint64_t ops)
     }
 }
 
-/* ---- entry points ----------------------------------------------------------------------------- */
+/* ---- entry points -----------------------------------------------------------------------------
+ */
 
 ferry_status_t perf_run_initiator(perf_t *p, const perf_params_t *prm, perf_result_t *res)
 {

@@ -26,7 +26,10 @@
 
 /* ---- addresses ------------------------------------------------------------------------- */
 
-static unsigned addr_bits(const fy_netif_addr_t *a) { return a->family == 4 ? 32u : 128u; }
+static unsigned addr_bits(const fy_netif_addr_t *a)
+{
+    return a->family == 4 ? 32u : 128u;
+}
 
 ferry_status_t fy_netif_addr_from_sockaddr(const struct sockaddr *sa, fy_netif_addr_t *a)
 {
@@ -159,8 +162,7 @@ int fy_netif_addr_reachable(const fy_netif_addr_t *local, uint64_t local_host,
     return fy_netif_addr_same_subnet(local, remote);
 }
 
-const char *fy_netif_addr_str(const fy_netif_addr_t *a, int with_prefix, char *buf,
-                              size_t len)
+const char *fy_netif_addr_str(const fy_netif_addr_t *a, int with_prefix, char *buf, size_t len)
 {
     char ip[INET6_ADDRSTRLEN] = "?";
     int af = a->family == 4 ? AF_INET : a->family == 6 ? AF_INET6 : -1;
@@ -272,7 +274,10 @@ ferry_status_t fy_netif_list(unsigned flags, fy_netif_t **list_p, unsigned *coun
     return FERRY_OK;
 }
 
-void fy_netif_list_free(fy_netif_t *list) { free(list); }
+void fy_netif_list_free(fy_netif_t *list)
+{
+    free(list);
+}
 
 /* ---- filters ---------------------------------------------------------------------------- */
 
@@ -400,10 +405,9 @@ int fy_netif_filter_match(const fy_netif_filter_t *f, const fy_netif_t *nif)
     return 0;
 }
 
-ferry_status_t fy_netif_select(const fy_netif_t *all, unsigned n,
-                               const fy_netif_filter_t *include,
-                               const fy_netif_filter_t *exclude, unsigned flags,
-                               fy_netif_t **out_p, unsigned *count_p)
+ferry_status_t fy_netif_select(const fy_netif_t *all, unsigned n, const fy_netif_filter_t *include,
+                               const fy_netif_filter_t *exclude, unsigned flags, fy_netif_t **out_p,
+                               unsigned *count_p)
 {
     *out_p = NULL;
     *count_p = 0;

@@ -49,7 +49,7 @@
 
 #include "ferry.h"
 
-#define FY_NETIF_NAME_MAX 16 /* IFNAMSIZ */
+#define FY_NETIF_NAME_MAX    16 /* IFNAMSIZ */
 #define FY_NETIF_ADDR_STRLEN 64 /* "[ffff:...:ffff]:65535" fits */
 
 /* A network address in a fixed 20-byte form that can travel on the wire.
@@ -123,10 +123,9 @@ enum fy_netif_select_flag {
 
 /* Apply include / exclude (either may be NULL or empty) and the loopback policy described
  * at the top.  *out_p is a new array (free with fy_netif_list_free), NULL if *count_p = 0. */
-ferry_status_t fy_netif_select(const fy_netif_t *all, unsigned n,
-                               const fy_netif_filter_t *include,
-                               const fy_netif_filter_t *exclude, unsigned flags,
-                               fy_netif_t **out_p, unsigned *count_p);
+ferry_status_t fy_netif_select(const fy_netif_t *all, unsigned n, const fy_netif_filter_t *include,
+                               const fy_netif_filter_t *exclude, unsigned flags, fy_netif_t **out_p,
+                               unsigned *count_p);
 
 /* ---- addresses -------------------------------------------------------------------------- */
 
@@ -150,8 +149,7 @@ int fy_netif_addr_reachable(const fy_netif_addr_t *local, uint64_t local_host,
 
 /* "192.0.2.7:4000", "[fd00::2]:4000" (no port part when the port is 0), "/24" appended
  * when with_prefix.  Returns buf. */
-const char *fy_netif_addr_str(const fy_netif_addr_t *a, int with_prefix, char *buf,
-                              size_t len);
+const char *fy_netif_addr_str(const fy_netif_addr_t *a, int with_prefix, char *buf, size_t len);
 
 /* An id of this host *and* network namespace: equal for two processes exactly when they
  * share the kernel's network stack (boot id, hostname and the netns inode mixed).  Never 0. */

@@ -23,10 +23,10 @@
 
 /* How a peer finds a segment: open /proc/<pid>/fd/<fd>, check the inode, map size bytes. */
 typedef struct fy_shmem_ref {
-    int32_t pid;  /* the process that allocated the segment */
-    int32_t fd;   /* its memfd, open in that process */
-    uint64_t ino; /* inode number of the memfd (guards against a reused pid or fd) */
-    uint64_t size;/* bytes of the segment (a page multiple) */
+    int32_t pid;   /* the process that allocated the segment */
+    int32_t fd;    /* its memfd, open in that process */
+    uint64_t ino;  /* inode number of the memfd (guards against a reused pid or fd) */
+    uint64_t size; /* bytes of the segment (a page multiple) */
 } fy_shmem_ref_t;
 
 /* Allocate len bytes (rounded up to pages) of zeroed shareable memory.  name shows in

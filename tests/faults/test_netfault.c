@@ -164,7 +164,8 @@ static void run(const char *seed, const char *loss, const char *dup, const char 
         stream_dev_tx = dev_b;
         stream_child_setup = enter_b;
         enter_ns(ns_a);
-        run_transfer(net_sizes, FY_ARRAY_SIZE(net_sizes), 1, 0);
+        /* three processes (and the impairer) on few cores: sleep on the event fd */
+        run_transfer(net_sizes, FY_ARRAY_SIZE(net_sizes), 1, 1);
     }
     teardown();
     FY_ASSERT_MSG(ok, "could not build the namespaces (ip netns / veth / iptables)");

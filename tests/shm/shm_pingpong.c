@@ -19,14 +19,13 @@
 #include "shm_test.h"
 #include "util/clock.h"
 
-#define CHECK(st)                                                                              \
-    do {                                                                                       \
-        ferry_status_t s_ = (st);                                                              \
-        if (s_ != FERRY_OK && s_ != FERRY_INPROGRESS) {                                        \
-            fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #st,                       \
-                    ferry_status_string(s_));                                                  \
-            exit(1);                                                                           \
-        }                                                                                      \
+#define CHECK(st)                                                                                  \
+    do {                                                                                           \
+        ferry_status_t s_ = (st);                                                                  \
+        if (s_ != FERRY_OK && s_ != FERRY_INPROGRESS) {                                            \
+            fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #st, ferry_status_string(s_));   \
+            exit(1);                                                                               \
+        }                                                                                          \
     } while (0)
 
 static struct {
@@ -237,8 +236,8 @@ int main(int argc, char **argv)
                 uint64_t old;
                 tcomp_t c;
                 tcomp_init(&c);
-                ferry_status_t st = ops->atomic(g.ep, FERRY_ATOMIC_ADD, 8, 1, 0, &old,
-                                                addr[which], &rk[which], &c.super);
+                ferry_status_t st = ops->atomic(g.ep, FERRY_ATOMIC_ADD, 8, 1, 0, &old, addr[which],
+                                                &rk[which], &c.super);
                 CHECK(st);
                 while (st == FERRY_INPROGRESS && c.done == 0)
                     ops->iface_progress(g.p.iface);
@@ -272,8 +271,8 @@ int main(int argc, char **argv)
     printf("  am_zcopy bw        %8.0f MB/s\n", zbw);
     printf("  put bw   shared    %8.0f MB/s   plain (CMA) %8.0f MB/s\n", rma_bw[0], rma_bw[1]);
     printf("  get bw   shared    %8.0f MB/s   plain (CMA) %8.0f MB/s\n", rma_bw[2], rma_bw[3]);
-    printf("  fetch-add latency  %8.3f us mapped, %.3f us served by the target\n",
-           amo_lat[0] / 1e3, amo_lat[1] / 1e3);
+    printf("  fetch-add latency  %8.3f us mapped, %.3f us served by the target\n", amo_lat[0] / 1e3,
+           amo_lat[1] / 1e3);
     free(buf);
     return WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 0 : 1;
 }

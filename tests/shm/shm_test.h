@@ -54,7 +54,10 @@ static inline void tc_read(int fd, void *buf, size_t len)
     }
 }
 
-static inline void tc_put_u64(int fd, uint64_t v) { tc_write(fd, &v, sizeof(v)); }
+static inline void tc_put_u64(int fd, uint64_t v)
+{
+    tc_write(fd, &v, sizeof(v));
+}
 static inline uint64_t tc_get_u64(int fd)
 {
     uint64_t v;
@@ -92,8 +95,8 @@ static inline void tc_join(tchild_t *c)
     }
     close(c->rfd);
     close(c->wfd);
-    FY_ASSERT_MSG(WIFEXITED(st) && WEXITSTATUS(st) == 0, "peer %d ended badly: %s %d",
-                  (int)c->pid, WIFSIGNALED(st) ? "signal" : "exit status",
+    FY_ASSERT_MSG(WIFEXITED(st) && WEXITSTATUS(st) == 0, "peer %d ended badly: %s %d", (int)c->pid,
+                  WIFSIGNALED(st) ? "signal" : "exit status",
                   WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st));
 }
 
@@ -110,8 +113,8 @@ typedef struct tproc {
     fy_tl_md_t *md;
     fy_tl_iface_t *iface;
     fy_tl_iface_attr_t attr;
-    int sleepy;        /* when idle, sleep on the event fd instead of spinning */
-    unsigned nfailed;  /* err_cb calls */
+    int sleepy;       /* when idle, sleep on the event fd instead of spinning */
+    unsigned nfailed; /* err_cb calls */
     fy_tl_ep_t *failed_ep;
     ferry_status_t fail_status;
 } tproc_t;
@@ -131,11 +134,8 @@ static inline void tp_open(tproc_t *p, fy_tl_am_cb_t cb, void *arg)
     FY_ASSERT(p->tl != NULL);
     p->ops = p->tl->ops;
     FY_ASSERT_OK(p->ops->md_open(p->tl, &p->md));
-    fy_tl_iface_params_t params = {.device = "memory",
-                                   .am_cb = cb,
-                                   .am_arg = arg,
-                                   .err_cb = tp_err_cb,
-                                   .err_arg = p};
+    fy_tl_iface_params_t params = {
+        .device = "memory", .am_cb = cb, .am_arg = arg, .err_cb = tp_err_cb, .err_arg = p};
     FY_ASSERT_OK(p->ops->iface_open(p->md, &params, &p->iface));
     p->ops->iface_query(p->iface, &p->attr);
     FY_ASSERT(p->attr.device_addr_len <= sizeof(((taddr_t *)0)->dev));
@@ -202,8 +202,9 @@ static inline void tp_wait_fd(tproc_t *p, int fd)
 /* Send one AM of len bytes from buf, choosing short / bcopy / zcopy by size (force_zcopy:
  * always zcopy), retrying while the transport pushes back.  Returns the final status (OK or
  * INPROGRESS for a zcopy; comp then fires later).  *nores counts NO_RESOURCE answers. */
-static inline ferry_status_t tp_send(tproc_t *p, fy_tl_ep_t *ep, uint8_t id, const void *buf, size_t len,
-                              int force_zcopy, fy_tl_comp_t *comp, unsigned long *nores)
+static inline ferry_status_t tp_send(tproc_t *p, fy_tl_ep_t *ep, uint8_t id, const void *buf,
+                                     size_t len, int force_zcopy, fy_tl_comp_t *comp,
+                                     unsigned long *nores)
 {
     const char *b = buf;
     for (;;) {
@@ -292,6 +293,9 @@ static inline long pat_check(const void *buf, size_t len, uint64_t seed)
     return -1;
 }
 
-static inline shm_iface_t *tp_shm(tproc_t *p) { return (shm_iface_t *)p->iface; }
+static inline shm_iface_t *tp_shm(tproc_t *p)
+{
+    return (shm_iface_t *)p->iface;
+}
 
 #endif

@@ -15,7 +15,10 @@
 #include "util/clock.h"
 
 static unsigned long ev_count; /* messages to a process that expects none but events */
-static void ev_cb(void *arg, uint8_t id, const void *data, size_t len) { ev_count++; }
+static void ev_cb(void *arg, uint8_t id, const void *data, size_t len)
+{
+    ev_count++;
+}
 
 /* ---- a receiver that checks message k: sizes[k % nsizes] bytes of pattern seed k ---- */
 
@@ -90,9 +93,9 @@ static void rx_main(int rfd, int wfd, void *arg)
     tp_close(&p);
 }
 
-static const size_t sweep[] = {0,    1,    7,     8,     15,      16,          17,      64,
-                               111,  112,  113,   1000,  4095,    4096,        8191,    8192,
-                               8193, 12345, 65536, 1 << 20, (1 << 20) + 3, 4 << 20, 64 << 20};
+static const size_t sweep[] = {
+    0,    1,    7,    8,    15,   16,    17,    64,      111,           112,     113,     1000,
+    4095, 4096, 8191, 8192, 8193, 12345, 65536, 1 << 20, (1 << 20) + 3, 4 << 20, 64 << 20};
 
 /* Send sweep[] twice (natural op choice, then all zcopy); each zcopy waits for its
  * completion.  Returns the chunks the receiver got. */
@@ -115,8 +118,8 @@ static uint64_t run_sweep(int deny)
         pat_fill(buf, len, k);
         tcomp_t comp;
         tcomp_init(&comp);
-        ferry_status_t st = tp_send(&p, ep, (uint8_t)(k & FY_TL_AM_ID_MAX), buf, len, k >= n,
-                                    &comp.super, NULL);
+        ferry_status_t st =
+            tp_send(&p, ep, (uint8_t)(k & FY_TL_AM_ID_MAX), buf, len, k >= n, &comp.super, NULL);
         FY_ASSERT_MSG(st == FERRY_OK || st == FERRY_INPROGRESS, "send of %zu bytes: %s", len,
                       ferry_status_string(st));
         if (st == FERRY_INPROGRESS) {
@@ -147,7 +150,10 @@ static uint64_t run_sweep(int deny)
 }
 
 /* 0 B .. 64 MiB with cross-memory attach: zero-copy messages are pulled (no chunks). */
-static void sweep_cma(void) { FY_ASSERT_EQ(run_sweep(0), 0); }
+static void sweep_cma(void)
+{
+    FY_ASSERT_EQ(run_sweep(0), 0);
+}
 
 /* The same with FERRY_SHM_CMA=n: zero-copy messages are pushed through the ring. */
 static void sweep_no_cma(void)
@@ -158,7 +164,10 @@ static void sweep_no_cma(void)
 
 /* CMA refused at run time (seccomp in the receiver): the first pull is refused, the sender
  * falls back to pushing, and nothing is lost or reordered. */
-static void sweep_cma_denied(void) { FY_ASSERT_GT(run_sweep(1), 8192); }
+static void sweep_cma_denied(void)
+{
+    FY_ASSERT_GT(run_sweep(1), 8192);
+}
 
 /* Pipelined zero-copy sends (up to 8 in flight) mixed with short and buffered ones: every
  * message arrives once, intact, in order, and every completion fires once. */
@@ -228,7 +237,10 @@ typedef struct multi_rx {
     unsigned long count, errors;
 } multi_rx_t;
 
-static size_t multi_len(unsigned long seq) { return 8 + (seq * 37) % 3000; }
+static size_t multi_len(unsigned long seq)
+{
+    return 8 + (seq * 37) % 3000;
+}
 
 static void multi_cb(void *arg, uint8_t id, const void *data, size_t len)
 {

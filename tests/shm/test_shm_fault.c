@@ -8,6 +8,7 @@
  */
 #include <dirent.h>
 #include <signal.h>
+#include <sys/stat.h>
 
 #include "shm_test.h"
 #include "util/clock.h"
@@ -20,7 +21,8 @@ static void count_cb(void *arg, uint8_t id, const void *data, size_t len)
     rx_last_id = id;
 }
 
-/* Entries of /dev/shm (ferry never creates any: memfd segments have no name). */
+/* Entries of /dev/shm that look like ferry's (ferry names none: memfd segments have no name;
+ * other programs on the box may create their own entries meanwhile, so only ours count). */
 static unsigned dev_shm_entries(void)
 {
     DIR *d = opendir("/dev/shm");
@@ -29,9 +31,52 @@ static unsigned dev_shm_entries(void)
     unsigned n = 0;
     struct dirent *e;
     while ((e = readdir(d)) != NULL)
-        n += e->d_name[0] != '.';
+        n += strstr(e->d_name, "ferry-shm") != NULL || strstr(e->d_name, "ferry-mem") != NULL;
     closedir(d);
     return n;
+}
+
+/* How many fds and mappings of any process on the host still hold the memfd segment with
+ * this inode (0: the kernel has freed it). */
+static unsigned segment_holders(uint64_t ino)
+{
+    unsigned n = 0;
+    DIR *proc = opendir("/proc");
+    FY_ASSERT(proc != NULL);
+    struct dirent *p;
+    while ((p = readdir(proc)) != NULL) {
+        if (p->d_name[0] < '0' || p->d_name[0] > '9')
+            continue;
+        static const char *const kinds[] = {"fd", "map_files"};
+        for (int k = 0; k < 2; k++) {
+            char dir[300];
+            snprintf(dir, sizeof(dir), "/proc/%s/%s", p->d_name, kinds[k]);
+            DIR *d = opendir(dir);
+            if (d == NULL)
+                continue;
+            struct dirent *e;
+            while ((e = readdir(d)) != NULL) {
+                char path[600], link[256];
+                snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
+                ssize_t len = readlink(path, link, sizeof(link) - 1);
+                if (len <= 0)
+                    continue;
+                link[len] = '\0';
+                struct stat sb;
+                if (strstr(link, "memfd:ferry") != NULL && stat(path, &sb) == 0 &&
+                    (uint64_t)sb.st_ino == ino)
+                    n++;
+            }
+            closedir(d);
+        }
+    }
+    closedir(proc);
+    return n;
+}
+
+static uint64_t addr_ino(const taddr_t *a)
+{
+    return ((const shm_iface_addr_t *)a->iface)->ino;
 }
 
 /* A peer that receives (counting), reports once after `report` messages, and otherwise
@@ -119,8 +164,10 @@ static void receiver_killed(void)
     int st;
     waitpid(c.pid, &st, 0);
     FY_ASSERT(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL);
+    FY_ASSERT_GT(segment_holders(addr_ino(&addr)), 0); /* we still map its ring */
     p.ops->ep_destroy(ep);
     tp_close(&p);
+    FY_ASSERT_EQ(segment_holders(addr_ino(&addr)), 0); /* now it is gone for good */
     FY_ASSERT_EQ(dev_shm_entries(), shm_before);
 }
 
@@ -133,6 +180,8 @@ static void busy_sender(int rfd, int wfd, void *arg)
     taddr_t addr;
     tc_read(rfd, &addr, sizeof(addr));
     fy_tl_ep_t *ep = tp_ep(&p, &addr);
+    taddr_t mine = tp_addr(&p);
+    tc_write(wfd, &mine, sizeof(mine));
     static char buf[200000];
     tcomp_t comp;
     tcomp_init(&comp);
@@ -159,10 +208,11 @@ static void sender_killed(void)
     unsigned shm_before = dev_shm_entries();
     tproc_t p;
     tp_open(&p, count_cb, NULL);
-    taddr_t addr = tp_addr(&p);
+    taddr_t addr = tp_addr(&p), senders[5];
     for (int round = 0; round < 5; round++) {
         tchild_t a = tc_spawn(busy_sender, (void *)(uintptr_t)1);
         tc_write(a.wfd, &addr, sizeof(addr));
+        tc_read(a.rfd, &senders[round], sizeof(senders[round]));
         tp_wait_fd(&p, a.rfd);
         tc_get_u64(a.rfd);
         for (int i = 0; i < round * 50; i++) /* land the kill at different moments */
@@ -188,6 +238,8 @@ static void sender_killed(void)
     }
     printf("  dead claims skipped: %llu\n", (unsigned long long)tp_shm(&p)->stats.skipped_dead);
     tp_close(&p);
+    for (int round = 0; round < 5; round++)
+        FY_ASSERT_EQ(segment_holders(addr_ino(&senders[round])), 0);
     FY_ASSERT_EQ(dev_shm_entries(), shm_before);
 }
 
@@ -201,8 +253,8 @@ static void dead_claim_child(int rfd, int wfd, void *arg)
     shm_ep_t *ep = (shm_ep_t *)tp_ep(&p, &addr);
     uint32_t t;
     int wake = 0;
-    shm_cell_t *c = shm_ring_claim(ep->cells, ep->tail, ep->mask, ep->cell_shift, ep->owner, &t,
-                                   &wake);
+    shm_cell_t *c =
+        shm_ring_claim(ep->cells, ep->tail, ep->mask, ep->cell_shift, ep->owner, &t, &wake);
     FY_ASSERT(c != NULL);
     tc_put_u64(wfd, t);
     raise(SIGKILL);
@@ -479,5 +531,4 @@ static void bad_config(void)
 
 FYTEST_MAIN(FYTEST_CASE(receiver_killed), FYTEST_CASE(sender_killed), FYTEST_CASE(dead_claim),
             FYTEST_CASE(peer_closed), FYTEST_CASE(destroy_cancels), FYTEST_CASE(destroy_mid_push),
-            FYTEST_CASE(addresses),
-            FYTEST_CASE(bad_config))
+            FYTEST_CASE(addresses), FYTEST_CASE(bad_config))

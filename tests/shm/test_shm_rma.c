@@ -118,7 +118,10 @@ static void init_stop(initiator_t *in)
     tp_close(&in->p);
 }
 
-static uint64_t raddr(initiator_t *in, int r, uint64_t off) { return in->info.addr[r] + off; }
+static uint64_t raddr(initiator_t *in, int r, uint64_t off)
+{
+    return in->info.addr[r] + off;
+}
 
 static void flush(initiator_t *in)
 {
@@ -133,7 +136,8 @@ static void flush(initiator_t *in)
 /* Put and get of several sizes and offsets, checked at the target / here. */
 static void put_get(void)
 {
-    target_args_t ta = {FERRY_MEM_REMOTE_READ | FERRY_MEM_REMOTE_WRITE | FERRY_MEM_REMOTE_ATOMIC, 0};
+    target_args_t ta = {FERRY_MEM_REMOTE_READ | FERRY_MEM_REMOTE_WRITE | FERRY_MEM_REMOTE_ATOMIC,
+                        0};
     initiator_t in;
     init_start(&in, &ta);
     FY_ASSERT(in.p.attr.caps & FY_TL_CAP_PUT);
@@ -146,12 +150,13 @@ static void put_get(void)
             uint64_t seed = (uint64_t)r * 100 + i;
             pat_fill(buf, sizes[i], seed);
             if (sizes[i] <= in.p.attr.max_put_short)
-                FY_ASSERT_OK(in.p.ops->put_short(in.ep, buf, sizes[i], raddr(&in, r, offs[i]),
-                                                 &in.rk[r]));
+                FY_ASSERT_OK(
+                    in.p.ops->put_short(in.ep, buf, sizes[i], raddr(&in, r, offs[i]), &in.rk[r]));
             else {
-                struct iovec v[2] = {{buf, sizes[i] / 3}, {buf + sizes[i] / 3, sizes[i] - sizes[i] / 3}};
-                FY_ASSERT_OK(in.p.ops->put_zcopy(in.ep, v, 2, raddr(&in, r, offs[i]), &in.rk[r],
-                                                 NULL));
+                struct iovec v[2] = {{buf, sizes[i] / 3},
+                                     {buf + sizes[i] / 3, sizes[i] - sizes[i] / 3}};
+                FY_ASSERT_OK(
+                    in.p.ops->put_zcopy(in.ep, v, 2, raddr(&in, r, offs[i]), &in.rk[r], NULL));
             }
             flush(&in);
             FY_ASSERT_EQ((long)init_cmd(&in, CMD_CHECK, (uint64_t)r, offs[i], sizes[i], seed), -1);
@@ -159,7 +164,8 @@ static void put_get(void)
             seed += 1000;
             init_cmd(&in, CMD_FILL, (uint64_t)r, offs[i], sizes[i], seed);
             memset(buf, 0, sizes[i]);
-            struct iovec v[2] = {{buf, sizes[i] / 2}, {buf + sizes[i] / 2, sizes[i] - sizes[i] / 2}};
+            struct iovec v[2] = {{buf, sizes[i] / 2},
+                                 {buf + sizes[i] / 2, sizes[i] - sizes[i] / 2}};
             tcomp_t c;
             tcomp_init(&c);
             ferry_status_t st =
@@ -180,9 +186,8 @@ static uint64_t amo(initiator_t *in, int r, ferry_atomic_op_t op, size_t size, u
     uint64_t old = 0xdeadbeefdeadbeefull;
     tcomp_t c;
     tcomp_init(&c);
-    ferry_status_t st = in->p.ops->atomic(in->ep, op, size, operand, compare,
-                                          fetch ? &old : NULL, raddr(in, r, off), &in->rk[r],
-                                          &c.super);
+    ferry_status_t st = in->p.ops->atomic(in->ep, op, size, operand, compare, fetch ? &old : NULL,
+                                          raddr(in, r, off), &in->rk[r], &c.super);
     FY_ASSERT_MSG(st == FERRY_OK || st == FERRY_INPROGRESS, "atomic: %s", ferry_status_string(st));
     while (st == FERRY_INPROGRESS && c.done == 0)
         tp_progress(&in->p);
@@ -201,9 +206,9 @@ static void atomics_all(void)
     init_start(&in, &ta);
     FY_ASSERT(in.p.attr.caps & FY_TL_CAP_AMO32);
     FY_ASSERT(in.p.attr.caps & FY_TL_CAP_AMO64);
-    static const ferry_atomic_op_t ops[] = {FERRY_ATOMIC_ADD, FERRY_ATOMIC_AND, FERRY_ATOMIC_OR,
-                                            FERRY_ATOMIC_XOR, FERRY_ATOMIC_SWAP,
-                                            FERRY_ATOMIC_CSWAP, FERRY_ATOMIC_CSWAP};
+    static const ferry_atomic_op_t ops[] = {
+        FERRY_ATOMIC_ADD,  FERRY_ATOMIC_AND,   FERRY_ATOMIC_OR,   FERRY_ATOMIC_XOR,
+        FERRY_ATOMIC_SWAP, FERRY_ATOMIC_CSWAP, FERRY_ATOMIC_CSWAP};
     for (int r = 0; r < NREG; r++) {
         for (size_t size = 4; size <= 8; size += 4) {
             uint64_t mask = size == 4 ? 0xffffffffull : ~0ull, off = 64 + size;
@@ -219,12 +224,24 @@ static void atomics_all(void)
                     if (fetch)
                         FY_ASSERT_U64_EQ(old, shadow);
                     switch (ops[k]) {
-                    case FERRY_ATOMIC_ADD: shadow = (shadow + v) & mask; break;
-                    case FERRY_ATOMIC_AND: shadow &= v; break;
-                    case FERRY_ATOMIC_OR: shadow |= v; break;
-                    case FERRY_ATOMIC_XOR: shadow ^= v; break;
-                    case FERRY_ATOMIC_SWAP: shadow = v; break;
-                    case FERRY_ATOMIC_CSWAP: shadow = shadow == cmp ? v : shadow; break;
+                    case FERRY_ATOMIC_ADD:
+                        shadow = (shadow + v) & mask;
+                        break;
+                    case FERRY_ATOMIC_AND:
+                        shadow &= v;
+                        break;
+                    case FERRY_ATOMIC_OR:
+                        shadow |= v;
+                        break;
+                    case FERRY_ATOMIC_XOR:
+                        shadow ^= v;
+                        break;
+                    case FERRY_ATOMIC_SWAP:
+                        shadow = v;
+                        break;
+                    case FERRY_ATOMIC_CSWAP:
+                        shadow = shadow == cmp ? v : shadow;
+                        break;
                     }
                 }
             }
@@ -317,9 +334,9 @@ static void access_checks(void)
         /* no write right: put refused; no atomic right: atomics refused */
         FY_ASSERT_STATUS(o->put_short(in.ep, &v, 8, raddr(&in, r, 0), &in.rk[r]),
                          FERRY_ERR_ACCESS_DENIED);
-        FY_ASSERT_STATUS(o->atomic(in.ep, FERRY_ATOMIC_ADD, 8, 1, 0, NULL, raddr(&in, r, 0),
-                                   &in.rk[r], NULL),
-                         FERRY_ERR_ACCESS_DENIED);
+        FY_ASSERT_STATUS(
+            o->atomic(in.ep, FERRY_ATOMIC_ADD, 8, 1, 0, NULL, raddr(&in, r, 0), &in.rk[r], NULL),
+            FERRY_ERR_ACCESS_DENIED);
         /* reads inside are fine; past either end they are refused */
         FY_ASSERT_OK(o->get_zcopy(in.ep, &iov, 1, raddr(&in, r, REG_LEN - 8), &in.rk[r], NULL));
         FY_ASSERT_STATUS(o->get_zcopy(in.ep, &iov, 1, raddr(&in, r, REG_LEN - 4), &in.rk[r], NULL),
@@ -335,12 +352,12 @@ static void access_checks(void)
     /* Rights granted, but a key forged or of another process, and misaligned atomics. */
     ta.access = FERRY_MEM_REMOTE_READ | FERRY_MEM_REMOTE_WRITE | FERRY_MEM_REMOTE_ATOMIC;
     init_start(&in, &ta);
-    FY_ASSERT_STATUS(o->atomic(in.ep, FERRY_ATOMIC_ADD, 8, 1, 0, NULL, raddr(&in, 0, 4), &in.rk[0],
-                               NULL),
-                     FERRY_ERR_INVALID_PARAM);
-    FY_ASSERT_STATUS(o->atomic(in.ep, FERRY_ATOMIC_ADD, 2, 1, 0, NULL, raddr(&in, 0, 0), &in.rk[0],
-                               NULL),
-                     FERRY_ERR_INVALID_PARAM);
+    FY_ASSERT_STATUS(
+        o->atomic(in.ep, FERRY_ATOMIC_ADD, 8, 1, 0, NULL, raddr(&in, 0, 4), &in.rk[0], NULL),
+        FERRY_ERR_INVALID_PARAM);
+    FY_ASSERT_STATUS(
+        o->atomic(in.ep, FERRY_ATOMIC_ADD, 2, 1, 0, NULL, raddr(&in, 0, 0), &in.rk[0], NULL),
+        FERRY_ERR_INVALID_PARAM);
     shm_rkey_t forged = in.rk[REG_PLAIN];
     forged.p.region_key ^= 1; /* the target checks the key of an atomic it performs */
     uint64_t old;

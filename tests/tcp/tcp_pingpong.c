@@ -94,11 +94,21 @@ int main(int argc, char **argv)
     int window = 8, opt;
     while ((opt = getopt(argc, argv, "n:s:b:w:t:")) != -1) {
         switch (opt) {
-        case 'n': iters = atol(optarg); break;
-        case 's': size = strtoul(optarg, NULL, 0); break;
-        case 'b': bsize = strtoul(optarg, NULL, 0); break;
-        case 'w': window = atoi(optarg); break;
-        case 't': ms = atol(optarg); break;
+        case 'n':
+            iters = atol(optarg);
+            break;
+        case 's':
+            size = strtoul(optarg, NULL, 0);
+            break;
+        case 'b':
+            bsize = strtoul(optarg, NULL, 0);
+            break;
+        case 'w':
+            window = atoi(optarg);
+            break;
+        case 't':
+            ms = atol(optarg);
+            break;
         default:
             fprintf(stderr, "usage: %s [-n iters] [-s size] [-b size] [-w window] [-t ms]\n",
                     argv[0]);

@@ -83,7 +83,10 @@ fy_tl_ep_t *tt_ep(tt_node_t *n, const tt_addr_t *a)
     return ep;
 }
 
-unsigned tt_progress(tt_node_t *n) { return n->ops->iface_progress(n->iface); }
+unsigned tt_progress(tt_node_t *n)
+{
+    return n->ops->iface_progress(n->iface);
+}
 
 int tt_wait(tt_node_t *n, int extra_fd, int ms)
 {

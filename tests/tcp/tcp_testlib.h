@@ -24,7 +24,7 @@ struct tt_node {
     fy_tl_device_t dev;
     tt_am_fn_t on_am;
     void *user;
-    unsigned nerr;             /* err_cb calls */
+    unsigned nerr; /* err_cb calls */
     fy_tl_ep_t *err_ep[16];
     ferry_status_t err_st[16];
 };
@@ -64,10 +64,10 @@ void tt_comp_init(tt_comp_t *c);
 /* Progress until the completion ran. */
 void tt_comp_wait(tt_node_t *n, tt_comp_t *c);
 /* st = expr, retried while it answers NO_RESOURCE, progressing in between. */
-#define TT_RETRY(n, st, expr)                                                                  \
-    do {                                                                                       \
-        while (((st) = (expr)) == FERRY_ERR_NO_RESOURCE)                                       \
-            tt_wait((n), -1, 100);                                                             \
+#define TT_RETRY(n, st, expr)                                                                      \
+    do {                                                                                           \
+        while (((st) = (expr)) == FERRY_ERR_NO_RESOURCE)                                           \
+            tt_wait((n), -1, 100);                                                                 \
     } while (0)
 
 /* Fork a peer running fn(rfd, wfd, arg) then _exit(0); the parent gets the pipe ends. */

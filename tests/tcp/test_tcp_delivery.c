@@ -42,8 +42,8 @@ static void rx_check(tt_node_t *n, uint8_t id, const void *data, size_t len)
 }
 
 /* Send one checked message the way its size calls for; the buffer is free on return. */
-static void send_msg(tt_node_t *n, fy_tl_ep_t *ep, uint32_t sender, uint32_t seq,
-                     const char *data, size_t len)
+static void send_msg(tt_node_t *n, fy_tl_ep_t *ep, uint32_t sender, uint32_t seq, const char *data,
+                     size_t len)
 {
     msg_hdr_t h = {seq, sender, tt_sum(data, len), len};
     ferry_status_t st;
@@ -99,14 +99,35 @@ static void receiver(int rfd, int wfd, void *arg)
 static void sizes_case(const char *links)
 {
     setenv("FERRY_TCP_LINKS", links, 1);
-    setenv("FERRY_TCP_MAX_MSG", "80m", 1);
     setenv("FERRY_TCP_STRIPE_MIN", "64k", 1);
-    static const size_t sizes[] = {0,       1,       2,          7,          8,
-                                   9,       15,      16,         17,         63,
-                                   64,      65,      1000,       4071,       4072,
-                                   4073,    4096,    8191,       65535,      65536,
-                                   65537,   100000,  131072,     262143,     1 << 20,
-                                   (1 << 20) + 7,    (3 << 20) + 1,          16 << 20,
+    static const size_t sizes[] = {0,
+                                   1,
+                                   2,
+                                   7,
+                                   8,
+                                   9,
+                                   15,
+                                   16,
+                                   17,
+                                   63,
+                                   64,
+                                   65,
+                                   1000,
+                                   4071,
+                                   4072,
+                                   4073,
+                                   4096,
+                                   8191,
+                                   65535,
+                                   65536,
+                                   65537,
+                                   100000,
+                                   131072,
+                                   262143,
+                                   1 << 20,
+                                   (1 << 20) + 7,
+                                   (3 << 20) + 1,
+                                   16 << 20,
                                    64 << 20};
     tt_proc_t peer;
     tt_fork(&peer, receiver, NULL);
@@ -141,13 +162,22 @@ static void sizes_case(const char *links)
     free(buf);
 }
 
-static void sizes_one_link(void) { sizes_case("1"); }
-static void sizes_two_links(void) { sizes_case("2"); }
-static void sizes_four_links(void) { sizes_case("4"); }
+static void sizes_one_link(void)
+{
+    sizes_case("1");
+}
+static void sizes_two_links(void)
+{
+    sizes_case("2");
+}
+static void sizes_four_links(void)
+{
+    sizes_case("4");
+}
 
 /* ---- many senders ----------------------------------------------------------------------- */
 
-#define SENDERS 4
+#define SENDERS    4
 #define PER_SENDER 3000
 
 static void sender(int rfd, int wfd, void *arg)
@@ -286,7 +316,7 @@ static void slow_receiver(void)
 /* ---- put and get ------------------------------------------------------------------------ */
 
 #define REGION (1u << 20)
-#define GUARD (1u << 20)
+#define GUARD  (1u << 20)
 
 typedef struct rma_info {
     uint64_t base, ro_base;
@@ -379,8 +409,8 @@ static void put_get_case(const char *links)
     tt_fill(mirror, REGION, 77 + 1000); /* what we expect the region to hold */
     /* the region's initial content is unknown here: write all of it first */
     FY_ASSERT_OK(rma_op(&n, ep, 1, mirror, REGION, info.base, rkey));
-    static const size_t at[][2] = {{0, 100}, {4096, 65536}, {REGION - 1, 1}, {12345, 300000},
-                                   {REGION, 0}, {0, 7}};
+    static const size_t at[][2] = {{0, 100},        {4096, 65536}, {REGION - 1, 1},
+                                   {12345, 300000}, {REGION, 0},   {0, 7}};
     for (size_t i = 0; i < FY_ARRAY_SIZE(at); i++) {
         tt_fill(buf, at[i][1], 500 + i);
         memcpy(mirror + at[i][0], buf, at[i][1]);
@@ -410,8 +440,7 @@ static void put_get_case(const char *links)
                      FERRY_ERR_ACCESS_DENIED); /* striped, refused, its bytes discarded */
     FY_ASSERT_STATUS(rma_op(&n, ep, 1, buf, 100, info.base, bad_rkey), FERRY_ERR_ACCESS_DENIED);
     FY_ASSERT_STATUS(rma_op(&n, ep, 0, back, 100, info.base, bad_rkey), FERRY_ERR_ACCESS_DENIED);
-    FY_ASSERT_STATUS(rma_op(&n, ep, 0, back, REGION + 1, info.base, rkey),
-                     FERRY_ERR_ACCESS_DENIED);
+    FY_ASSERT_STATUS(rma_op(&n, ep, 0, back, REGION + 1, info.base, rkey), FERRY_ERR_ACCESS_DENIED);
     FY_ASSERT_STATUS(rma_op(&n, ep, 1, buf, 100, info.ro_base, ro_rkey), FERRY_ERR_ACCESS_DENIED);
     FY_ASSERT_STATUS(rma_op(&n, ep, 1, buf, 100, info.ro_base, rkey), FERRY_ERR_ACCESS_DENIED);
     /* ... and the connection is still fine */
@@ -444,10 +473,15 @@ static void put_get_case(const char *links)
     free(expect_ro);
 }
 
-static void put_get_one_link(void) { put_get_case("1"); }
-static void put_get_two_links(void) { put_get_case("2"); }
+static void put_get_one_link(void)
+{
+    put_get_case("1");
+}
+static void put_get_two_links(void)
+{
+    put_get_case("2");
+}
 
 FYTEST_MAIN(FYTEST_CASE(sizes_one_link), FYTEST_CASE(sizes_two_links),
-            FYTEST_CASE(sizes_four_links), FYTEST_CASE(many_senders),
-            FYTEST_CASE(slow_receiver), FYTEST_CASE(put_get_one_link),
-            FYTEST_CASE(put_get_two_links))
+            FYTEST_CASE(sizes_four_links), FYTEST_CASE(many_senders), FYTEST_CASE(slow_receiver),
+            FYTEST_CASE(put_get_one_link), FYTEST_CASE(put_get_two_links))

@@ -14,7 +14,7 @@
 #include "tl/tcp/tcp.h"
 #include "util/status.h"
 
-#define AM_ID 3
+#define AM_ID  3
 #define REGION 65536
 
 typedef struct peer_state {
@@ -100,8 +100,8 @@ static void side(int rfd, int wfd, uint64_t seed)
     tt_open(&n, TT_JOB_KEY, rx, &s);
     char *mem = calloc(1, REGION);
     void *memh = calloc(1, n.tl->memh_size), *rkey = calloc(1, n.tl->rkey_size);
-    FY_ASSERT_OK(n.ops->mem_reg(n.md, mem, REGION,
-                                FERRY_MEM_REMOTE_READ | FERRY_MEM_REMOTE_WRITE, memh));
+    FY_ASSERT_OK(
+        n.ops->mem_reg(n.md, mem, REGION, FERRY_MEM_REMOTE_READ | FERRY_MEM_REMOTE_WRITE, memh));
     hello_t me, other;
     memset(&me, 0, sizeof(me));
     tt_get_addr(&n, &me.addr);
@@ -137,7 +137,10 @@ static void side(int rfd, int wfd, uint64_t seed)
     free(rkey);
 }
 
-static void child_side(int rfd, int wfd, void *arg) { side(rfd, wfd, 1000); }
+static void child_side(int rfd, int wfd, void *arg)
+{
+    side(rfd, wfd, 1000);
+}
 
 static void run_pair(void)
 {

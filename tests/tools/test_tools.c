@@ -101,15 +101,17 @@ static void run_free(run_t *r)
     free(r->err);
 }
 
-#define ASSERT_EXIT(r, code)                                                                   \
-    FY_ASSERT_MSG((r).status == (code), "exit status %d, expected %d\n--- stdout:\n%s--- stderr:\n%s", \
-                  (r).status, (code), (r).out, (r).err)
+#define ASSERT_EXIT(r, code)                                                                       \
+    FY_ASSERT_MSG((r).status == (code),                                                            \
+                  "exit status %d, expected %d\n--- stdout:\n%s--- stderr:\n%s", (r).status,       \
+                  (code), (r).out, (r).err)
 
 /* The data rows of a table (lines not starting with '#'), field n (0-based) as a number. */
 static int table_rows(const char *out, double fields[][8], int max)
 {
     int n = 0;
-    for (const char *l = out; *l && n < max; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : l + strlen(l)) {
+    for (const char *l = out; *l && n < max;
+         l = strchr(l, '\n') ? strchr(l, '\n') + 1 : l + strlen(l)) {
         if (*l == '#' || *l == '\n')
             continue;
         char line[512];
@@ -121,7 +123,9 @@ static int table_rows(const char *out, double fields[][8], int max)
         char *save = NULL;
         int k = 0;
         for (char *t = strtok_r(line, " \t", &save); t && k < 8; t = strtok_r(NULL, " \t", &save))
-            fields[n][k++] = strtod(t, NULL) * (strchr(t, 'K') ? 1024 : strchr(t, 'M') ? 1 << 20 : 1);
+            fields[n][k++] = strtod(t, NULL) * (strchr(t, 'K')   ? 1024
+                                                : strchr(t, 'M') ? 1 << 20
+                                                                 : 1);
         if (k >= 3)
             n++;
     }
@@ -201,13 +205,16 @@ static int count(const char *hay, const char *needle)
     return n;
 }
 
-/* ---- ferry_perf ------------------------------------------------------------------------------- */
+/* ---- ferry_perf -------------------------------------------------------------------------------
+ */
 
 static void perf_am_lat_table(void)
 {
-    run_t r = runf("%s -n 2 " JOB "%s -t am_lat -s 8,1k -n 200 -w 10 -c", FERRYRUN_BIN, FERRY_PERF_BIN);
+    run_t r =
+        runf("%s -n 2 " JOB "%s -t am_lat -s 8,1k -n 200 -w 10 -c", FERRYRUN_BIN, FERRY_PERF_BIN);
     ASSERT_EXIT(r, 0);
-    FY_ASSERT_MSG(strstr(r.out, "am_lat") && strstr(r.out, "median"), "no am_lat table:\n%s", r.out);
+    FY_ASSERT_MSG(strstr(r.out, "am_lat") && strstr(r.out, "median"), "no am_lat table:\n%s",
+                  r.out);
     FY_ASSERT_MSG(strstr(r.out, "verification: passed"), "no verification verdict:\n%s", r.out);
     double f[8][8];
     int n = table_rows(r.out, f, 8);
@@ -215,7 +222,7 @@ static void perf_am_lat_table(void)
     FY_ASSERT_EQ(f[0][0], 8);
     FY_ASSERT_EQ(f[1][0], 1024);
     for (int i = 0; i < n; i++) {
-        FY_ASSERT_EQ(f[i][1], 200);                    /* iterations */
+        FY_ASSERT_EQ(f[i][1], 200);                       /* iterations */
         FY_ASSERT_MSG(f[i][2] > 0, "median %g", f[i][2]); /* latency > 0 */
         FY_ASSERT_MSG(f[i][5] > 0 && f[i][5] <= f[i][2], "min %g median %g", f[i][5], f[i][2]);
         FY_ASSERT_MSG(f[i][2] <= f[i][3] && f[i][3] <= f[i][4], "percentiles out of order");
@@ -237,8 +244,8 @@ static void perf_am_bw_csv(void)
         char test[32];
         unsigned long size, iters, window;
         double bw = 0, rate = 0;
-        FY_ASSERT_MSG(sscanf(row, "%31[^,],%lu,%lu,%lu,,,,,,,,%lf,%lf", test, &size, &iters, &window,
-                             &bw, &rate) == 6,
+        FY_ASSERT_MSG(sscanf(row, "%31[^,],%lu,%lu,%lu,,,,,,,,%lf,%lf", test, &size, &iters,
+                             &window, &bw, &rate) == 6,
                       "bad CSV row: %s", row);
         FY_ASSERT_STR_EQ(test, "am_bw");
         FY_ASSERT_EQ(size, i == 0 ? 64 : 65536);
@@ -273,8 +280,8 @@ static void perf_every_test_checked(void)
     run_t r = runf("%s -n 2 " JOB "%s -t all -s 8,8k -n 40 -w 4 -W 8 -c -f csv", FERRYRUN_BIN,
                    FERRY_PERF_BIN);
     ASSERT_EXIT(r, 0);
-    static const char *const always[] = {"am_lat,", "am_bw,", "am_rate,", "put_lat,", "put_bw,",
-                                         "get_lat,", "get_bw,", "amo_lat,"};
+    static const char *const always[] = {"am_lat,", "am_bw,",   "am_rate,", "put_lat,",
+                                         "put_bw,", "get_lat,", "get_bw,",  "amo_lat,"};
     for (size_t i = 0; i < sizeof(always) / sizeof(always[0]); i++) {
         char line[64];
         snprintf(line, sizeof(line), "\n%s", always[i]);
@@ -290,14 +297,15 @@ static void perf_every_test_checked(void)
 static void perf_server_client(void)
 {
     /* The server prints its port; the client connects to it.  One shell runs both. */
-    run_t r = runf("exec 3>&1; tmp=$(mktemp); "
-                   "%s -l -p 0 -T 40 > $tmp & srv=$!; "
-                   "for i in $(seq 100); do grep -q 'listening on port' $tmp && break; sleep 0.1; done; "
-                   "port=$(sed -n 's/.*listening on port //p' $tmp); "
-                   "%s -T 40 -t am_lat,put_lat -s 64 -n 100 -c -f csv 127.0.0.1:$port; rc=$?; "
-                   "wait $srv; src=$?; grep -q 'server address [0-9a-f]' $tmp || src=99; rm -f $tmp; "
-                   "echo \"client=$rc server=$src\"; exit $rc",
-                   FERRY_PERF_BIN, FERRY_PERF_BIN);
+    run_t r =
+        runf("exec 3>&1; tmp=$(mktemp); "
+             "%s -l -p 0 -T 40 > $tmp & srv=$!; "
+             "for i in $(seq 100); do grep -q 'listening on port' $tmp && break; sleep 0.1; done; "
+             "port=$(sed -n 's/.*listening on port //p' $tmp); "
+             "%s -T 40 -t am_lat,put_lat -s 64 -n 100 -c -f csv 127.0.0.1:$port; rc=$?; "
+             "wait $srv; src=$?; grep -q 'server address [0-9a-f]' $tmp || src=99; rm -f $tmp; "
+             "echo \"client=$rc server=$src\"; exit $rc",
+             FERRY_PERF_BIN, FERRY_PERF_BIN);
     ASSERT_EXIT(r, 0);
     FY_ASSERT_MSG(strstr(r.out, "client=0 server=0") != NULL, "%s\n%s", r.out, r.err);
     FY_ASSERT_EQ(count(r.out, "\nam_lat,64,100,1,one-way,"), 1);
@@ -323,17 +331,13 @@ static void perf_bad_options(void)
     static const struct {
         const char *args, *says;
     } bad[] = {
-        {"-x", "unknown option -x"},
-        {"--bogus", "unknown option '--bogus'"},
-        {"-t nosuch", "unknown test"},
-        {"-s 1:x", "bad size list"},
-        {"-s 2g", "bad size list"},
-        {"-n 0", "bad iteration count"},
-        {"-W -3", "bad window"},
-        {"-f xml", "unknown format"},
-        {"-n", "needs a value"},
-        {"-l localhost", "takes no server address"},
-        {"-t put_lat -s 0", "no size"},
+        {"-x", "unknown option -x"},     {"--bogus", "unknown option '--bogus'"},
+        {"-t nosuch", "unknown test"},   {"-s 1:x", "bad size list"},
+        {"-s 2g", "bad size list"},      {"-n 0", "bad iteration count"},
+        {"-W -3", "bad window"},         {"-f xml", "unknown format"},
+        {"-n", "needs a value"},         {"-l localhost", "takes no server address"},
+        {"-t put_lat -s 0", "no size"},  {"-p 70000", "bad port"},
+        {"-a 00 localhost", "not both"},
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         run_t r = runf("%s %s", FERRY_PERF_BIN, bad[i].args);
@@ -346,13 +350,23 @@ static void perf_bad_options(void)
     }
     run_t h = runf("%s -h", FERRY_PERF_BIN);
     ASSERT_EXIT(h, 0);
-    FY_ASSERT(strstr(h.out, "am_lat") && strstr(h.out, "amo_lat") && strstr(h.out, "ferryrun -n 2"));
+    FY_ASSERT(strstr(h.out, "am_lat") && strstr(h.out, "amo_lat") &&
+              strstr(h.out, "ferryrun -n 2"));
     run_free(&h);
     /* alone, without a launcher or a server: a clear word, not a hang */
     run_t a = runf("%s -T 10 -t am_lat < /dev/null", FERRY_PERF_BIN);
     ASSERT_EXIT(a, 2);
     FY_ASSERT_MSG(strstr(a.err, "needs exactly 2 processes"), "%s", a.err);
     run_free(&a);
+    /* a server address that is not one */
+    run_t x = runf("%s -T 10 -a zz", FERRY_PERF_BIN);
+    ASSERT_EXIT(x, 2);
+    FY_ASSERT_MSG(strstr(x.err, "-a wants the hex address"), "%s", x.err);
+    run_free(&x);
+    x = runf("%s -T 10 127.0.0.1:99999", FERRY_PERF_BIN);
+    ASSERT_EXIT(x, 2);
+    FY_ASSERT_MSG(strstr(x.err, "bad port"), "%s", x.err);
+    run_free(&x);
     /* a client with nobody listening */
     run_t c = runf("%s -T 10 127.0.0.1:1", FERRY_PERF_BIN);
     ASSERT_EXIT(c, 1);
@@ -360,7 +374,8 @@ static void perf_bad_options(void)
     run_free(&c);
 }
 
-/* ---- ferry_info -------------------------------------------------------------------------------- */
+/* ---- ferry_info --------------------------------------------------------------------------------
+ */
 
 static void info_lists_self(void)
 {
@@ -368,7 +383,8 @@ static void info_lists_self(void)
     ASSERT_EXIT(r, 0);
     FY_ASSERT_MSG(strstr(r.out, "transports compiled in:") != NULL, "%s", r.out);
     FY_ASSERT_MSG(strstr(r.out, "\ntransport self:") != NULL, "%s", r.out);
-    FY_ASSERT_MSG(strstr(r.out, "latency") && strstr(r.out, "bandwidth") && strstr(r.out, "capabilities"),
+    FY_ASSERT_MSG(strstr(r.out, "latency") && strstr(r.out, "bandwidth") &&
+                      strstr(r.out, "capabilities"),
                   "%s", r.out);
     run_free(&r);
     r = runf("%s -t self", FERRY_INFO_BIN);
@@ -400,7 +416,8 @@ static void info_address(void)
     run_free(&r);
     r = runf("%s -n 2 " JOB "%s -a", FERRYRUN_BIN, FERRY_INFO_BIN);
     ASSERT_EXIT(r, 0);
-    FY_ASSERT_MSG(strstr(r.out, "=== rank 0 of 2") && strstr(r.out, "=== rank 1 of 2"), "%s", r.out);
+    FY_ASSERT_MSG(strstr(r.out, "=== rank 0 of 2") && strstr(r.out, "=== rank 1 of 2"), "%s",
+                  r.out);
     run_free(&r);
 }
 
@@ -424,8 +441,8 @@ static void info_bad_options(void)
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         run_t r = runf("%s %s", FERRY_INFO_BIN, bad[i]);
         ASSERT_EXIT(r, 2);
-        FY_ASSERT_MSG(strstr(r.err, "ferry_info") && strstr(r.err, "-h for help"), "'%s': %s", bad[i],
-                      r.err);
+        FY_ASSERT_MSG(strstr(r.err, "ferry_info") && strstr(r.err, "-h for help"), "'%s': %s",
+                      bad[i], r.err);
         run_free(&r);
     }
     run_t r = runf("%s -t nosuch", FERRY_INFO_BIN);

@@ -96,8 +96,8 @@ static void wide_match(void)
     FY_ASSERT(!fy_netif_filter_match(NULL, &a));
 }
 
-static unsigned select_names(const fy_netif_t *all, unsigned n, const char *inc,
-                             const char *exc, char *out, size_t outlen)
+static unsigned select_names(const fy_netif_t *all, unsigned n, const char *inc, const char *exc,
+                             char *out, size_t outlen)
 {
     fy_netif_filter_t fi, fe;
     FY_ASSERT_OK(fy_netif_filter_parse(inc, &fi));
@@ -121,8 +121,8 @@ static unsigned select_names(const fy_netif_t *all, unsigned n, const char *inc,
 static void select_policy(void)
 {
     fy_netif_t all[] = {
-        mk("lo", "127.0.0.1", 8, 1),      mk("lo", "::1", 128, 1),
-        mk("eth0", "192.0.2.2", 24, 0),   mk("eth0", "fd00::2", 64, 0),
+        mk("lo", "127.0.0.1", 8, 1),    mk("lo", "::1", 128, 1),
+        mk("eth0", "192.0.2.2", 24, 0), mk("eth0", "fd00::2", 64, 0),
         mk("eth1", "10.20.0.5", 16, 0),
     };
     char s[512];

@@ -52,24 +52,24 @@
 #include "util/shmem.h"
 #include "util/status.h"
 
-#define SHM_SEG_MAGIC 0x316d737972726566ull /* "ferrysm1" */
+#define SHM_SEG_MAGIC    0x316d737972726566ull /* "ferrysm1" */
 #define SHM_ADDR_VERSION 1
-#define SHM_RKEY_MAGIC 0x6b72736du          /* "msrk" */
+#define SHM_RKEY_MAGIC   0x6b72736du /* "msrk" */
 
-#define SHM_MAX_IOV 16
+#define SHM_MAX_IOV       16
 #define SHM_MAX_ZCOPY_HDR 2048
-#define SHM_MAX_WAITERS 16     /* senders that may sleep waiting for room in one ring */
-#define SHM_CTL_MAX_ 24        /* inline bytes of a control message */
-#define SHM_RX_BATCH 32        /* cells handled per progress call */
-#define SHM_RELEASE_BATCH 16   /* consumed cells freed together */
+#define SHM_MAX_WAITERS   16 /* senders that may sleep waiting for room in one ring */
+#define SHM_CTL_MAX_      24 /* inline bytes of a control message */
+#define SHM_RX_BATCH      32 /* cells handled per progress call */
+#define SHM_RELEASE_BATCH 16 /* consumed cells freed together */
 
 /* ---- the cell state word ---- */
-#define SHM_PHASE_FREE 0ull
-#define SHM_PHASE_CLAIMED 1ull
-#define SHM_PHASE_READY 2ull
-#define SHM_SLEEP_BIT (1ull << 34)
-#define SHM_OWNER_SHIFT 35
-#define SHM_KEY_MASK 0x3ffffffffull /* phase + ticket */
+#define SHM_PHASE_FREE           0ull
+#define SHM_PHASE_CLAIMED        1ull
+#define SHM_PHASE_READY          2ull
+#define SHM_SLEEP_BIT            (1ull << 34)
+#define SHM_OWNER_SHIFT          35
+#define SHM_KEY_MASK             0x3ffffffffull /* phase + ticket */
 #define SHM_STATE(phase, ticket) (((phase) << 32) | (uint64_t)(uint32_t)(ticket))
 
 enum shm_cell_type {
@@ -97,8 +97,8 @@ typedef struct shm_cell {
  * slots on cache lines of their own (128-byte apart: adjacent-line prefetch). */
 typedef struct shm_seg_hdr {
     uint64_t magic;
-    uint64_t id;          /* random; names the iface (and its wake-up socket) */
-    uint64_t base;        /* where the owner mapped the segment (a CMA probe reads it) */
+    uint64_t id;   /* random; names the iface (and its wake-up socket) */
+    uint64_t base; /* where the owner mapped the segment (a CMA probe reads it) */
     uint32_t pid;
     uint32_t ring_size;
     uint32_t cell_size;
@@ -174,8 +174,7 @@ typedef struct shm_amo_req {
 _Static_assert(sizeof(shm_reply_t) <= SHM_CTL_MAX_ && sizeof(shm_frag_hdr_t) <= SHM_CTL_MAX_ &&
                    SHM_CELL_HDR + SHM_CTL_MAX_ <= 64,
                "control messages must fit inline in the smallest cell");
-_Static_assert(sizeof(shm_pull_desc_t) + SHM_MAX_ZCOPY_HDR <= 4096 &&
-                   sizeof(shm_amo_req_t) <= 4096,
+_Static_assert(sizeof(shm_pull_desc_t) + SHM_MAX_ZCOPY_HDR <= 4096 && sizeof(shm_amo_req_t) <= 4096,
                "requests must fit the smallest cell buffer");
 
 /* Status in a ZDONE that asks the sender to push the data through the ring instead. */
@@ -234,9 +233,9 @@ typedef struct shm_peer {
     int full;              /* a send found the ring full since the last arm */
     struct sockaddr_un sun;
     socklen_t sunlen;
-    fy_list_t replies;     /* shm_pending_ctl_t waiting for room */
-    fy_list_t link;        /* iface->peers */
-    fy_list_t full_link;   /* iface->full_peers */
+    fy_list_t replies;   /* shm_pending_ctl_t waiting for room */
+    fy_list_t link;      /* iface->peers */
+    fy_list_t full_link; /* iface->full_peers */
 } shm_peer_t;
 
 /* A control message (an answer, an abort) that found the peer's ring full. */
@@ -260,8 +259,8 @@ typedef struct shm_op {
     fy_tl_comp_t *comp; /* NULL: no completion owed (non-fetching AMO) */
     uint8_t type;
     uint8_t am_id;
-    uint8_t probe;      /* a PULL that tests whether the peer can pull from us */
-    void *result;       /* AMO: where the old value goes */
+    uint8_t probe; /* a PULL that tests whether the peer can pull from us */
+    void *result;  /* AMO: where the old value goes */
     size_t amo_size;
     /* PULL (kept for a fallback to PUSH) and PUSH: the message */
     size_t hdr_len, total, offset;
@@ -272,7 +271,7 @@ typedef struct shm_op {
 
 enum shm_zc_mode { SHM_ZC_UNKNOWN, SHM_ZC_PULL, SHM_ZC_PUSH };
 /* ep->blocked bits: any of them makes a send take the slow path */
-#define SHM_EP_FAILED 1u
+#define SHM_EP_FAILED  1u
 #define SHM_EP_PROBING 2u
 #define SHM_EP_PUSHING 4u
 
@@ -366,6 +365,15 @@ static inline shm_cell_t *shm_cell_at(char *cells, unsigned shift, uint32_t mask
     return (shm_cell_t *)(cells + ((size_t)(t & mask) << shift));
 }
 
+static inline void shm_prefetchw(const void *p)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __asm__ volatile("prefetchw %0" : : "m"(*(const char *)p));
+#else
+    __builtin_prefetch(p, 1, 3);
+#endif
+}
+
 /*
  * Claim the next cell of a ring.  Returns the cell and its ticket, or NULL when the ring is
  * full.  *wake is set when the consumer armed itself to sleep on this cell.
@@ -388,16 +396,17 @@ static inline shm_cell_t *shm_ring_claim(char *cells, uint32_t *tailp, uint32_t 
         }
         uint32_t p = pos;
         if (FY_LIKELY(ok)) {
-            __atomic_compare_exchange_n(tailp, &p, pos + 1, 0, __ATOMIC_RELAXED,
-                                        __ATOMIC_RELAXED);
+            __atomic_compare_exchange_n(tailp, &p, pos + 1, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED);
+            /* Ask for the next cell's line now, so that a stream of sends overlaps the
+             * transfers instead of waiting for each one in its CAS. */
+            shm_prefetchw(shm_cell_at(cells, shift, mask, pos + 2));
             *ticket_p = pos;
             return c;
         }
         if ((int32_t)((uint32_t)expect - pos) < 0)
             return NULL; /* the previous lap's message is still there: full */
         /* Ticket pos is taken (or long done): move the tail past it, then retry there. */
-        if (__atomic_compare_exchange_n(tailp, &p, pos + 1, 0, __ATOMIC_RELAXED,
-                                        __ATOMIC_RELAXED))
+        if (__atomic_compare_exchange_n(tailp, &p, pos + 1, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED))
             pos = pos + 1;
         else
             pos = p;
@@ -419,11 +428,38 @@ static inline void shm_ring_publish(shm_cell_t *c, uint64_t owner, uint32_t tick
     __atomic_store_n(&c->state, owner | SHM_STATE(SHM_PHASE_READY, ticket), __ATOMIC_RELEASE);
 }
 
+/* memcpy, with the sizes of small messages done inline (a libc call costs more than the
+ * copy of a few bytes). */
+static inline void shm_copy(void *dst, const void *src, size_t n)
+{
+    char *d = dst;
+    const char *s = src;
+    if (n > 16) {
+        memcpy(d, s, n);
+    } else if (n >= 8) { /* two overlapping 8-byte moves */
+        uint64_t a, b;
+        memcpy(&a, s, 8);
+        memcpy(&b, s + n - 8, 8);
+        memcpy(d, &a, 8);
+        memcpy(d + n - 8, &b, 8);
+    } else if (n >= 4) {
+        uint32_t a, b;
+        memcpy(&a, s, 4);
+        memcpy(&b, s + n - 4, 4);
+        memcpy(d, &a, 4);
+        memcpy(d + n - 4, &b, 4);
+    } else if (n > 0) {
+        d[0] = s[0];
+        d[n / 2] = s[n / 2];
+        d[n - 1] = s[n - 1];
+    }
+}
+
 static inline void shm_iov_gather(void *dst, const struct iovec *iov, size_t iovcnt)
 {
     char *p = dst;
     for (size_t i = 0; i < iovcnt; i++) {
-        memcpy(p, iov[i].iov_base, iov[i].iov_len);
+        shm_copy(p, iov[i].iov_base, iov[i].iov_len);
         p += iov[i].iov_len;
     }
 }
@@ -442,17 +478,32 @@ ferry_status_t fy_shm_iface_open(fy_tl_md_t *md, const fy_tl_iface_params_t *par
 void fy_shm_iface_close(fy_tl_iface_t *iface);
 void fy_shm_iface_query(fy_tl_iface_t *iface, fy_tl_iface_attr_t *attr);
 ferry_status_t fy_shm_iface_get_address(fy_tl_iface_t *iface, void *dev_addr, void *iface_addr);
-int fy_shm_iface_is_reachable(fy_tl_iface_t *iface, const void *dev_addr,
-                              const void *iface_addr);
+int fy_shm_iface_is_reachable(fy_tl_iface_t *iface, const void *dev_addr, const void *iface_addr);
 unsigned fy_shm_iface_progress(fy_tl_iface_t *iface);
 int fy_shm_iface_event_fd(fy_tl_iface_t *iface);
 ferry_status_t fy_shm_iface_event_arm(fy_tl_iface_t *iface);
 void fy_shm_iface_print(fy_tl_iface_t *iface, FILE *f);
+/* The head cell stays claimed by a process that died: skip it. */
+void fy_shm_check_stuck(shm_iface_t *iface);
+
+/* shm_rx.c: handle one published cell of our ring (ticket says which buffer is its). */
+void fy_shm_dispatch(shm_iface_t *iface, shm_cell_t *c, uint32_t ticket);
+
+/* shm_peer.c */
+void fy_shm_sock_name(uint64_t id, struct sockaddr_un *sun, socklen_t *len);
+int fy_shm_pid_is_dead(pid_t pid); /* exited, even if not yet reaped */
+/* The peer iface at addr, mapped on first use and kept until the iface closes. */
 ferry_status_t fy_shm_peer_get(shm_iface_t *iface, const shm_iface_addr_t *addr,
                                shm_peer_t **peer_p);
+void fy_shm_send_wake(shm_iface_t *iface, const struct sockaddr_un *sun, socklen_t len);
 void fy_shm_peer_wake(shm_iface_t *iface, shm_peer_t *peer);
+/* A send found the peer's ring full (remembered for arm; notices a closed peer). */
 void fy_shm_peer_full(shm_iface_t *iface, shm_peer_t *peer);
+/* The peer is gone: its eps fail from the next progress. */
 void fy_shm_peer_fail(shm_iface_t *iface, shm_peer_t *peer, ferry_status_t status);
+int fy_shm_peer_has_room(const shm_peer_t *peer);
+/* Ask the peer to wake us when it frees cells; 0 if all its waiter slots are taken. */
+int fy_shm_peer_add_waiter(shm_iface_t *iface, shm_peer_t *peer);
 /* Send an inline control cell to a peer (len bytes of data, <= SHM_CTL_MAX; the cell's len
  * field says len_field), queued in order if its ring is full. */
 void fy_shm_send_ctl(shm_iface_t *iface, shm_peer_t *peer, uint8_t type, uint16_t flags,
@@ -460,17 +511,19 @@ void fy_shm_send_ctl(shm_iface_t *iface, shm_peer_t *peer, uint8_t type, uint16_
 /* Answer a request (ZDONE, AMO_REP) to the iface at `to`. */
 void fy_shm_reply(shm_iface_t *iface, const shm_iface_addr_t *to, uint8_t type, uint64_t cookie,
                   ferry_status_t status, uint64_t value);
+/* Retry queued control messages; returns how many went out. */
+unsigned fy_shm_flush_ctl(shm_iface_t *iface);
+/* Dead or closed peers, dead claims in our ring, orphaned pushed messages. */
+void fy_shm_check_liveness(shm_iface_t *iface);
 
 /* shm_ep.c */
-ferry_status_t fy_shm_ep_create(fy_tl_iface_t *iface, const void *dev_addr,
-                                const void *iface_addr, fy_tl_ep_t **ep_p);
+ferry_status_t fy_shm_ep_create(fy_tl_iface_t *iface, const void *dev_addr, const void *iface_addr,
+                                fy_tl_ep_t **ep_p);
 void fy_shm_ep_destroy(fy_tl_ep_t *ep);
 ferry_status_t fy_shm_ep_flush(fy_tl_ep_t *ep, fy_tl_comp_t *comp);
 ferry_status_t fy_shm_ep_get_stats(fy_tl_ep_t *ep, ferry_ep_stats_t *stats);
-ferry_status_t fy_shm_am_short(fy_tl_ep_t *ep, uint8_t id, const struct iovec *iov,
-                               size_t iovcnt);
-ferry_status_t fy_shm_am_bcopy(fy_tl_ep_t *ep, uint8_t id, const struct iovec *iov,
-                               size_t iovcnt);
+ferry_status_t fy_shm_am_short(fy_tl_ep_t *ep, uint8_t id, const struct iovec *iov, size_t iovcnt);
+ferry_status_t fy_shm_am_bcopy(fy_tl_ep_t *ep, uint8_t id, const struct iovec *iov, size_t iovcnt);
 ferry_status_t fy_shm_am_zcopy(fy_tl_ep_t *ep, uint8_t id, const void *hdr, size_t hdr_len,
                                const struct iovec *iov, size_t iovcnt, fy_tl_comp_t *comp);
 shm_op_t *fy_shm_op_new(shm_ep_t *ep, uint8_t type, fy_tl_comp_t *comp);
@@ -481,15 +534,15 @@ unsigned fy_shm_push_progress(shm_iface_t *iface);
 void fy_shm_ep_fail(shm_ep_t *ep, ferry_status_t status);
 
 /* shm_rma.c */
-ferry_status_t fy_shm_put_short(fy_tl_ep_t *ep, const void *buf, size_t len,
-                                uint64_t remote_addr, const void *rkey);
+ferry_status_t fy_shm_put_short(fy_tl_ep_t *ep, const void *buf, size_t len, uint64_t remote_addr,
+                                const void *rkey);
 ferry_status_t fy_shm_put_zcopy(fy_tl_ep_t *ep, const struct iovec *iov, size_t iovcnt,
                                 uint64_t remote_addr, const void *rkey, fy_tl_comp_t *comp);
 ferry_status_t fy_shm_get_zcopy(fy_tl_ep_t *ep, const struct iovec *iov, size_t iovcnt,
                                 uint64_t remote_addr, const void *rkey, fy_tl_comp_t *comp);
 ferry_status_t fy_shm_atomic(fy_tl_ep_t *ep, ferry_atomic_op_t op, size_t size, uint64_t operand,
-                             uint64_t compare, void *result, uint64_t remote_addr,
-                             const void *rkey, fy_tl_comp_t *comp);
+                             uint64_t compare, void *result, uint64_t remote_addr, const void *rkey,
+                             fy_tl_comp_t *comp);
 /* Copy between local and remote iov lists with process_vm_readv (write = 0) or
  * process_vm_writev, across partial transfers; the lists are consumed.  0 or an errno. */
 int fy_shm_cma_copy(pid_t pid, struct iovec *l, size_t lcnt, struct iovec *r, size_t rcnt,

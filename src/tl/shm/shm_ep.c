@@ -189,7 +189,8 @@ ferry_status_t fy_shm_ep_create(fy_tl_iface_t *tl_iface, const void *dev_addr,
         ep->cma_ok = fy_shm_cma_copy(addr.pid, &l, 1, &r, 1, 0) == 0 && magic == SHM_SEG_MAGIC;
         if (!ep->cma_ok)
             fy_info("cross-memory attach to process %d refused: put/get need shared memory, "
-                    "zero-copy messages are pushed", (int)addr.pid);
+                    "zero-copy messages are pushed",
+                    (int)addr.pid);
     }
     if (self || (iface->md->opts.cma && ep->cma_ok && !(addr.flags & SHM_ADDR_F_NO_CMA)))
         ep->zc_mode = self ? SHM_ZC_PULL : SHM_ZC_UNKNOWN;
@@ -205,8 +206,7 @@ static void push_abort(shm_ep_t *ep, const shm_op_t *op)
 {
     if (op->offset == 0)
         return;
-    shm_frag_hdr_t fh = {((ep->owner >> SHM_OWNER_SHIFT) << 32) | ep->token, op->total,
-                         op->offset};
+    shm_frag_hdr_t fh = {((ep->owner >> SHM_OWNER_SHIFT) << 32) | ep->token, op->total, op->offset};
     fy_shm_send_ctl(ep->iface, ep->peer, SHM_CELL_FRAG, SHM_FRAG_ABORT, &fh, sizeof(fh), 0);
 }
 
@@ -439,7 +439,8 @@ ferry_status_t fy_shm_am_zcopy(fy_tl_ep_t *tl_ep, uint8_t id, const void *hdr, s
     shm_op_t *op = fy_shm_op_new(ep, SHM_OP_PULL, comp);
     if (op == NULL)
         return FERRY_ERR_NO_RESOURCE;
-    op_save_message(op, id, hdr, hdr_len, iov, iovcnt);
+    if (ep->zc_mode != SHM_ZC_PULL) /* a push, or a probe that may turn into one */
+        op_save_message(op, id, hdr, hdr_len, iov, iovcnt);
     ep->stats.tx_msgs++;
     ep->stats.tx_bytes += total;
 

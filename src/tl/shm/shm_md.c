@@ -70,7 +70,10 @@ ferry_status_t fy_shm_region_check(uint64_t id, uint64_t key, uint64_t addr, siz
     return fy_region_check(&region_table, id, key, addr, len, access, local);
 }
 
-static int is_pow2(unsigned long v) { return v != 0 && (v & (v - 1)) == 0; }
+static int is_pow2(unsigned long v)
+{
+    return v != 0 && (v & (v - 1)) == 0;
+}
 
 static ferry_status_t check_opts(const shm_opts_t *o)
 {

@@ -131,8 +131,8 @@ static ferry_status_t rma(fy_tl_ep_t *tl_ep, const struct iovec *iov, size_t iov
     }
 }
 
-ferry_status_t fy_shm_put_short(fy_tl_ep_t *ep, const void *buf, size_t len,
-                                uint64_t remote_addr, const void *rkey)
+ferry_status_t fy_shm_put_short(fy_tl_ep_t *ep, const void *buf, size_t len, uint64_t remote_addr,
+                                const void *rkey)
 {
     struct iovec v = {(void *)(uintptr_t)buf, len};
     return rma(ep, &v, 1, remote_addr, rkey, 1);
@@ -152,17 +152,27 @@ ferry_status_t fy_shm_get_zcopy(fy_tl_ep_t *ep, const struct iovec *iov, size_t 
 
 /* ---- atomics ------------------------------------------------------------------------------ */
 
-#define AMO_CASES(T, q, v, cmp, old)                                                           \
-    switch (op) {                                                                              \
-    case FERRY_ATOMIC_ADD: old = __atomic_fetch_add(q, v, __ATOMIC_SEQ_CST); break;           \
-    case FERRY_ATOMIC_AND: old = __atomic_fetch_and(q, v, __ATOMIC_SEQ_CST); break;           \
-    case FERRY_ATOMIC_OR: old = __atomic_fetch_or(q, v, __ATOMIC_SEQ_CST); break;             \
-    case FERRY_ATOMIC_XOR: old = __atomic_fetch_xor(q, v, __ATOMIC_SEQ_CST); break;           \
-    case FERRY_ATOMIC_SWAP: old = __atomic_exchange_n(q, v, __ATOMIC_SEQ_CST); break;         \
-    case FERRY_ATOMIC_CSWAP:                                                                   \
-        old = (T)(cmp);                                                                        \
-        __atomic_compare_exchange_n(q, &old, v, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);        \
-        break;                                                                                 \
+#define AMO_CASES(T, q, v, cmp, old)                                                               \
+    switch (op) {                                                                                  \
+    case FERRY_ATOMIC_ADD:                                                                         \
+        old = __atomic_fetch_add(q, v, __ATOMIC_SEQ_CST);                                          \
+        break;                                                                                     \
+    case FERRY_ATOMIC_AND:                                                                         \
+        old = __atomic_fetch_and(q, v, __ATOMIC_SEQ_CST);                                          \
+        break;                                                                                     \
+    case FERRY_ATOMIC_OR:                                                                          \
+        old = __atomic_fetch_or(q, v, __ATOMIC_SEQ_CST);                                           \
+        break;                                                                                     \
+    case FERRY_ATOMIC_XOR:                                                                         \
+        old = __atomic_fetch_xor(q, v, __ATOMIC_SEQ_CST);                                          \
+        break;                                                                                     \
+    case FERRY_ATOMIC_SWAP:                                                                        \
+        old = __atomic_exchange_n(q, v, __ATOMIC_SEQ_CST);                                         \
+        break;                                                                                     \
+    case FERRY_ATOMIC_CSWAP:                                                                       \
+        old = (T)(cmp);                                                                            \
+        __atomic_compare_exchange_n(q, &old, v, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);            \
+        break;                                                                                     \
     }
 
 /* Perform an atomic on local (mapped) memory; returns the old value. */
@@ -195,8 +205,8 @@ static int amo_valid(unsigned op, size_t size, uint64_t addr)
 }
 
 ferry_status_t fy_shm_atomic(fy_tl_ep_t *tl_ep, ferry_atomic_op_t aop, size_t size,
-                             uint64_t operand, uint64_t compare, void *result,
-                             uint64_t remote_addr, const void *rkey, fy_tl_comp_t *comp)
+                             uint64_t operand, uint64_t compare, void *result, uint64_t remote_addr,
+                             const void *rkey, fy_tl_comp_t *comp)
 {
     shm_ep_t *ep = (shm_ep_t *)tl_ep;
     const shm_rkey_t *rk = rkey;

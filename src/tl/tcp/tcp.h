@@ -29,12 +29,12 @@
 #include "util/netif.h"
 #include "util/region.h"
 
-#define FY_TCP_MAX_LINKS 8
-#define FY_TCP_MAX_IOV 16   /* payload iov entries of one operation */
-#define FY_TCP_HDR_MAX 48   /* base + largest extension + stripe extension */
-#define FY_TCP_SHORT_COPY 4096 /* queued copies up to this size come from a pool */
-#define FY_TCP_MAGIC 0x43545946u /* "FYTC" in little-endian memory order */
-#define FY_TCP_VERSION 1
+#define FY_TCP_MAX_LINKS  8
+#define FY_TCP_MAX_IOV    16          /* payload iov entries of one operation */
+#define FY_TCP_HDR_MAX    48          /* base + largest extension + stripe extension */
+#define FY_TCP_SHORT_COPY 4096        /* queued copies up to this size come from a pool */
+#define FY_TCP_MAGIC      0x43545946u /* "FYTC" in little-endian memory order */
+#define FY_TCP_VERSION    1
 
 /* ---- handshake ------------------------------------------------------------------------ *
  * The first bytes on every new link, in both directions (80 bytes, little endian):
@@ -174,21 +174,21 @@ typedef struct fy_tcp_key {
 typedef struct fy_tcp_config {
     char *if_include;
     char *if_exclude;
-    int af;                 /* 0 auto (IPv4 first), 1 ipv4, 2 ipv6 */
+    int af; /* 0 auto (IPv4 first), 1 ipv4, 2 ipv6 */
     unsigned long links;
     size_t stripe_min;
-    size_t sndbuf, rcvbuf;  /* 0 = kernel autotuning */
+    size_t sndbuf, rcvbuf; /* 0 = kernel autotuning */
     size_t rx_buf;
-    size_t tx_queue;        /* copied bytes queued per peer before NO_RESOURCE */
+    size_t tx_queue; /* copied bytes queued per peer before NO_RESOURCE */
     unsigned long tx_queue_ops;
-    size_t max_msg;         /* largest AM payload */
+    size_t max_msg; /* largest AM payload */
     uint64_t keepidle, keepintvl;
     unsigned long keepcnt;
-    uint64_t user_timeout;  /* TCP_USER_TIMEOUT; 0 = the kernel's */
+    uint64_t user_timeout; /* TCP_USER_TIMEOUT; 0 = the kernel's */
     uint64_t conn_timeout;
     int nodelay;
-    double latency_ns;      /* reported latency; 0 = built-in estimate */
-    double bandwidth;       /* reported bandwidth in bytes/s; 0 = built-in estimate */
+    double latency_ns; /* reported latency; 0 = built-in estimate */
+    double bandwidth;  /* reported bandwidth in bytes/s; 0 = built-in estimate */
 } fy_tcp_config_t;
 
 extern const fy_config_table_t fy_tcp_config_table;
@@ -197,7 +197,7 @@ typedef struct fy_tcp_md {
     fy_tl_md_t super;
     fy_tcp_config_t cfg;
     fy_region_table_t regions;
-    fy_netif_t *devs;        /* one address per device, the device's name */
+    fy_netif_t *devs; /* one address per device, the device's name */
     unsigned ndevs;
     uint64_t host_id;
 } fy_tcp_md_t;
@@ -215,10 +215,10 @@ typedef struct fy_tcp_ep fy_tcp_ep_t;
 typedef struct fy_tcp_op {
     fy_list_t elem; /* in peer->ops */
     uint64_t id;
-    uint8_t kind;   /* FY_TCP_PUT, FY_TCP_GET_REQ, FY_TCP_FLUSH */
-    fy_tcp_ep_t *ep;  /* NULL once orphaned (ep destroyed): the answer is consumed, unused */
+    uint8_t kind;    /* FY_TCP_PUT, FY_TCP_GET_REQ, FY_TCP_FLUSH */
+    fy_tcp_ep_t *ep; /* NULL once orphaned (ep destroyed): the answer is consumed, unused */
     fy_tl_comp_t *comp;
-    size_t length;  /* GET: bytes expected */
+    size_t length; /* GET: bytes expected */
     unsigned iovcnt;
     struct iovec iov[FY_TCP_MAX_IOV];
 } fy_tcp_op_t;
@@ -232,27 +232,27 @@ typedef struct fy_tcp_tx {
     size_t left;              /* bytes of this piece still to write */
     size_t copied;            /* bytes counted in peer->q_bytes */
     unsigned iovcnt, iovidx;
-    ferry_status_t status;    /* leader: the first error of any piece */
-    char *owned;              /* orphaned zcopy: our copy of the rest (freed with the tx) */
-    uint8_t pool;             /* 0 malloc, 1 desc pool, 2 copy pool */
-    uint8_t queued;           /* in a queue (counted in q_ops / q_bytes) */
-    uint8_t started;          /* some bytes written */
-    uint8_t zc;               /* iov points into the caller's memory */
+    ferry_status_t status; /* leader: the first error of any piece */
+    char *owned;           /* orphaned zcopy: our copy of the rest (freed with the tx) */
+    uint8_t pool;          /* 0 malloc, 1 desc pool, 2 copy pool */
+    uint8_t queued;        /* in a queue (counted in q_ops / q_bytes) */
+    uint8_t started;       /* some bytes written */
+    uint8_t zc;            /* iov points into the caller's memory */
     uint8_t hdr[FY_TCP_HDR_MAX];
     struct iovec iov[FY_TCP_MAX_IOV + 2]; /* header, copy part, caller's iov */
-    char data[];              /* copies */
+    char data[];                          /* copies */
 } fy_tcp_tx_t;
 
 /* Where the payload of a frame goes: a buffer of ours (AM), a registered region (PUT), the
  * iov of a GET (GET_RESP), or nowhere (refused PUT, orphaned GET). */
 typedef struct fy_tcp_dest {
     uint8_t type, am_id;
-    size_t total;        /* payload bytes of the whole frame */
-    size_t got;          /* striped: bytes received so far over all links */
-    char *base;          /* contiguous destination, or NULL */
-    char *owned;         /* AM: our buffer (base == owned) */
+    size_t total; /* payload bytes of the whole frame */
+    size_t got;   /* striped: bytes received so far over all links */
+    char *base;   /* contiguous destination, or NULL */
+    char *owned;  /* AM: our buffer (base == owned) */
     size_t owned_cap;
-    fy_tcp_op_t *op;     /* GET_RESP: the request (scatter into op->iov) */
+    fy_tcp_op_t *op; /* GET_RESP: the request (scatter into op->iov) */
     int discard;
     ferry_status_t status; /* PUT: the answer to send */
     uint64_t op_id;        /* PUT: the initiator's id, for the ACK */
@@ -262,22 +262,22 @@ enum { FY_TCP_LINK_CONNECTING = 1, FY_TCP_LINK_HELLO_SENT, FY_TCP_LINK_UP, FY_TC
 enum { FY_TCP_STALL_STRIPE = 1, FY_TCP_STALL_CHUNK = 2 };
 
 typedef struct fy_tcp_link {
-    int kind;                 /* FY_TCP_OBJ_LINK: first, for the epoll dispatch */
+    int kind; /* FY_TCP_OBJ_LINK: first, for the epoll dispatch */
     int fd;
     fy_tcp_peer_t *peer;
     unsigned index;
     int state;
-    unsigned stall;           /* FY_TCP_STALL_* bits: do not parse or read */
-    uint32_t ev;              /* current epoll interest */
+    unsigned stall; /* FY_TCP_STALL_* bits: do not parse or read */
+    uint32_t ev;    /* current epoll interest */
     fy_list_t txq;
-    fy_list_t ready_elem;     /* in iface->ready: buffered bytes to parse */
+    fy_list_t ready_elem; /* in iface->ready: buffered bytes to parse */
     /* receive */
     char *rxbuf;
     size_t rx_size, rx_head, rx_tail;
-    fy_tcp_dest_t *rx_dest;   /* reading a payload straight into a destination */
-    size_t rx_off, rx_left;   /* where in rx_dest, and how much of this piece is left */
-    size_t rx_piece;          /* the length of this piece */
-    fy_tcp_dest_t frame;      /* the destination of a non-striped frame */
+    fy_tcp_dest_t *rx_dest; /* reading a payload straight into a destination */
+    size_t rx_off, rx_left; /* where in rx_dest, and how much of this piece is left */
+    size_t rx_piece;        /* the length of this piece */
+    fy_tcp_dest_t frame;    /* the destination of a non-striped frame */
 } fy_tcp_link_t;
 
 enum { FY_TCP_PEER_IDLE = 1, FY_TCP_PEER_CONNECTING, FY_TCP_PEER_UP, FY_TCP_PEER_FAILED };
@@ -285,30 +285,30 @@ enum { FY_TCP_PEER_IDLE = 1, FY_TCP_PEER_CONNECTING, FY_TCP_PEER_UP, FY_TCP_PEER
 struct fy_tcp_peer {
     fy_tcp_iface_t *iface;
     uint64_t remote_id;
-    fy_netif_addr_t raddr;     /* remote listening address (have_raddr) */
+    fy_netif_addr_t raddr; /* remote listening address (have_raddr) */
     int have_raddr;
-    int in_table;              /* in iface->peers_by_id */
+    int in_table; /* in iface->peers_by_id */
     int state;
-    int outgoing;              /* we connect conn_id */
-    int remote_closed;         /* a CLOSE frame arrived */
-    int notify;                /* in iface->notify: failure to report from progress */
+    int outgoing;      /* we connect conn_id */
+    int remote_closed; /* a CLOSE frame arrived */
+    int notify;        /* in iface->notify: failure to report from progress */
     ferry_status_t fail_status;
     uint64_t conn_id;
     uint64_t conn_start_ns;
     unsigned nlinks, nup;
     fy_tcp_link_t *links[FY_TCP_MAX_LINKS];
     fy_list_t eps;
-    fy_list_t preq;            /* frames sent before the connection is up */
-    size_t q_bytes;            /* copied bytes queued (bounded by cfg.tx_queue) */
-    unsigned q_ops;            /* queued descriptors (bounded by cfg.tx_queue_ops) */
-    fy_list_t ops;             /* requests awaiting an answer, in order */
+    fy_list_t preq; /* frames sent before the connection is up */
+    size_t q_bytes; /* copied bytes queued (bounded by cfg.tx_queue) */
+    unsigned q_ops; /* queued descriptors (bounded by cfg.tx_queue_ops) */
+    fy_list_t ops;  /* requests awaiting an answer, in order */
     uint64_t next_op_id, next_ans_id;
-    uint32_t tx_seq;           /* striped frames sent */
-    uint32_t rx_seq;           /* striped frames expected next */
-    int rx_active;             /* a striped frame is being received */
-    fy_tcp_dest_t stripe;      /* ... and where it goes */
-    uint64_t unflushed;        /* frames sent since the last FLUSH */
-    fy_list_t elem;            /* iface->peers, then iface->dead */
+    uint32_t tx_seq;      /* striped frames sent */
+    uint32_t rx_seq;      /* striped frames expected next */
+    int rx_active;        /* a striped frame is being received */
+    fy_tcp_dest_t stripe; /* ... and where it goes */
+    uint64_t unflushed;   /* frames sent since the last FLUSH */
+    fy_list_t elem;       /* iface->peers, then iface->dead */
     /* counters */
     uint64_t tx_msgs, tx_bytes, rx_msgs, rx_bytes;
 };
@@ -316,16 +316,16 @@ struct fy_tcp_peer {
 struct fy_tcp_ep {
     fy_tl_ep_t super;
     fy_tcp_peer_t *peer;
-    fy_list_t elem;      /* in peer->eps */
-    int failed;          /* err_cb called: NOT_CONNECTED from now on */
+    fy_list_t elem; /* in peer->eps */
+    int failed;     /* err_cb called: NOT_CONNECTED from now on */
     uint64_t tx_msgs, tx_bytes;
 };
 
 typedef struct fy_tcp_accept {
-    int kind;            /* FY_TCP_OBJ_ACCEPT */
+    int kind; /* FY_TCP_OBJ_ACCEPT */
     int fd;
     uint32_t ev;
-    int parked;          /* waiting for the peer's previous connection to end */
+    int parked; /* waiting for the peer's previous connection to end */
     uint64_t start_ns;
     size_t got;
     fy_tcp_hello_t hello;
@@ -338,13 +338,13 @@ struct fy_tcp_iface {
     fy_tcp_md_t *md;
     const fy_tcp_config_t *cfg;
     int epfd;
-    int listen_kind;     /* FY_TCP_OBJ_LISTEN: the epoll data of the listening socket */
+    int listen_kind; /* FY_TCP_OBJ_LISTEN: the epoll data of the listening socket */
     int listen_fd;
-    int timer_kind;      /* FY_TCP_OBJ_TIMER: the epoll data of timer_fd */
-    int timer_fd;        /* handshake and connect timeouts; armed while any is pending */
+    int timer_kind; /* FY_TCP_OBJ_TIMER: the epoll data of timer_fd */
+    int timer_fd;   /* handshake and connect timeouts; armed while any is pending */
     int timer_armed;
     uint64_t id;
-    fy_netif_addr_t addr;/* listening address, with port */
+    fy_netif_addr_t addr; /* listening address, with port */
     int is_loopback;
     fy_hash_t peers_by_id;
     fy_list_t peers;     /* every live peer (in the table or not) */
@@ -357,9 +357,12 @@ struct fy_tcp_iface {
     int in_progress;
     uint64_t next_timer_ns;
     fy_mpool_t tx_pool, copy_pool, op_pool;
-    char *sink;          /* discarded payload lands here */
+    char *sink; /* discarded payload lands here */
     size_t sink_size;
-    struct { char *p; size_t cap; } cache[4]; /* large AM receive buffers for reuse */
+    struct {
+        char *p;
+        size_t cap;
+    } cache[4]; /* large AM receive buffers for reuse */
     /* counters */
     uint64_t accepted, drops_bad_key, drops_malformed, drops_unknown, drops_timeout;
     uint64_t protocol_errors;
@@ -403,21 +406,20 @@ void fy_tcp_free_dead(fy_tcp_iface_t *iface);
  * is striped. */
 typedef struct fy_tcp_msg {
     const void *hdr;
-    size_t hdr_len;            /* frame header + extension (no stripe ext: added here) */
+    size_t hdr_len; /* frame header + extension (no stripe ext: added here) */
     const struct iovec *copy;
     size_t copy_cnt, copy_len;
     const struct iovec *zc;
     size_t zc_cnt, zc_len;
-    fy_tl_comp_t *comp;        /* called when zc is written, if it was not at once */
-    int stripe;                /* the frame type allows striping */
+    fy_tl_comp_t *comp; /* called when zc is written, if it was not at once */
+    int stripe;         /* the frame type allows striping */
 } fy_tcp_msg_t;
 
 ferry_status_t fy_tcp_send(fy_tcp_peer_t *peer, fy_tcp_ep_t *ep, const fy_tcp_msg_t *m);
 void fy_tcp_link_write(fy_tcp_link_t *link);
 void fy_tcp_tx_done(fy_tcp_peer_t *peer, fy_tcp_tx_t *tx, ferry_status_t status);
 void fy_tcp_peer_up_flush(fy_tcp_peer_t *peer);
-fy_tcp_op_t *fy_tcp_op_new(fy_tcp_peer_t *peer, fy_tcp_ep_t *ep, uint8_t kind,
-                           fy_tl_comp_t *comp);
+fy_tcp_op_t *fy_tcp_op_new(fy_tcp_peer_t *peer, fy_tcp_ep_t *ep, uint8_t kind, fy_tl_comp_t *comp);
 void fy_tcp_op_free(fy_tcp_iface_t *iface, fy_tcp_op_t *op);
 void fy_tcp_ep_orphan(fy_tcp_ep_t *ep);
 int fy_tcp_over_bound(const fy_tcp_peer_t *peer);
@@ -428,6 +430,8 @@ void fy_tcp_link_parse(fy_tcp_link_t *link);
 void fy_tcp_link_unstall(fy_tcp_link_t *link, unsigned bits);
 void fy_tcp_link_stall(fy_tcp_link_t *link, unsigned bits);
 void fy_tcp_dest_release(fy_tcp_iface_t *iface, fy_tcp_dest_t *d);
+/* A payload that will never arrive: release its buffer, fail its request (if a get). */
+void fy_tcp_dest_abort(fy_tcp_iface_t *iface, fy_tcp_dest_t *d, ferry_status_t status);
 
 /* the ops (tcp_iface.c, tcp_ep.c), put in the table by tcp_md.c */
 ferry_status_t fy_tcp_iface_open(fy_tl_md_t *md, const fy_tl_iface_params_t *params,
@@ -435,19 +439,17 @@ ferry_status_t fy_tcp_iface_open(fy_tl_md_t *md, const fy_tl_iface_params_t *par
 void fy_tcp_iface_close(fy_tl_iface_t *iface);
 void fy_tcp_iface_query(fy_tl_iface_t *iface, fy_tl_iface_attr_t *attr);
 ferry_status_t fy_tcp_iface_get_address(fy_tl_iface_t *iface, void *dev_addr, void *iface_addr);
-int fy_tcp_iface_is_reachable(fy_tl_iface_t *iface, const void *dev_addr,
-                              const void *iface_addr);
+int fy_tcp_iface_is_reachable(fy_tl_iface_t *iface, const void *dev_addr, const void *iface_addr);
 unsigned fy_tcp_iface_progress(fy_tl_iface_t *iface);
 int fy_tcp_iface_event_fd(fy_tl_iface_t *iface);
 ferry_status_t fy_tcp_iface_event_arm(fy_tl_iface_t *iface);
 void fy_tcp_iface_print(fy_tl_iface_t *iface, FILE *f);
-ferry_status_t fy_tcp_ep_create(fy_tl_iface_t *iface, const void *dev_addr,
-                                const void *iface_addr, fy_tl_ep_t **ep_p);
+ferry_status_t fy_tcp_ep_create(fy_tl_iface_t *iface, const void *dev_addr, const void *iface_addr,
+                                fy_tl_ep_t **ep_p);
 void fy_tcp_ep_destroy(fy_tl_ep_t *ep);
 ferry_status_t fy_tcp_ep_flush(fy_tl_ep_t *ep, fy_tl_comp_t *comp);
 ferry_status_t fy_tcp_ep_get_stats(fy_tl_ep_t *ep, ferry_ep_stats_t *stats);
-ferry_status_t fy_tcp_am_short(fy_tl_ep_t *ep, uint8_t id, const struct iovec *iov,
-                               size_t iovcnt);
+ferry_status_t fy_tcp_am_short(fy_tl_ep_t *ep, uint8_t id, const struct iovec *iov, size_t iovcnt);
 ferry_status_t fy_tcp_am_zcopy(fy_tl_ep_t *ep, uint8_t id, const void *hdr, size_t hdr_len,
                                const struct iovec *iov, size_t iovcnt, fy_tl_comp_t *comp);
 ferry_status_t fy_tcp_put_zcopy(fy_tl_ep_t *ep, const struct iovec *iov, size_t iovcnt,
@@ -455,7 +457,13 @@ ferry_status_t fy_tcp_put_zcopy(fy_tl_ep_t *ep, const struct iovec *iov, size_t 
 ferry_status_t fy_tcp_get_zcopy(fy_tl_ep_t *ep, const struct iovec *iov, size_t iovcnt,
                                 uint64_t remote_addr, const void *rkey, fy_tl_comp_t *comp);
 
-static inline fy_tcp_iface_t *fy_tcp_iface(fy_tl_iface_t *i) { return (fy_tcp_iface_t *)i; }
-static inline fy_tcp_ep_t *fy_tcp_ep(fy_tl_ep_t *e) { return (fy_tcp_ep_t *)e; }
+static inline fy_tcp_iface_t *fy_tcp_iface(fy_tl_iface_t *i)
+{
+    return (fy_tcp_iface_t *)i;
+}
+static inline fy_tcp_ep_t *fy_tcp_ep(fy_tl_ep_t *e)
+{
+    return (fy_tcp_ep_t *)e;
+}
 
 #endif

@@ -72,7 +72,7 @@ static void link_free(fy_tcp_iface_t *iface, fy_tcp_link_t *link)
     if (link == NULL)
         return;
     link_close(link);
-    fy_tcp_dest_release(iface, &link->frame);
+    fy_tcp_dest_abort(iface, &link->frame, FERRY_ERR_CANCELED);
     fy_list_add_tail(&iface->dead_links, &link->ready_elem);
 }
 
@@ -199,7 +199,7 @@ static void peer_free(fy_tcp_peer_t *p)
             op->comp->cb(op->comp, FERRY_ERR_CANCELED);
         fy_tcp_op_free(iface, op);
     }
-    fy_tcp_dest_release(iface, &p->stripe);
+    fy_tcp_dest_abort(iface, &p->stripe, FERRY_ERR_CANCELED);
     if (p->in_table)
         fy_hash_del(&iface->peers_by_id, p->remote_id);
     fy_list_del(&p->elem);
@@ -281,11 +281,19 @@ void fy_tcp_peer_notify(fy_tcp_iface_t *iface)
                 op->comp->cb(op->comp, st);
             fy_tcp_op_free(iface, op);
         }
+        for (unsigned i = 0; i < FY_TCP_MAX_LINKS; i++)
+            if (p->links[i] != NULL) {
+                p->links[i]->rx_dest = NULL;
+                fy_tcp_dest_abort(iface, &p->links[i]->frame, st);
+            }
+        fy_tcp_dest_abort(iface, &p->stripe, st);
+        p->rx_active = 0;
         /* each ep once; a callback may destroy eps, so rescan from the head each time */
         for (;;) {
             fy_tcp_ep_t *victim = NULL;
             fy_list_t *x;
-            fy_list_for_each(x, &p->eps) {
+            fy_list_for_each(x, &p->eps)
+            {
                 fy_tcp_ep_t *ep = fy_container_of(x, fy_tcp_ep_t, elem);
                 if (!ep->failed) {
                     victim = ep;
@@ -474,8 +482,8 @@ void fy_tcp_accept_new(fy_tcp_iface_t *iface)
     for (int i = 0; i < 64; i++) {
         struct sockaddr_storage ss;
         socklen_t sl = sizeof(ss);
-        int fd = accept4(iface->listen_fd, (struct sockaddr *)&ss, &sl,
-                         SOCK_NONBLOCK | SOCK_CLOEXEC);
+        int fd =
+            accept4(iface->listen_fd, (struct sockaddr *)&ss, &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd < 0) {
             if (errno != EAGAIN && errno != EINTR && errno != ECONNABORTED)
                 fy_warn("tcp: accept failed: %s", strerror(errno));
@@ -563,7 +571,8 @@ static void handle_hello(fy_tcp_iface_t *iface, fy_tcp_accept_t *a)
     if (remote == iface->id) {
         /* our own ep connecting to us: the accepted end is a peer of its own */
         fy_list_t *e;
-        fy_list_for_each(e, &iface->peers) {
+        fy_list_for_each(e, &iface->peers)
+        {
             fy_tcp_peer_t *q = fy_container_of(e, fy_tcp_peer_t, elem);
             if (!q->in_table && q->remote_id == remote && q->conn_id == conn && !q->outgoing &&
                 q->state == FY_TCP_PEER_CONNECTING)
@@ -597,10 +606,12 @@ static void handle_hello(fy_tcp_iface_t *iface, fy_tcp_accept_t *a)
             attach(iface, p, a); /* rejects a duplicate link */
             return;
         }
-        /* a new connection while the old one is up: the remote must have closed it, and we
-         * have not read that yet; wait for it to end (in order, with its last frames) */
+        /* A new connection while the old one is up: either the remote dropped the old one
+         * (we have not read that yet: wait for it to end, with its last frames), or it is
+         * the remote's losing half of a simultaneous connect, which the remote closes as
+         * soon as it sees ours: watch for that. */
         a->parked = 1;
-        fy_tcp_epoll_set(iface, a->fd, a, &a->ev, 0);
+        fy_tcp_epoll_set(iface, a->fd, a, &a->ev, EPOLLRDHUP);
         return;
     default:
         accept_drop(iface, a);
@@ -612,7 +623,8 @@ static void handle_hello(fy_tcp_iface_t *iface, fy_tcp_accept_t *a)
 static void accept_retry(fy_tcp_iface_t *iface, uint64_t remote_id)
 {
     fy_list_t *e, *t;
-    fy_list_for_each_safe(e, t, &iface->accepting) {
+    fy_list_for_each_safe(e, t, &iface->accepting)
+    {
         fy_tcp_accept_t *a = fy_container_of(e, fy_tcp_accept_t, elem);
         if (a->parked && le64toh(a->hello.src_iface) == remote_id) {
             a->parked = 0;
@@ -630,14 +642,16 @@ void fy_tcp_accept_read(fy_tcp_iface_t *iface, fy_tcp_accept_t *a, uint32_t even
     char from[FY_NETIF_ADDR_STRLEN];
     fy_netif_addr_str(&a->from, 0, from, sizeof(from));
     if (a->parked) {
-        if (events & (EPOLLHUP | EPOLLERR))
+        if (events & (EPOLLRDHUP | EPOLLHUP | EPOLLERR | EPOLLIN)) {
+            fy_debug("tcp: %s gave up a connection attempt", from);
             accept_drop(iface, a);
+        }
         return;
     }
     struct iovec v = {(char *)&a->hello + a->got, sizeof(a->hello) - a->got};
     ssize_t n = fy_tcp_recvv(a->fd, &v, 1);
     if (n == 0 || (n < 0 && errno != EAGAIN)) {
-        fy_info("tcp: %s closed before completing a handshake", from);
+        fy_debug("tcp: %s closed before completing a handshake", from);
         iface->drops_malformed += a->got != 0;
         accept_drop(iface, a);
         return;
@@ -656,8 +670,8 @@ void fy_tcp_accept_read(fy_tcp_iface_t *iface, fy_tcp_accept_t *a, uint32_t even
         goto malformed;
     if (le64toh(h->job_key) != iface->super.params.job_key) {
         iface->drops_bad_key++;
-        fy_warn("tcp: dropping a connection from %s: it belongs to another job (key %016llx)",
-                from, (unsigned long long)le64toh(h->job_key));
+        fy_warn("tcp: dropping a connection from %s: it belongs to another job (key %016llx)", from,
+                (unsigned long long)le64toh(h->job_key));
         accept_drop(iface, a);
         return;
     }
@@ -686,7 +700,8 @@ void fy_tcp_timers(fy_tcp_iface_t *iface, uint64_t now)
     uint64_t limit = iface->cfg->conn_timeout;
     int pending = 0;
     fy_list_t *e, *t;
-    fy_list_for_each_safe(e, t, &iface->accepting) {
+    fy_list_for_each_safe(e, t, &iface->accepting)
+    {
         fy_tcp_accept_t *a = fy_container_of(e, fy_tcp_accept_t, elem);
         if (now - a->start_ns < limit) {
             pending = 1;
@@ -698,7 +713,8 @@ void fy_tcp_timers(fy_tcp_iface_t *iface, uint64_t now)
                 fy_netif_addr_str(&a->from, 0, from, sizeof(from)), (double)limit / 1e9);
         accept_drop(iface, a);
     }
-    fy_list_for_each_safe(e, t, &iface->peers) {
+    fy_list_for_each_safe(e, t, &iface->peers)
+    {
         fy_tcp_peer_t *p = fy_container_of(e, fy_tcp_peer_t, elem);
         if (p->state != FY_TCP_PEER_CONNECTING)
             continue;
@@ -720,7 +736,7 @@ void fy_tcp_peer_destroy_all(fy_tcp_iface_t *iface)
         fy_tcp_peer_t *p = fy_container_of(e, fy_tcp_peer_t, elem);
         fy_list_init(&p->elem);
         fy_tcp_link_t *l0 = p->links[0];
-        if (p->state == FY_TCP_PEER_UP && l0 != NULL && fy_list_is_empty(&l0->txq)) {
+        if (l0 != NULL && l0->state == FY_TCP_LINK_UP && fy_list_is_empty(&l0->txq)) {
             fy_tcp_hdr_t h = {.type = FY_TCP_CLOSE};
             struct iovec v = {&h, sizeof(h)};
             if (fy_tcp_sendv(l0->fd, &v, 1) != (ssize_t)sizeof(h))

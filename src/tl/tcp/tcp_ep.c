@@ -16,8 +16,8 @@
 #include "util/log.h"
 #include "util/status.h"
 
-ferry_status_t fy_tcp_ep_create(fy_tl_iface_t *super, const void *dev_addr,
-                                const void *iface_addr, fy_tl_ep_t **ep_p)
+ferry_status_t fy_tcp_ep_create(fy_tl_iface_t *super, const void *dev_addr, const void *iface_addr,
+                                fy_tl_ep_t **ep_p)
 {
     fy_tcp_iface_t *iface = fy_tcp_iface(super);
     fy_tcp_dev_addr_t da;
@@ -144,8 +144,8 @@ ferry_status_t fy_tcp_am_short(fy_tl_ep_t *super, uint8_t id, const struct iovec
                     len > p->iface->cfg->max_msg))
         return FERRY_ERR_INVALID_PARAM;
     fy_tcp_hdr_t h = {.type = FY_TCP_AM, .am_id = id, .length = htole32((uint32_t)len)};
-    fy_tcp_msg_t m = {.hdr = &h, .hdr_len = sizeof(h), .copy = iov, .copy_cnt = iovcnt,
-                      .copy_len = len};
+    fy_tcp_msg_t m = {
+        .hdr = &h, .hdr_len = sizeof(h), .copy = iov, .copy_cnt = iovcnt, .copy_len = len};
     return fy_tcp_send(p, ep, &m);
 }
 
@@ -159,20 +159,25 @@ ferry_status_t fy_tcp_am_zcopy(fy_tl_ep_t *super, uint8_t id, const void *hdr, s
         return st;
     size_t len = fy_iov_total(iov, iovcnt);
     if (FY_UNLIKELY(id > FY_TL_AM_ID_MAX || iovcnt > FY_TCP_MAX_IOV ||
-                    hdr_len > FY_TCP_SHORT_COPY || len > p->iface->cfg->max_msg))
+                    hdr_len > FY_TCP_SHORT_COPY || hdr_len + len > p->iface->cfg->max_msg))
         return FERRY_ERR_INVALID_PARAM;
-    fy_tcp_hdr_t h = {.type = FY_TCP_AM, .am_id = id,
-                      .length = htole32((uint32_t)(hdr_len + len))};
+    fy_tcp_hdr_t h = {.type = FY_TCP_AM, .am_id = id, .length = htole32((uint32_t)(hdr_len + len))};
     struct iovec hv = {(void *)(uintptr_t)hdr, hdr_len};
-    fy_tcp_msg_t m = {.hdr = &h, .hdr_len = sizeof(h), .copy = &hv, .copy_cnt = hdr_len != 0,
-                      .copy_len = hdr_len, .zc = iov, .zc_cnt = iovcnt, .zc_len = len,
-                      .comp = comp, .stripe = 1};
+    fy_tcp_msg_t m = {.hdr = &h,
+                      .hdr_len = sizeof(h),
+                      .copy = &hv,
+                      .copy_cnt = hdr_len != 0,
+                      .copy_len = hdr_len,
+                      .zc = iov,
+                      .zc_cnt = iovcnt,
+                      .zc_len = len,
+                      .comp = comp,
+                      .stripe = 1};
     return fy_tcp_send(p, ep, &m);
 }
 
-static ferry_status_t rma(fy_tcp_ep_t *ep, uint8_t type, const struct iovec *iov,
-                          size_t iovcnt, uint64_t remote_addr, const void *rkey,
-                          fy_tl_comp_t *comp)
+static ferry_status_t rma(fy_tcp_ep_t *ep, uint8_t type, const struct iovec *iov, size_t iovcnt,
+                          uint64_t remote_addr, const void *rkey, fy_tl_comp_t *comp)
 {
     ferry_status_t st;
     fy_tcp_peer_t *p = ep_peer(ep, &st);

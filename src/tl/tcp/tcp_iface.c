@@ -104,8 +104,8 @@ ferry_status_t fy_tcp_iface_open(fy_tl_md_t *super, const fy_tl_iface_params_t *
     st = fy_mpool_init(&iface->tx_pool, "tcp tx", sizeof(fy_tcp_tx_t), 0, 64, 0);
     if (st != FERRY_OK)
         goto err_hash;
-    st = fy_mpool_init(&iface->copy_pool, "tcp tx copy", sizeof(fy_tcp_tx_t) + FY_TCP_SHORT_COPY,
-                       0, 32, 0);
+    st = fy_mpool_init(&iface->copy_pool, "tcp tx copy", sizeof(fy_tcp_tx_t) + FY_TCP_SHORT_COPY, 0,
+                       32, 0);
     if (st != FERRY_OK)
         goto err_txpool;
     st = fy_mpool_init(&iface->op_pool, "tcp op", sizeof(fy_tcp_op_t), 0, 64, 0);
@@ -191,9 +191,10 @@ void fy_tcp_iface_query(fy_tl_iface_t *super, fy_tl_iface_attr_t *attr)
      * adds its wire time, and its speed (from sysfs) bounds the bandwidth. */
     double speed = fy_netif_speed(super->dev_name);
     attr->latency_ns = cfg->latency_ns > 0 ? cfg->latency_ns : iface->is_loopback ? 3200 : 10000;
-    attr->bandwidth = cfg->bandwidth > 0 ? cfg->bandwidth
-                      : speed > 0       ? speed * 0.95
-                      : iface->is_loopback ? 8.0e9 : 1.25e9;
+    attr->bandwidth = cfg->bandwidth > 0   ? cfg->bandwidth
+                      : speed > 0          ? speed * 0.95
+                      : iface->is_loopback ? 8.0e9
+                                           : 1.25e9;
     attr->overhead_ns = 1000;
     attr->max_short = FY_TCP_SHORT_COPY;
     attr->max_bcopy = 64 * 1024;
@@ -224,16 +225,14 @@ ferry_status_t fy_tcp_iface_get_address(fy_tl_iface_t *super, void *dev_addr, vo
     return FERRY_OK;
 }
 
-int fy_tcp_iface_is_reachable(fy_tl_iface_t *super, const void *dev_addr,
-                              const void *iface_addr)
+int fy_tcp_iface_is_reachable(fy_tl_iface_t *super, const void *dev_addr, const void *iface_addr)
 {
     fy_tcp_iface_t *iface = fy_tcp_iface(super);
     fy_tcp_dev_addr_t da;
     memcpy(&da, dev_addr, sizeof(da));
     if (da.addr.family != 4 && da.addr.family != 6)
         return 0;
-    return fy_netif_addr_reachable(&iface->addr, iface->md->host_id, &da.addr,
-                                   le64toh(da.host_id));
+    return fy_netif_addr_reachable(&iface->addr, iface->md->host_id, &da.addr, le64toh(da.host_id));
 }
 
 static void link_event(fy_tcp_iface_t *iface, fy_tcp_link_t *link, uint32_t events)
@@ -302,7 +301,10 @@ unsigned fy_tcp_iface_progress(fy_tl_iface_t *super)
     return count;
 }
 
-int fy_tcp_iface_event_fd(fy_tl_iface_t *super) { return fy_tcp_iface(super)->epfd; }
+int fy_tcp_iface_event_fd(fy_tl_iface_t *super)
+{
+    return fy_tcp_iface(super)->epfd;
+}
 
 ferry_status_t fy_tcp_iface_event_arm(fy_tl_iface_t *super)
 {
@@ -316,10 +318,14 @@ ferry_status_t fy_tcp_iface_event_arm(fy_tl_iface_t *super)
 static const char *peer_state_name(int s)
 {
     switch (s) {
-    case FY_TCP_PEER_IDLE: return "idle";
-    case FY_TCP_PEER_CONNECTING: return "connecting";
-    case FY_TCP_PEER_UP: return "up";
-    case FY_TCP_PEER_FAILED: return "failed";
+    case FY_TCP_PEER_IDLE:
+        return "idle";
+    case FY_TCP_PEER_CONNECTING:
+        return "connecting";
+    case FY_TCP_PEER_UP:
+        return "up";
+    case FY_TCP_PEER_FAILED:
+        return "failed";
     }
     return "?";
 }
@@ -334,22 +340,24 @@ void fy_tcp_iface_print(fy_tl_iface_t *super, FILE *f)
             super->dev_name, (unsigned long long)iface->id,
             fy_netif_addr_str(&iface->addr, 1, a, sizeof(a)), iface->cfg->links,
             iface->cfg->stripe_min);
-    fprintf(f, "  latency %.1f us, bandwidth %.2f GB/s; accepted %llu, dropped: bad key %llu, "
-               "malformed %llu, unknown iface %llu, handshake timeout %llu\n",
+    fprintf(f,
+            "  latency %.1f us, bandwidth %.2f GB/s; accepted %llu, dropped: bad key %llu, "
+            "malformed %llu, unknown iface %llu, handshake timeout %llu\n",
             attr.latency_ns / 1e3, attr.bandwidth / 1e9, (unsigned long long)iface->accepted,
             (unsigned long long)iface->drops_bad_key, (unsigned long long)iface->drops_malformed,
             (unsigned long long)iface->drops_unknown, (unsigned long long)iface->drops_timeout);
     fy_list_t *e;
-    fy_list_for_each(e, &iface->peers) {
+    fy_list_for_each(e, &iface->peers)
+    {
         const fy_tcp_peer_t *p = fy_container_of(e, fy_tcp_peer_t, elem);
         unsigned neps = (unsigned)fy_list_length(&p->eps);
-        fprintf(f, "  peer %016llx %s: %s, %u/%u links (%s), %u ep(s), queued %u (%zu B), "
-                   "pending %zu; tx %llu msgs %llu B, rx %llu msgs %llu B\n",
+        fprintf(f,
+                "  peer %016llx %s: %s, %u/%u links (%s), %u ep(s), queued %u (%zu B), "
+                "pending %zu; tx %llu msgs %llu B, rx %llu msgs %llu B\n",
                 (unsigned long long)p->remote_id,
                 p->have_raddr ? fy_netif_addr_str(&p->raddr, 0, a, sizeof(a)) : "?",
-                peer_state_name(p->state), p->nup, p->nlinks,
-                p->outgoing ? "outgoing" : "accepted", neps, p->q_ops, p->q_bytes,
-                fy_list_length(&p->ops), (unsigned long long)p->tx_msgs,
+                peer_state_name(p->state), p->nup, p->nlinks, p->outgoing ? "outgoing" : "accepted",
+                neps, p->q_ops, p->q_bytes, fy_list_length(&p->ops), (unsigned long long)p->tx_msgs,
                 (unsigned long long)p->tx_bytes, (unsigned long long)p->rx_msgs,
                 (unsigned long long)p->rx_bytes);
     }

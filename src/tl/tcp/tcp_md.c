@@ -41,9 +41,8 @@ static const fy_config_field_t tcp_config_fields[] = {
                     FY_CFG_SIZE, fy_tcp_config_t, stripe_min),
     FY_CONFIG_FIELD("SNDBUF", "0", "Socket send buffer size; 0 keeps the kernel's autotuning.",
                     FY_CFG_SIZE, fy_tcp_config_t, sndbuf),
-    FY_CONFIG_FIELD("RCVBUF", "0",
-                    "Socket receive buffer size; 0 keeps the kernel's autotuning.", FY_CFG_SIZE,
-                    fy_tcp_config_t, rcvbuf),
+    FY_CONFIG_FIELD("RCVBUF", "0", "Socket receive buffer size; 0 keeps the kernel's autotuning.",
+                    FY_CFG_SIZE, fy_tcp_config_t, rcvbuf),
     FY_CONFIG_FIELD("RX_BUF", "64k",
                     "Receive buffer per connection: smaller messages are read in batches and "
                     "handed over in place, larger ones straight into a buffer of their own.",
@@ -55,9 +54,9 @@ static const fy_config_field_t tcp_config_fields[] = {
     FY_CONFIG_FIELD("TX_QUEUE_OPS", "512",
                     "Sends a peer may have queued behind a full socket before NO_RESOURCE.",
                     FY_CFG_UINT, fy_tcp_config_t, tx_queue_ops),
-    FY_CONFIG_FIELD("MAX_MSG", "64m",
-                    "Largest active message (header and data); a peer announcing a larger one "
-                    "is disconnected.",
+    FY_CONFIG_FIELD("MAX_MSG", "1g",
+                    "Largest active message (proto's header, user header and data), up to 3g; "
+                    "a peer announcing a larger one is disconnected.",
                     FY_CFG_SIZE, fy_tcp_config_t, max_msg),
     FY_CONFIG_FIELD("KEEPIDLE", "10s",
                     "Idle time before keepalive probes find out whether the peer is still "
@@ -101,8 +100,8 @@ static ferry_status_t check_config(const fy_tcp_config_t *c)
         var = "FERRY_TCP_LINKS", want = "1 to 8";
     else if (c->rx_buf < 4096 || c->rx_buf > (64u << 20))
         var = "FERRY_TCP_RX_BUF", want = "4k to 64m";
-    else if (c->max_msg < 4096 || c->max_msg > (1u << 30))
-        var = "FERRY_TCP_MAX_MSG", want = "4k to 1g";
+    else if (c->max_msg < 4096 || c->max_msg > (3ull << 30))
+        var = "FERRY_TCP_MAX_MSG", want = "4k to 3g";
     else if (c->stripe_min < 4096)
         var = "FERRY_TCP_STRIPE_MIN", want = "at least 4k";
     else if (c->tx_queue_ops < 1)
@@ -130,8 +129,9 @@ static ferry_status_t select_devices(fy_tcp_md_t *md)
         fy_error("FERRY_TCP_IF_EXCLUDE=%s is not accepted", md->cfg.if_exclude);
         goto out_inc;
     }
-    unsigned flags = md->cfg.af == 1 ? FY_NETIF_LIST_NO_IPV6
-                     : md->cfg.af == 2 ? FY_NETIF_LIST_NO_IPV4 : 0;
+    unsigned flags = md->cfg.af == 1   ? FY_NETIF_LIST_NO_IPV6
+                     : md->cfg.af == 2 ? FY_NETIF_LIST_NO_IPV4
+                                       : 0;
     st = fy_netif_list(flags, &all, &nall);
     if (st != FERRY_OK)
         goto out_exc;

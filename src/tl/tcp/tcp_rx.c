@@ -53,7 +53,21 @@ void fy_tcp_dest_release(fy_tcp_iface_t *iface, fy_tcp_dest_t *d)
     memset(d, 0, sizeof(*d));
 }
 
-void fy_tcp_link_stall(fy_tcp_link_t *link, unsigned bits) { link->stall |= bits; }
+void fy_tcp_dest_abort(fy_tcp_iface_t *iface, fy_tcp_dest_t *d, ferry_status_t status)
+{
+    fy_tcp_op_t *op = d->op;
+    fy_tcp_dest_release(iface, d);
+    if (op != NULL) { /* a get whose answer was arriving */
+        if (op->comp != NULL)
+            op->comp->cb(op->comp, status);
+        fy_tcp_op_free(iface, op);
+    }
+}
+
+void fy_tcp_link_stall(fy_tcp_link_t *link, unsigned bits)
+{
+    link->stall |= bits;
+}
 
 void fy_tcp_link_unstall(fy_tcp_link_t *link, unsigned bits)
 {
@@ -64,8 +78,7 @@ void fy_tcp_link_unstall(fy_tcp_link_t *link, unsigned bits)
         return;
     fy_tcp_iface_t *iface = link->peer->iface;
     if (!(link->ev & EPOLLIN))
-        fy_tcp_epoll_set(iface, link->fd, link, &link->ev,
-                         (link->ev & ~FY_TCP_EV_REG) | EPOLLIN);
+        fy_tcp_epoll_set(iface, link->fd, link, &link->ev, (link->ev & ~FY_TCP_EV_REG) | EPOLLIN);
     if (link->rx_tail > link->rx_head && !fy_list_is_linked(&link->ready_elem))
         fy_list_add_tail(&iface->ready, &link->ready_elem);
 }
@@ -176,13 +189,11 @@ static void begin_payload(fy_tcp_link_t *link, fy_tcp_dest_t *d, size_t off, siz
         piece_done(link);
 }
 
-/* The first piece of a striped frame: everything up to its chunks. */
-static int begin_stripe(fy_tcp_link_t *link, uint32_t seq, size_t len0)
+/* A striped frame starts (its header is on link 0): check it, let the chunk links go. */
+static int begin_stripe(fy_tcp_link_t *link, uint32_t seq, size_t len0, size_t total)
 {
     fy_tcp_peer_t *p = link->peer;
-    fy_tcp_dest_t *d = &p->stripe;
-    if (p->nlinks < 2 || link->index != 0 || p->rx_active || seq != p->rx_seq ||
-        len0 > d->total) {
+    if (p->nlinks < 2 || link->index != 0 || p->rx_active || seq != p->rx_seq || len0 > total) {
         proto_error(link, "unexpected striped frame (seq %llu)", seq);
         return -1;
     }
@@ -200,12 +211,16 @@ static size_t ext_size(uint8_t type)
 {
     switch (type) {
     case FY_TCP_PUT:
-    case FY_TCP_GET_REQ: return sizeof(fy_tcp_rma_ext_t);
+    case FY_TCP_GET_REQ:
+        return sizeof(fy_tcp_rma_ext_t);
     case FY_TCP_GET_RESP:
     case FY_TCP_ACK:
-    case FY_TCP_FLUSH: return sizeof(fy_tcp_ack_ext_t);
-    case FY_TCP_CHUNK: return sizeof(fy_tcp_chunk_ext_t);
-    default: return 0;
+    case FY_TCP_FLUSH:
+        return sizeof(fy_tcp_ack_ext_t);
+    case FY_TCP_CHUNK:
+        return sizeof(fy_tcp_chunk_ext_t);
+    default:
+        return 0;
     }
 }
 
@@ -268,7 +283,7 @@ static int handle_frame(fy_tcp_link_t *link)
             proto_error(link, "AM id %llu out of range", h.am_id);
             return -1;
         }
-        if (len > cfg->max_msg + 4096) {
+        if (len > cfg->max_msg) {
             proto_error(link, "an AM of %llu bytes, more than FERRY_TCP_MAX_MSG", len);
             return -1;
         }
@@ -281,6 +296,8 @@ static int handle_frame(fy_tcp_link_t *link)
             iface->super.params.am_cb(iface->super.params.am_arg, h.am_id, f + hl, len);
             return link->state == FY_TCP_LINK_UP ? 1 : -1;
         }
+        if (striped && begin_stripe(link, seq, len0, len) != 0)
+            return -1;
         fy_tcp_dest_t *d = striped ? &p->stripe : &link->frame;
         d->type = FY_TCP_AM;
         d->am_id = h.am_id;
@@ -292,8 +309,6 @@ static int handle_frame(fy_tcp_link_t *link)
         }
         d->base = d->owned;
         link->rx_head += hl;
-        if (striped && begin_stripe(link, seq, len0) != 0)
-            return -1;
         begin_payload(link, d, 0, striped ? len0 : len);
         return 1;
     }
@@ -307,11 +322,9 @@ static int handle_frame(fy_tcp_link_t *link)
             return -1;
         }
         void *local = NULL;
-        ferry_status_t st = fy_region_check(&iface->md->regions, le64toh(r.region_id),
-                                            le64toh(r.key), addr, len,
-                                            h.type == FY_TCP_PUT ? FERRY_MEM_REMOTE_WRITE
-                                                                 : FERRY_MEM_REMOTE_READ,
-                                            &local);
+        ferry_status_t st = fy_region_check(
+            &iface->md->regions, le64toh(r.region_id), le64toh(r.key), addr, len,
+            h.type == FY_TCP_PUT ? FERRY_MEM_REMOTE_WRITE : FERRY_MEM_REMOTE_READ, &local);
         if (st != FERRY_OK)
             fy_debug("tcp: refused a %s of %zu bytes at 0x%llx (region %llu): %s",
                      h.type == FY_TCP_PUT ? "put" : "get", len, (unsigned long long)addr,
@@ -329,8 +342,12 @@ static int handle_frame(fy_tcp_link_t *link)
             ans.a.op_id = htole64(op_id);
             ans.a.status = (int32_t)htole32((uint32_t)st);
             struct iovec v = {local, st == FERRY_OK ? len : 0};
-            fy_tcp_msg_t m = {.hdr = &ans, .hdr_len = sizeof(ans), .zc = &v,
-                              .zc_cnt = v.iov_len != 0, .zc_len = v.iov_len, .stripe = 1};
+            fy_tcp_msg_t m = {.hdr = &ans,
+                              .hdr_len = sizeof(ans),
+                              .zc = &v,
+                              .zc_cnt = v.iov_len != 0,
+                              .zc_len = v.iov_len,
+                              .stripe = 1};
             /* Answers are queued whatever the bound: refusing them would stop this side
              * reading, and two sides that both stop reading never resume.  Their number is
              * bounded by the requests the requester itself keeps outstanding. */
@@ -340,6 +357,8 @@ static int handle_frame(fy_tcp_link_t *link)
             }
             return link->state == FY_TCP_LINK_UP ? 1 : -1;
         }
+        if (striped && begin_stripe(link, seq, len0, len) != 0)
+            return -1;
         fy_tcp_dest_t *d = striped ? &p->stripe : &link->frame;
         d->type = FY_TCP_PUT;
         d->total = len;
@@ -347,8 +366,6 @@ static int handle_frame(fy_tcp_link_t *link)
         d->discard = st != FERRY_OK;
         d->status = st;
         d->op_id = op_id;
-        if (striped && begin_stripe(link, seq, len0) != 0)
-            return -1;
         begin_payload(link, d, 0, striped ? len0 : len);
         return link->state == FY_TCP_LINK_UP ? 1 : -1;
     }
@@ -361,9 +378,9 @@ static int handle_frame(fy_tcp_link_t *link)
             proto_error(link, "an answer with status %lld", (unsigned long long)st);
             return -1;
         }
-        fy_tcp_op_t *op = take_op(link, le64toh(a.op_id),
-                                  h.type == FY_TCP_ACK ? FY_TCP_PUT : FY_TCP_GET_REQ,
-                                  h.type == FY_TCP_ACK ? FY_TCP_FLUSH : FY_TCP_GET_REQ);
+        fy_tcp_op_t *op =
+            take_op(link, le64toh(a.op_id), h.type == FY_TCP_ACK ? FY_TCP_PUT : FY_TCP_GET_REQ,
+                    h.type == FY_TCP_ACK ? FY_TCP_FLUSH : FY_TCP_GET_REQ);
         if (op == NULL)
             return -1;
         link->rx_head += hl;
@@ -384,13 +401,15 @@ static int handle_frame(fy_tcp_link_t *link)
             proto_error(link, "a get answer of %llu bytes, not the size asked", len);
             return -1;
         }
+        if (striped && begin_stripe(link, seq, len0, len) != 0) {
+            fy_tcp_op_free(iface, op);
+            return -1;
+        }
         fy_tcp_dest_t *d = striped ? &p->stripe : &link->frame;
         d->type = FY_TCP_GET_RESP;
         d->total = len;
         d->op = op;
         d->discard = op->ep == NULL; /* the requester's ep is gone: its memory too */
-        if (striped && begin_stripe(link, seq, len0) != 0)
-            return -1;
         begin_payload(link, d, 0, striped ? len0 : len);
         return link->state == FY_TCP_LINK_UP ? 1 : -1;
     }
@@ -417,8 +436,7 @@ static int handle_frame(fy_tcp_link_t *link)
         }
         fy_tcp_dest_t *d = &p->stripe;
         if (off > d->total || len > d->total - off || len > d->total - d->got || len == 0) {
-            proto_error(link, "a chunk outside its frame (offset %llu)",
-                        (unsigned long long)off);
+            proto_error(link, "a chunk outside its frame (offset %llu)", (unsigned long long)off);
             return -1;
         }
         link->rx_head += hl;
@@ -475,8 +493,7 @@ static void link_eof(fy_tcp_link_t *link, int err)
         epoll_ctl(p->iface->epfd, EPOLL_CTL_DEL, link->fd, NULL);
         return;
     }
-    ferry_status_t st = err == ETIMEDOUT ? FERRY_ERR_ENDPOINT_TIMEOUT
-                                         : FERRY_ERR_CONNECTION_RESET;
+    ferry_status_t st = err == ETIMEDOUT ? FERRY_ERR_ENDPOINT_TIMEOUT : FERRY_ERR_CONNECTION_RESET;
     fy_tcp_peer_fail(p, link->state == FY_TCP_LINK_HELLO_SENT ? FERRY_ERR_UNREACHABLE : st,
                      err == 0 ? "connection closed by the peer" : strerror(err));
 }
@@ -497,13 +514,15 @@ void fy_tcp_link_read(fy_tcp_link_t *link)
         size_t cnt, want, covered = 0;
         int direct = link->rx_dest != NULL && link->rx_head == link->rx_tail;
         if (direct) {
-            /* the payload straight to its place, then whatever follows into the buffer */
+            /* The payload straight to its place, then what follows into the buffer: only a
+             * little of it, since if it is another large frame, what lands in the buffer is
+             * copied out again (small frames are fetched by the next read anyway). */
             cnt = dest_iov(iface, link->rx_dest, link->rx_off, link->rx_left, v, FY_TCP_MAX_IOV,
                            &covered);
             link->rx_head = link->rx_tail = 0;
             if (covered == link->rx_left) {
                 v[cnt].iov_base = link->rxbuf;
-                v[cnt++].iov_len = link->rx_size;
+                v[cnt++].iov_len = FY_MIN(link->rx_size, 4096);
             }
         } else {
             if (link->rx_head == link->rx_tail) {

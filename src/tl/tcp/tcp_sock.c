@@ -62,8 +62,8 @@ void fy_tcp_sock_tune(int fd, const fy_tcp_config_t *cfg)
 
 int fy_tcp_socket(int family, const fy_tcp_config_t *cfg)
 {
-    int fd = socket(family == 6 ? AF_INET6 : AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC,
-                    0);
+    int fd =
+        socket(family == 6 ? AF_INET6 : AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (fd < 0) {
         fy_error("tcp: socket() failed: %s", strerror(errno));
         return -1;
@@ -97,8 +97,8 @@ ssize_t fy_tcp_sendv(int fd, const struct iovec *iov, size_t iovcnt)
     msg.msg_iovlen = iovcnt;
     if (FY_UNLIKELY(fy_tcp_test_io_limit != 0)) {
         msg.msg_iov = tmp;
-        msg.msg_iovlen = clip_iov(iov, FY_MIN(iovcnt, FY_ARRAY_SIZE(tmp)), fy_tcp_test_io_limit,
-                                  tmp);
+        msg.msg_iovlen =
+            clip_iov(iov, FY_MIN(iovcnt, FY_ARRAY_SIZE(tmp)), fy_tcp_test_io_limit, tmp);
     }
     ssize_t n;
     do {
@@ -116,8 +116,8 @@ ssize_t fy_tcp_recvv(int fd, const struct iovec *iov, size_t iovcnt)
     msg.msg_iovlen = iovcnt;
     if (FY_UNLIKELY(fy_tcp_test_io_limit != 0)) {
         msg.msg_iov = tmp;
-        msg.msg_iovlen = clip_iov(iov, FY_MIN(iovcnt, FY_ARRAY_SIZE(tmp)), fy_tcp_test_io_limit,
-                                  tmp);
+        msg.msg_iovlen =
+            clip_iov(iov, FY_MIN(iovcnt, FY_ARRAY_SIZE(tmp)), fy_tcp_test_io_limit, tmp);
     }
     ssize_t n;
     do {

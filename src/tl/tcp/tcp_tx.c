@@ -136,7 +136,8 @@ void fy_tcp_link_write(fy_tcp_link_t *link)
         struct iovec v[64];
         size_t cnt = 0, want = 0;
         fy_list_t *e;
-        fy_list_for_each(e, &link->txq) {
+        fy_list_for_each(e, &link->txq)
+        {
             fy_tcp_tx_t *tx = fy_container_of(e, fy_tcp_tx_t, elem);
             for (unsigned i = tx->iovidx; i < tx->iovcnt && cnt < FY_ARRAY_SIZE(v); i++) {
                 if (tx->iov[i].iov_len == 0)
@@ -152,8 +153,9 @@ void fy_tcp_link_write(fy_tcp_link_t *link)
             if (errno == EAGAIN || errno == EWOULDBLOCK)
                 break;
             ferry_status_t st = fy_status_from_errno(errno);
-            fy_tcp_peer_fail(p, st == FERRY_ERR_TIMED_OUT ? FERRY_ERR_ENDPOINT_TIMEOUT
-                                                          : FERRY_ERR_CONNECTION_RESET,
+            fy_tcp_peer_fail(p,
+                             st == FERRY_ERR_TIMED_OUT ? FERRY_ERR_ENDPOINT_TIMEOUT
+                                                       : FERRY_ERR_CONNECTION_RESET,
                              strerror(errno));
             return;
         }
@@ -389,8 +391,7 @@ static ferry_status_t send_striped(fy_tcp_peer_t *p, fy_tcp_ep_t *ep, const fy_t
     for (unsigned i = 1; i < k; i++) {
         fy_tcp_tx_t *t = tx[i];
         fy_tcp_hdr_t ch = {.type = FY_TCP_CHUNK, .length = htole32((uint32_t)plen[i])};
-        fy_tcp_chunk_ext_t ce = {.seq = htole32(seq),
-                                 .offset = htole64(m->copy_len + off[i])};
+        fy_tcp_chunk_ext_t ce = {.seq = htole32(seq), .offset = htole64(m->copy_len + off[i])};
         memcpy(t->hdr, &ch, sizeof(ch));
         memcpy(t->hdr + sizeof(ch), &ce, sizeof(ce));
         t->iov[0].iov_base = t->hdr;
@@ -466,7 +467,10 @@ fy_tcp_op_t *fy_tcp_op_new(fy_tcp_peer_t *p, fy_tcp_ep_t *ep, uint8_t kind, fy_t
     return op;
 }
 
-void fy_tcp_op_free(fy_tcp_iface_t *iface, fy_tcp_op_t *op) { fy_mpool_put(&iface->op_pool, op); }
+void fy_tcp_op_free(fy_tcp_iface_t *iface, fy_tcp_op_t *op)
+{
+    fy_mpool_put(&iface->op_pool, op);
+}
 
 /* ep_destroy: everything of this ep completes now with CANCELED.  Frames already queued are
  * still sent (a started frame must end, and a request must keep its answer in step), from a
@@ -474,7 +478,8 @@ void fy_tcp_op_free(fy_tcp_iface_t *iface, fy_tcp_op_t *op) { fy_mpool_put(&ifac
 static void orphan_queue(fy_tcp_iface_t *iface, fy_list_t *q, fy_tcp_ep_t *ep)
 {
     fy_list_t *e;
-    fy_list_for_each(e, q) {
+    fy_list_for_each(e, q)
+    {
         fy_tcp_tx_t *tx = fy_container_of(e, fy_tcp_tx_t, elem);
         fy_tcp_tx_t *l = tx->leader != NULL ? tx->leader : tx;
         if (tx->ep != ep && l->ep != ep)
@@ -520,7 +525,8 @@ void fy_tcp_ep_orphan(fy_tcp_ep_t *ep)
         if (p->links[i] != NULL)
             orphan_queue(iface, &p->links[i]->txq, ep);
     fy_list_t *e;
-    fy_list_for_each(e, &p->ops) {
+    fy_list_for_each(e, &p->ops)
+    {
         fy_tcp_op_t *op = fy_container_of(e, fy_tcp_op_t, elem);
         if (op->ep != ep)
             continue;

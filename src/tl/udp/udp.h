@@ -37,7 +37,8 @@
 #define FY_UDP_BATCH 32      /* datagrams per recvmmsg / sendmmsg */
 #define FY_UDP_SEG_HDR_MAX (FY_UDP_HDR_LEN + 48)
 #define FY_UDP_CWND_INIT 64 /* segments a new ep may have in flight before its first ACK */
-#define FY_UDP_CWND_MIN 16
+#define FY_UDP_CWND_MIN 32
+#define FY_UDP_QUEUE_NS (5 * 1000 * 1000ll) /* queueing delay tolerated above 4x min RTT */
 #define FY_UDP_TX_BYTES (1u << 20) /* bytes of new segments one ep sends per pass */
 #define FY_UDP_GSO_MAX 64    /* segments per GSO send (the kernel's UDP_MAX_SEGMENTS) */
 #define FY_UDP_GSO_BYTES 65000 /* payload of one GSO send */
@@ -141,6 +142,7 @@ typedef struct fy_udp_seg {
     uint32_t dlen;        /* data bytes (after hdr) */
     uint16_t hlen;        /* base header + type header */
     uint8_t tries;
+    uint8_t sacked;       /* the receiver holds it (out of order): never time it out */
     uint8_t pool;         /* which mpool it came from */
     uint8_t hdr[FY_UDP_SEG_HDR_MAX];
     uint8_t data[];       /* inline data (bcopy) */
@@ -202,7 +204,9 @@ typedef struct fy_udp_conn {
     /* send */
     uint32_t snd_nxt, snd_una, wnd;
     uint32_t cwnd;           /* congestion window, segments (<= wnd) */
-    uint64_t cwnd_cut_ns;    /* last time a timeout halved cwnd */
+    int64_t min_rtt;         /* smallest RTT sample: the path without queues */
+    uint64_t rack_tx;        /* send time of the newest segment known delivered (RACK) */
+    uint64_t cwnd_cut_ns;    /* last time queueing delay shrank cwnd */
     fy_udp_seg_t **win;
     uint64_t inflight, credit;
     fy_list_t sendq;
@@ -216,11 +220,13 @@ typedef struct fy_udp_conn {
     uint64_t rto;
     uint64_t last_rx_ns;
     uint64_t last_ack_ns;    /* snd_una last moved (or the window went from empty) */
+    uint32_t snd_high;       /* highest seq the peer said it holds (ack - 1 or SACKed) */
 
     /* receive */
     uint32_t rcv_nxt;
     fy_udp_rxbuf_t **stash;  /* out-of-order segments, by seq & (wsize-1) */
     uint32_t nstash;
+    uint32_t stash_top;      /* highest seq in the stash (valid when nstash) */
     uint8_t ack_pending, ack_now;
     uint32_t ack_passes, ack_unsent;
     uint64_t ack_unsent_bytes;
@@ -275,7 +281,8 @@ typedef struct fy_udp_chan {
     uint32_t mbytes[FY_UDP_BATCH];
     uint8_t mopen[FY_UDP_BATCH];   /* every datagram so far full-size: more may join */
     uint8_t cbuf[FY_UDP_BATCH][CMSG_SPACE(sizeof(uint16_t))];
-    uint8_t thdr[FY_UDP_BATCH][FY_UDP_SEG_HDR_MAX]; /* headers of unsequenced messages */
+    /* unsequenced messages (handshake, explicit ACKs with their SACK bitmap) */
+    uint8_t thdr[FY_UDP_BATCH][FY_UDP_HDR_LEN + sizeof(fy_udp_sack_ext_t)];
     unsigned idle;           /* empty polls in a row */
     unsigned last_batch;     /* datagrams the last poll found (0, 1, or more) */
 } fy_udp_chan_t;
@@ -410,7 +417,10 @@ void fy_udp_stash_clear(fy_udp_conn_t *conn);
 uint32_t fy_udp_sack_bits(const fy_udp_conn_t *conn);
 
 /* udp_retx.c */
-void fy_udp_process_ack(fy_udp_conn_t *conn, uint32_t ack, uint32_t sack, int pure);
+void fy_udp_process_ack(fy_udp_conn_t *conn, uint32_t ack, uint32_t sack, int pure,
+                        const fy_udp_sack_ext_t *ext);
+/* Fill an extended SACK bitmap; returns its size in bytes (0: nothing beyond 32 bits). */
+size_t fy_udp_sack_ext(const fy_udp_conn_t *conn, fy_udp_sack_ext_t *ext);
 void fy_udp_hotel_expired(fy_hotel_t *hotel, fy_hotel_room_t *room, void *arg);
 uint64_t fy_udp_seg_stay(const fy_udp_conn_t *conn, const fy_udp_seg_t *seg);
 void fy_udp_seg_sent(fy_udp_conn_t *conn, fy_udp_seg_t *seg);

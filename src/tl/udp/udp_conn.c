@@ -119,6 +119,7 @@ static fy_udp_conn_t *conn_new(fy_udp_iface_t *iface, uint64_t peer_uuid)
     c->peer_uuid = peer_uuid;
     c->wnd = (uint32_t)iface->opts->window;
     c->cwnd = FY_UDP_CWND_INIT;
+    c->snd_high = (uint32_t)-1; /* nothing received yet: seq 0 is above it */
     c->credit = iface->opts->credit;
     c->seg_size = iface->seg_size;
     c->prio_mtu = (uint32_t)iface->opts->prio_mtu;

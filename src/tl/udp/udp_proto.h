@@ -175,6 +175,22 @@ typedef struct fy_udp_rma_done {
     int32_t status;
 } fy_udp_rma_done_t;
 
+/*
+ * ACK payload (optional): an extended SACK bitmap for when more than the header's 32 bits
+ * are out of order (small segments, heavy loss):
+ *
+ *   +-------+-------+-------+-------+
+ *   |            nbits              |   bits that follow (a multiple of 8, <= 1024)
+ *   +-------+-------+-------+-------+
+ *   |  bit i of byte i/8 set: seq ack+1+i was received out of order ...
+ *   +-------------------------------+
+ */
+#define FY_UDP_SACK_EXT_BITS 1024
+typedef struct fy_udp_sack_ext {
+    uint32_t nbits;
+    uint8_t bits[FY_UDP_SACK_EXT_BITS / 8];
+} fy_udp_sack_ext_t;
+
 /* Bytes of type-specific header before the data of each sequenced type. */
 static inline size_t fy_udp_xhdr_len(uint8_t type)
 {

@@ -38,6 +38,16 @@ static void rtt_sample(fy_udp_conn_t *c, int64_t r)
     const fy_udp_opts_t *o = c->iface->opts;
     if (r <= 0)
         r = 1;
+    if (c->min_rtt == 0 || r < c->min_rtt)
+        c->min_rtt = r;
+    /* Queueing delay: the window fills a bottleneck's buffer (a slow link, a busy
+     * receiver).  Shrink it by an eighth, once per round trip, before that queue makes the
+     * round trip (and every loss recovery) long; random loss alone never shrinks it. */
+    if (r > 4 * c->min_rtt && r > c->min_rtt + FY_UDP_QUEUE_NS &&
+        c->iface->now - c->cwnd_cut_ns > (uint64_t)FY_MAX(c->srtt, c->min_rtt)) {
+        c->cwnd = FY_MAX(c->cwnd - c->cwnd / 8, (uint32_t)FY_UDP_CWND_MIN);
+        c->cwnd_cut_ns = c->iface->now;
+    }
     if (c->srtt == 0) {
         c->srtt = r;
         c->rttvar = r / 2;
@@ -65,19 +75,42 @@ void fy_udp_seg_unsent(fy_udp_iface_t *iface, fy_udp_seg_t *seg)
         fy_list_add_head(&iface->resendq, &seg->rlink);
 }
 
+static inline int sacked(uint32_t ack, uint32_t sack, const fy_udp_sack_ext_t *ext, uint32_t s)
+{
+    uint32_t i = s - ack - 1;
+    if (i < 32 && ((sack >> i) & 1u))
+        return 1;
+    return ext != NULL && i < ext->nbits && ((ext->bits[i / 8] >> (i % 8)) & 1u);
+}
+
 /* Resend the holes below the highest segment the receiver holds (from the SACK bits). */
-static void resend_holes(fy_udp_conn_t *c, uint32_t ack, uint32_t sack)
+static void resend_holes(fy_udp_conn_t *c, uint32_t ack, uint32_t sack,
+                         const fy_udp_sack_ext_t *ext, uint32_t top)
 {
     fy_udp_iface_t *iface = c->iface;
-    uint32_t top = sack ? ack + 1 + (31u - (uint32_t)__builtin_clz(sack)) : ack + 1;
     uint64_t thresh = c->srtt ? (uint64_t)c->srtt / 2 : iface->opts->rto_min / 2;
+    /* RACK: a segment is lost when one sent after it (by more than a reordering allowance)
+     * has been delivered - whatever the RTT estimate says.  That holds for a resend too. */
+    uint64_t reo = (uint64_t)c->min_rtt / 4 + 2 * FY_NSEC_PER_USEC;
     for (uint32_t s = ack; fy_udp_seq_diff(s, top) < 0; s++) {
-        if (s != ack && ((sack >> (s - ack - 1)) & 1u))
-            continue;
         if (fy_udp_seq_diff(s, c->snd_nxt) >= 0)
             break;
         fy_udp_seg_t *seg = c->win[s & (iface->wsize - 1)];
-        if (seg == NULL || fy_list_is_linked(&seg->rlink) || iface->now - seg->tx_ns < thresh)
+        if (s != ack && sacked(ack, sack, ext, s)) {
+            if (seg != NULL && !seg->sacked) {
+                seg->sacked = 1; /* the scoreboard: no timer resends it */
+                fy_hotel_checkout(&iface->hotel, &seg->timer.room);
+                if (fy_list_is_linked(&seg->rlink))
+                    fy_list_del(&seg->rlink);
+            }
+            continue;
+        }
+        /* Sent once: missing after half an RTT is lost.  Resent already: its resend is
+         * still on the way for an RTO. */
+        if (seg == NULL || fy_list_is_linked(&seg->rlink))
+            continue;
+        if (c->rack_tx != 0 ? seg->tx_ns + reo > c->rack_tx
+                            : iface->now - seg->tx_ns < (seg->tries > 1 ? c->rto : thresh))
             continue;
         c->stats.fast_retransmits++;
         fy_udp_resend_push(iface, seg);
@@ -85,7 +118,8 @@ static void resend_holes(fy_udp_conn_t *c, uint32_t ack, uint32_t sack)
 }
 
 /* An ACK from the peer: every seq before ack arrived; sack: what it holds beyond. */
-void fy_udp_process_ack(fy_udp_conn_t *c, uint32_t ack, uint32_t sack, int pure)
+void fy_udp_process_ack(fy_udp_conn_t *c, uint32_t ack, uint32_t sack, int pure,
+                        const fy_udp_sack_ext_t *ext)
 {
     fy_udp_iface_t *iface = c->iface;
     uint32_t mask = iface->wsize - 1;
@@ -94,15 +128,25 @@ void fy_udp_process_ack(fy_udp_conn_t *c, uint32_t ack, uint32_t sack, int pure)
     if (d > 0) {
         if (fy_udp_seq_diff(ack, c->snd_nxt) > 0)
             return; /* acknowledges what was never sent: not from our peer's stream */
-        /* Sample the oldest segment this ACK covers that was sent once (Karn): with ACKs
-         * that cover many segments, its wait is what a timeout must outlast. */
+        /* RTT: the oldest segment this ACK covers (with ACKs that cover many segments,
+         * its wait is what a timeout must outlast) - but only when no segment in the range
+         * was resent or held out of order: then the ACK waited for a recovery, which is
+         * not the path's round trip (Karn, extended to the whole range). */
+        fy_udp_seg_t *oldest = NULL;
         for (uint32_t s = c->snd_una; s != ack; s++) {
             fy_udp_seg_t *seg = c->win[s & mask];
-            if (seg != NULL && seg->tries == 1) {
-                rtt_sample(c, (int64_t)(iface->now - seg->tx_ns));
+            if (seg != NULL && (seg->tries > 1 || seg->sacked)) {
+                oldest = NULL;
                 break;
             }
+            if (oldest == NULL)
+                oldest = seg;
         }
+        if (oldest != NULL)
+            rtt_sample(c, (int64_t)(iface->now - oldest->tx_ns));
+        fy_udp_seg_t *newest = c->win[(ack - 1) & mask];
+        if (newest != NULL && newest->tx_ns > c->rack_tx)
+            c->rack_tx = newest->tx_ns;
         for (uint32_t s = c->snd_una; s != ack; s++) {
             fy_udp_seg_t *seg = c->win[s & mask];
             c->win[s & mask] = NULL;
@@ -115,8 +159,12 @@ void fy_udp_process_ack(fy_udp_conn_t *c, uint32_t ack, uint32_t sack, int pure)
                 fy_udp_frag_release_seg(iface, seg->frag);
             fy_udp_seg_free(iface, seg);
         }
-        /* The congestion window doubles per round trip while ACKs come (slow start). */
-        c->cwnd = FY_MIN(c->wnd, c->cwnd + (uint32_t)d);
+        /* The congestion window opens as ACKs come (doubling per round trip), so the first
+         * burst to a new peer does not flood a receiver that has not shown its pace; it
+         * closes only on queueing delay (rtt_sample).  Loss does not close it: random loss
+         * is not congestion, and SACK recovery handles it. */
+        if (c->iface->now - c->cwnd_cut_ns > (uint64_t)c->srtt)
+            c->cwnd = FY_MIN(c->wnd, c->cwnd + (uint32_t)d);
         c->snd_una = ack;
         c->last_ack_ns = iface->now;
         if (!fy_list_is_empty(&c->sendq))
@@ -128,8 +176,32 @@ void fy_udp_process_ack(fy_udp_conn_t *c, uint32_t ack, uint32_t sack, int pure)
     } else if (d < 0) {
         return; /* an old ACK, overtaken */
     }
-    if (c->snd_una != c->snd_nxt && (sack != 0 || (d == 0 && pure)))
-        resend_holes(c, ack, sack);
+    if (c->snd_una == c->snd_nxt)
+        return;
+    /* The highest seq the peer holds: below it, what is missing is lost (or overtaken). */
+    uint32_t top = ack;
+    if (ext != NULL) {
+        for (uint32_t i = ext->nbits; i > 0; i--)
+            if ((ext->bits[(i - 1) / 8] >> ((i - 1) % 8)) & 1u) {
+                top = ack + i + 1;
+                break;
+            }
+    }
+    if (top == ack && sack != 0)
+        top = ack + 1 + (31u - (uint32_t)__builtin_clz(sack)) + 1;
+    if (fy_udp_seq_diff(top - 1, c->snd_high) > 0) {
+        /* The newest segment the peer holds is the one whose arrival made it send this
+         * ACK at once: a true round trip, if it was sent once. */
+        fy_udp_seg_t *seg = top != ack ? c->win[(top - 1) & mask] : NULL;
+        if (seg != NULL && seg->tries == 1 && !seg->sacked)
+            rtt_sample(c, (int64_t)(iface->now - seg->tx_ns));
+        if (seg != NULL && seg->tx_ns > c->rack_tx)
+            c->rack_tx = seg->tx_ns;
+        c->snd_high = top - 1;
+        c->last_ack_ns = iface->now; /* news from the receiver: the path is moving */
+    }
+    if (top != ack || (d == 0 && pure))
+        resend_holes(c, ack, sack, ext, top == ack ? ack + 1 : top);
 }
 
 void fy_udp_hotel_expired(fy_hotel_t *hotel, fy_hotel_room_t *room, void *arg)
@@ -155,21 +227,17 @@ void fy_udp_hotel_expired(fy_hotel_t *hotel, fy_hotel_room_t *room, void *arg)
         return;
     }
     /* As TCP restarts its timer on every ACK that advances: while the ACK point moves, a
-     * segment is only waiting in line at a busy receiver (a hole would have shown in the
-     * SACK bits and been resent already).  Wait on. */
-    if (iface->now - c->last_ack_ns < c->rto) {
+     * segment above everything the peer reported holding is only waiting in line at a busy
+     * receiver.  Wait on.  One below it is a hole: resend. */
+    if (fy_udp_seq_diff(seg->seq, c->snd_high) > 0 && iface->now - c->last_ack_ns < c->rto) {
         fy_hotel_checkin(&iface->hotel, &seg->timer.room, c->rto - (iface->now - c->last_ack_ns),
                          iface->now);
         return;
     }
     c->stats.timeouts++;
-    /* A timeout means the path (or the receiver) holds more than it carries: halve the
-     * congestion window, once per round trip.  Random loss found by the SACK/dup-ACK path
-     * leaves it alone: it is not congestion on the networks this runs on. */
-    if (iface->now - c->cwnd_cut_ns > (uint64_t)FY_MAX(c->srtt, (int64_t)c->iface->opts->rto_min)) {
-        c->cwnd = FY_MAX(c->cwnd / 2, (uint32_t)FY_UDP_CWND_MIN);
-        c->cwnd_cut_ns = iface->now;
-        c->rto = FY_MIN(2 * c->rto, iface->opts->rto_max); /* until the next clean sample */
-    }
+    /* Like TCP's single resend at a timeout: the others above what the peer holds wait
+     * one more RTO (the resend's SACKs will show what is really missing). */
+    if (fy_udp_seq_diff(seg->seq, c->snd_high) > 0)
+        c->last_ack_ns = iface->now;
     fy_udp_resend_push(iface, seg);
 }

@@ -95,6 +95,23 @@ void fy_udp_stash_clear(fy_udp_conn_t *c)
     }
 }
 
+size_t fy_udp_sack_ext(const fy_udp_conn_t *c, fy_udp_sack_ext_t *ext)
+{
+    uint32_t mask = c->iface->wsize - 1;
+    uint32_t span = c->stash_top - c->rcv_nxt; /* bits needed: seq rcv_nxt+1 .. stash_top */
+    if (c->nstash == 0 || span <= 32)
+        return 0;
+    span = FY_MIN(span, (uint32_t)FY_UDP_SACK_EXT_BITS);
+    span = FY_MIN(span, c->iface->wsize - 1);
+    span = (span + 7) & ~7u;
+    memset(ext->bits, 0, span / 8);
+    for (uint32_t i = 0; i < span; i++)
+        if (c->stash[(c->rcv_nxt + 1 + i) & mask] != NULL)
+            ext->bits[i / 8] |= (uint8_t)(1u << (i % 8));
+    ext->nbits = span;
+    return sizeof(ext->nbits) + span / 8;
+}
+
 uint32_t fy_udp_sack_bits(const fy_udp_conn_t *c)
 {
     uint32_t bits = 0, mask = c->iface->wsize - 1;
@@ -322,8 +339,21 @@ static int rx_dgram(fy_udp_iface_t *iface, uint8_t chan, fy_udp_rxbuf_t *b, size
     }
     c->last_rx_ns = iface->now;
     if (h.type == FY_UDP_T_ACK) {
+        fy_udp_sack_ext_t ext;
+        const fy_udp_sack_ext_t *e = NULL;
+        if (h.len >= sizeof(ext.nbits)) {
+            memcpy(&ext.nbits, p, sizeof(ext.nbits));
+            if (ext.nbits <= FY_UDP_SACK_EXT_BITS && ext.nbits % 8 == 0 &&
+                h.len == sizeof(ext.nbits) + ext.nbits / 8) {
+                memcpy(ext.bits, p + sizeof(ext.nbits), ext.nbits / 8);
+                e = &ext;
+            } else {
+                iface->drops_malformed++;
+                return 0;
+            }
+        }
         if (h.flags & FY_UDP_F_ACK)
-            fy_udp_process_ack(c, h.ack, h.sack, 1);
+            fy_udp_process_ack(c, h.ack, h.sack, 1, e);
         return 0;
     }
     if (h.len < fy_udp_xhdr_len(h.type)) {
@@ -339,13 +369,13 @@ static int rx_dgram(fy_udp_iface_t *iface, uint8_t chan, fy_udp_rxbuf_t *b, size
         }
         /* Deferred bookkeeping: the ACK this segment carried, then the stash. */
         if ((h.flags & FY_UDP_F_ACK) && fy_udp_conn_alive(c))
-            fy_udp_process_ack(c, h.ack, h.sack, 0);
+            fy_udp_process_ack(c, h.ack, h.sack, 0, NULL);
         if (c->nstash != 0)
             drain(iface, c);
         return 0;
     }
     if (h.flags & FY_UDP_F_ACK)
-        fy_udp_process_ack(c, h.ack, h.sack, 0);
+        fy_udp_process_ack(c, h.ack, h.sack, 0, NULL);
     if (!fy_udp_conn_alive(c))
         return 0;
     if (d < 0) {
@@ -377,7 +407,8 @@ static int rx_dgram(fy_udp_iface_t *iface, uint8_t chan, fy_udp_rxbuf_t *b, size
     }
     b->len = (uint32_t)len;
     c->stash[slot] = b;
-    c->nstash++;
+    if (c->nstash++ == 0 || fy_udp_seq_diff(h.seq, c->stash_top) > 0)
+        c->stash_top = h.seq;
     return 1;
 }
 

@@ -50,6 +50,7 @@ fy_udp_seg_t *fy_udp_seg_alloc(fy_udp_iface_t *iface, size_t inline_len)
     seg->timer.kind = FY_UDP_TIMER_SEG;
     seg->frag = NULL;
     seg->tries = 0;
+    seg->sacked = 0;
     seg->pool = pool;
     return seg;
 }
@@ -697,8 +698,13 @@ void fy_udp_send_acks(fy_udp_iface_t *iface, int force)
         c->ack_pending = c->ack_now = 0;
         c->ack_unsent = 0;
         c->ack_unsent_bytes = 0;
-        if (c->peer_id != 0)
-            fy_udp_tx_ctrl(iface, c, FY_UDP_CH_PRIO, FY_UDP_T_ACK, NULL, 0, 0,
+        if (c->peer_id != 0) {
+            fy_udp_sack_ext_t ext;
+            size_t elen = c->nstash ? fy_udp_sack_ext(c, &ext) : 0;
+            if (FY_UDP_HDR_LEN + elen > c->prio_mtu)
+                elen = 0;
+            fy_udp_tx_ctrl(iface, c, FY_UDP_CH_PRIO, FY_UDP_T_ACK, &ext, elen, 0,
                            &c->addr[FY_UDP_CH_PRIO], c->addrlen);
+        }
     }
 }

@@ -1,0 +1,336 @@
+/*
+ * shm_peer.c - the remote ifaces an iface talks to: mapping their rings, waking them, control
+ * messages that wait for room, and noticing when they die.
+ *
+ * Every remote iface we send to or answer gets one mapping of its segment and one pidfd,
+ * kept until this iface closes (a peer is small, and a process rarely has many).  The pidfds
+ * sit in an epoll set with the wake-up socket; that epoll fd is the iface's event fd, so a
+ * worker asleep waiting on a peer that dies wakes up and fails its eps instead of hanging.
+ * Progress looks at the set without blocking every FERRY_SHM_LIVENESS_INTERVAL, and also
+ * notices peers that closed their iface, producers that died holding a claimed cell of our
+ * ring, and half-pushed messages whose sender is gone.
+ *
+ * Waking: a producer that finds the consumer's sleep mark sends one datagram to the
+ * consumer's socket in the abstract namespace, named after the iface's random id (nothing to
+ * clean up, no permission needed).  A producer that wants to sleep while a peer's ring is full
+ * leaves its id in a waiter slot of that ring; the consumer wakes it when it frees cells.
+ *
+ * Control messages (answers to pulls and atomics, push aborts) are small inline cells; when
+ * the peer's ring is full they queue per peer, in order, and progress retries them.
+ */
+#include <errno.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "tl/shm/shm.h"
+#include "util/log.h"
+
+void fy_shm_sock_name(uint64_t id, struct sockaddr_un *sun, socklen_t *len)
+{
+    memset(sun, 0, sizeof(*sun));
+    sun->sun_family = AF_UNIX;
+    int n = snprintf(sun->sun_path + 1, sizeof(sun->sun_path) - 1, "ferry-shm-%016llx",
+                     (unsigned long long)id);
+    *len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)n);
+}
+
+static int pidfd_open_(pid_t pid)
+{
+#ifdef SYS_pidfd_open
+    return (int)syscall(SYS_pidfd_open, pid, 0);
+#else
+    errno = ENOSYS;
+    return -1;
+#endif
+}
+
+/* Is the process gone (exited, even if not yet reaped)? */
+int fy_shm_pid_is_dead(pid_t pid)
+{
+    if (pid == getpid())
+        return 0;
+    int fd = pidfd_open_(pid);
+    if (fd < 0)
+        return errno == ESRCH || (kill(pid, 0) != 0 && errno == ESRCH);
+    struct pollfd p = {.fd = fd, .events = POLLIN};
+    int dead = poll(&p, 1, 0) == 1;
+    close(fd);
+    return dead;
+}
+
+static ferry_status_t peer_map(shm_peer_t *peer)
+{
+    const shm_iface_addr_t *a = &peer->addr;
+    fy_shmem_ref_t ref = {.pid = a->pid, .fd = a->fd, .ino = a->ino, .size = a->size};
+    void *seg;
+    ferry_status_t st = fy_shmem_attach(&ref, &seg);
+    if (st != FERRY_OK) {
+        fy_debug("cannot map the ring of process %d: %s", (int)a->pid, ferry_status_string(st));
+        return st == FERRY_ERR_NO_MEMORY ? st : FERRY_ERR_UNREACHABLE;
+    }
+    shm_seg_hdr_t *h = seg;
+    uint32_t n = h->ring_size, cs = h->cell_size;
+    uint64_t cells_end = h->cells_off + (uint64_t)n * cs;
+    if (__atomic_load_n(&h->magic, __ATOMIC_ACQUIRE) != SHM_SEG_MAGIC || h->id != a->id ||
+        h->pid != (uint32_t)a->pid || n < 8 || (n & (n - 1)) != 0 || cs < 64 ||
+        (cs & (cs - 1)) != 0 || h->bcopy_size < a->bcopy_size || h->cells_off % 128 != 0 ||
+        h->cells_off < sizeof(shm_seg_hdr_t) || cells_end > h->bufs_off ||
+        h->bufs_off + (uint64_t)n * h->bcopy_size > a->size) {
+        fy_warn("process %d's shm segment does not look like a ferry ring: ignored", (int)a->pid);
+        fy_shmem_detach(seg);
+        return FERRY_ERR_INVALID_ADDR;
+    }
+    peer->hdr = h;
+    peer->cells = (char *)seg + h->cells_off;
+    peer->bufs = (char *)seg + h->bufs_off;
+    peer->mask = n - 1;
+    peer->cell_shift = (unsigned)__builtin_ctz(cs);
+    peer->bcopy_size = h->bcopy_size;
+    return FERRY_OK;
+}
+
+ferry_status_t fy_shm_peer_get(shm_iface_t *iface, const shm_iface_addr_t *addr,
+                               shm_peer_t **peer_p)
+{
+    shm_peer_t *peer = fy_hash_get(&iface->peers, addr->id);
+    if (peer != NULL) {
+        if (peer->addr.pid != addr->pid || peer->addr.ino != addr->ino)
+            return FERRY_ERR_INVALID_ADDR;
+        *peer_p = peer;
+        return FERRY_OK;
+    }
+    if (addr->version != SHM_ADDR_VERSION || addr->pid <= 0)
+        return FERRY_ERR_INVALID_ADDR;
+    peer = calloc(1, sizeof(*peer));
+    if (peer == NULL)
+        return FERRY_ERR_NO_MEMORY;
+    peer->addr = *addr;
+    peer->id = addr->id;
+    peer->pidfd = -1;
+    fy_list_init(&peer->replies);
+    fy_list_init(&peer->full_link);
+    ferry_status_t st = peer_map(peer);
+    if (st != FERRY_OK)
+        goto err_free;
+    if (addr->pid != (int32_t)getpid()) {
+        peer->pidfd = pidfd_open_(addr->pid);
+        if (peer->pidfd < 0 && errno == ESRCH) {
+            st = FERRY_ERR_UNREACHABLE;
+            goto err_unmap;
+        }
+        struct epoll_event ev = {.events = EPOLLIN, .data.ptr = peer};
+        if (peer->pidfd >= 0 && epoll_ctl(iface->epfd, EPOLL_CTL_ADD, peer->pidfd, &ev) != 0) {
+            st = FERRY_ERR_IO;
+            goto err_unmap;
+        }
+    }
+    if ((st = fy_hash_put(&iface->peers, peer->id, peer)) != FERRY_OK)
+        goto err_unmap;
+    fy_shm_sock_name(peer->id, &peer->sun, &peer->sunlen);
+    fy_list_add_tail(&iface->peer_list, &peer->link);
+    *peer_p = peer;
+    return FERRY_OK;
+
+err_unmap:
+    if (peer->pidfd >= 0)
+        close(peer->pidfd);
+    fy_shmem_detach(peer->hdr);
+err_free:
+    free(peer);
+    return st;
+}
+
+void fy_shm_send_wake(shm_iface_t *iface, const struct sockaddr_un *sun, socklen_t len)
+{
+    char b = 0;
+    iface->stats.wakeups_sent++;
+    /* EAGAIN: its queue is full, so it is awake anyway; ECONNREFUSED: it is gone. */
+    (void)sendto(iface->txsock, &b, 1, MSG_DONTWAIT | MSG_NOSIGNAL, (const struct sockaddr *)sun,
+                 len);
+}
+
+void fy_shm_peer_wake(shm_iface_t *iface, shm_peer_t *peer)
+{
+    fy_shm_send_wake(iface, &peer->sun, peer->sunlen);
+}
+
+void fy_shm_peer_full(shm_iface_t *iface, shm_peer_t *peer)
+{
+    iface->stats.full++;
+    if (!peer->full) {
+        peer->full = 1;
+        fy_list_add_tail(&iface->full_peers, &peer->full_link);
+    }
+    if (FY_UNLIKELY(__atomic_load_n(&peer->hdr->closed, __ATOMIC_ACQUIRE)) &&
+        peer->status == FERRY_OK)
+        fy_shm_peer_fail(iface, peer, FERRY_ERR_CONNECTION_RESET);
+}
+
+void fy_shm_peer_fail(shm_iface_t *iface, shm_peer_t *peer, ferry_status_t status)
+{
+    if (peer->status != FERRY_OK)
+        return;
+    fy_debug("shm peer process %d is gone: %s", (int)peer->addr.pid, ferry_status_string(status));
+    peer->status = status;
+    if (peer->pidfd >= 0)
+        epoll_ctl(iface->epfd, EPOLL_CTL_DEL, peer->pidfd, NULL);
+    fy_list_t *r;
+    while ((r = fy_list_pop_head(&peer->replies)) != NULL) {
+        free(fy_container_of(r, shm_pending_ctl_t, link));
+        iface->nreplies--;
+    }
+    iface->pending_fail = 1; /* progress fails the eps (callbacks run from progress) */
+}
+
+/* Is there room at the tail of a peer's ring now? */
+int fy_shm_peer_has_room(const shm_peer_t *peer)
+{
+    uint32_t t = __atomic_load_n(&peer->hdr->tail, __ATOMIC_SEQ_CST);
+    const shm_cell_t *c = shm_cell_at(peer->cells, peer->cell_shift, peer->mask, t);
+    uint64_t s = __atomic_load_n(&c->state, __ATOMIC_SEQ_CST);
+    return (int32_t)((uint32_t)s - t) >= 0;
+}
+
+/* Leave our id in a peer's waiter slots; 0 if every slot is taken. */
+int fy_shm_peer_add_waiter(shm_iface_t *iface, shm_peer_t *peer)
+{
+    shm_seg_hdr_t *h = peer->hdr;
+    for (unsigned i = 0; i < SHM_MAX_WAITERS; i++)
+        if (__atomic_load_n(&h->waiters[i], __ATOMIC_RELAXED) == iface->id)
+            return 1;
+    for (unsigned i = 0; i < SHM_MAX_WAITERS; i++) {
+        uint64_t expect = 0;
+        if (__atomic_compare_exchange_n(&h->waiters[i], &expect, iface->id, 0, __ATOMIC_SEQ_CST,
+                                        __ATOMIC_RELAXED)) {
+            __atomic_fetch_add(&h->nwaiters, 1, __ATOMIC_SEQ_CST);
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* ---- answers (ZDONE, AMO_REP) ------------------------------------------------------------ */
+
+static int try_ctl(shm_iface_t *iface, shm_peer_t *peer, const shm_pending_ctl_t *m)
+{
+    uint32_t t;
+    int wake = 0;
+    shm_cell_t *c = shm_ring_claim(peer->cells, &peer->hdr->tail, peer->mask, peer->cell_shift,
+                                   iface->owner, &t, &wake);
+    if (c == NULL) {
+        fy_shm_peer_full(iface, peer);
+        return 0;
+    }
+    shm_cell_hdr(c, m->type, 0, m->flags, m->len);
+    memcpy(c->data, m->data, SHM_CTL_MAX);
+    shm_ring_publish(c, iface->owner, t);
+    if (wake)
+        fy_shm_peer_wake(iface, peer);
+    return 1;
+}
+
+void fy_shm_send_ctl(shm_iface_t *iface, shm_peer_t *peer, uint8_t type, uint16_t flags,
+                     const void *data, uint32_t len, uint32_t len_field)
+{
+    shm_pending_ctl_t m = {.type = type, .flags = flags, .len = len_field};
+    memcpy(m.data, data, len);
+    if (peer->status != FERRY_OK)
+        return;
+    if (fy_list_is_empty(&peer->replies) && try_ctl(iface, peer, &m))
+        return;
+    shm_pending_ctl_t *p = malloc(sizeof(*p));
+    if (p == NULL) {
+        fy_error("out of memory queueing a message to process %d: dropped", (int)peer->addr.pid);
+        return;
+    }
+    *p = m;
+    fy_list_add_tail(&peer->replies, &p->link);
+    iface->nreplies++;
+}
+
+void fy_shm_reply(shm_iface_t *iface, const shm_iface_addr_t *to, uint8_t type, uint64_t cookie,
+                  ferry_status_t status, uint64_t value)
+{
+    shm_peer_t *peer;
+    shm_reply_t r = {.cookie = cookie, .status = status, .value = value};
+    if (fy_shm_peer_get(iface, to, &peer) != FERRY_OK) {
+        fy_debug("cannot answer process %d: its ring cannot be mapped", (int)to->pid);
+        return;
+    }
+    fy_shm_send_ctl(iface, peer, type, 0, &r, sizeof(r), sizeof(r));
+}
+
+unsigned fy_shm_flush_ctl(shm_iface_t *iface)
+{
+    unsigned n = 0;
+    fy_list_t *pos;
+    fy_list_for_each(pos, &iface->peer_list)
+    {
+        shm_peer_t *peer = fy_container_of(pos, shm_peer_t, link);
+        fy_list_t *r;
+        while ((r = peer->replies.next) != &peer->replies) {
+            shm_pending_ctl_t *p = fy_container_of(r, shm_pending_ctl_t, link);
+            if (!try_ctl(iface, peer, p))
+                break;
+            fy_list_del(r);
+            free(p);
+            iface->nreplies--;
+            n++;
+        }
+    }
+    return n;
+}
+
+/* Drop half-received pushed messages whose sender has died. */
+typedef struct frag_scan {
+    uint64_t dead[16];
+    unsigned n;
+} frag_scan_t;
+
+static void frag_find_dead(uint64_t token, void *value, void *arg)
+{
+    frag_scan_t *s = arg;
+    if (s->n < FY_ARRAY_SIZE(s->dead) && fy_shm_pid_is_dead((pid_t)(token >> 32)))
+        s->dead[s->n++] = token;
+}
+
+static void drop_dead_frags(shm_iface_t *iface)
+{
+    frag_scan_t s = {.n = 0};
+    fy_hash_foreach(&iface->frags, frag_find_dead, &s);
+    for (unsigned i = 0; i < s.n; i++) {
+        shm_frag_rx_t *f = fy_hash_del(&iface->frags, s.dead[i]);
+        free(f->buf);
+        free(f);
+        iface->stats.drops_dead++;
+    }
+}
+
+void fy_shm_check_liveness(shm_iface_t *iface)
+{
+    struct epoll_event evs[16];
+    int n = epoll_wait(iface->epfd, evs, 16, 0);
+    for (int i = 0; i < n; i++)
+        if (evs[i].data.ptr != NULL)
+            fy_shm_peer_fail(iface, evs[i].data.ptr, FERRY_ERR_CONNECTION_RESET);
+    fy_list_t *pos;
+    fy_list_for_each(pos, &iface->peer_list)
+    {
+        shm_peer_t *peer = fy_container_of(pos, shm_peer_t, link);
+        if (peer->status != FERRY_OK)
+            continue;
+        if (__atomic_load_n(&peer->hdr->closed, __ATOMIC_ACQUIRE) ||
+            (peer->pidfd < 0 && fy_shm_pid_is_dead(peer->addr.pid)))
+            fy_shm_peer_fail(iface, peer, FERRY_ERR_CONNECTION_RESET);
+    }
+    fy_shm_check_stuck(iface);
+    if (FY_UNLIKELY(fy_hash_count(&iface->frags) != 0))
+        drop_dead_frags(iface);
+}
+
+/* Fail the eps of failed peers: err_cb, then their operations. */

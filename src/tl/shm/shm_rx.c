@@ -1,0 +1,212 @@
+/*
+ * shm_rx.c - what the receive ring delivers: the dispatch of each cell type to the AM
+ * callback or to the transport's own handlers.
+ *
+ * Short and buffered AMs are handed to am_cb straight from the cell or its buffer (valid
+ * until the cell is freed, after the callback).  A PULL descriptor is served at once: the data
+ * is pulled with process_vm_readv into a receive buffer kept for reuse (page faults would
+ * otherwise cost more than the copy), the sender is answered, then am_cb sees header and data
+ * contiguous.  Pushed chunks are reassembled per sending ep.  Everything read from a cell is
+ * copied out and bounds-checked first: a peer's bytes are not trusted.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <sys/uio.h>
+
+#include "tl/shm/shm.h"
+#include "util/log.h"
+
+static char *rx_buffer(shm_iface_t *iface, size_t len)
+{
+    if (iface->rxbuf != NULL && len <= iface->rxbuf_size)
+        return iface->rxbuf;
+    if (len > iface->md->opts.rx_keep)
+        return malloc(len ? len : 1);
+    char *b = malloc(len ? len : 1);
+    if (b == NULL)
+        return NULL;
+    free(iface->rxbuf);
+    iface->rxbuf = b;
+    iface->rxbuf_size = len;
+    return b;
+}
+
+static void rx_buffer_done(shm_iface_t *iface, char *b)
+{
+    if (b != iface->rxbuf)
+        free(b);
+}
+
+static void rx_pull(shm_iface_t *iface, uint8_t am_id, const char *buf, uint32_t len)
+{
+    shm_pull_desc_t d;
+    if (len < sizeof(d)) {
+        iface->stats.drops_malformed++;
+        return;
+    }
+    memcpy(&d, buf, sizeof(d));
+    uint64_t sum = 0;
+    for (uint32_t i = 0; i < d.iovcnt && i < SHM_MAX_IOV; i++)
+        sum += d.iov[i].len;
+    if (d.iovcnt > SHM_MAX_IOV || d.hdr_len > SHM_MAX_ZCOPY_HDR || sizeof(d) + d.hdr_len > len ||
+        sum != d.data_len || d.data_len > SIZE_MAX / 2) {
+        iface->stats.drops_malformed++;
+        return;
+    }
+    iface->stats.rx_pull++;
+    if (!iface->cma_ok && d.reply.pid != iface->addr.pid) {
+        fy_shm_reply(iface, &d.reply, SHM_CELL_ZDONE, d.cookie, SHM_STATUS_NEED_PUSH, 0);
+        return;
+    }
+    size_t total = d.hdr_len + (size_t)d.data_len;
+    char *dst = rx_buffer(iface, total);
+    if (dst == NULL) {
+        fy_error("no memory for a %zu-byte message from process %d", total, (int)d.reply.pid);
+        fy_shm_reply(iface, &d.reply, SHM_CELL_ZDONE, d.cookie, FERRY_ERR_NO_MEMORY, 0);
+        return;
+    }
+    memcpy(dst, buf + sizeof(d), d.hdr_len);
+    int err = 0;
+    if (d.reply.pid == iface->addr.pid) {
+        char *p = dst + d.hdr_len;
+        for (uint32_t i = 0; i < d.iovcnt; i++) {
+            memcpy(p, (const void *)(uintptr_t)d.iov[i].addr, d.iov[i].len);
+            p += d.iov[i].len;
+        }
+    } else {
+        struct iovec l = {dst + d.hdr_len, (size_t)d.data_len}, r[SHM_MAX_IOV];
+        for (uint32_t i = 0; i < d.iovcnt; i++)
+            r[i] = (struct iovec){(void *)(uintptr_t)d.iov[i].addr, d.iov[i].len};
+        err = fy_shm_cma_copy(d.reply.pid, &l, 1, r, d.iovcnt, 0);
+    }
+    if (err == 0) {
+        fy_shm_reply(iface, &d.reply, SHM_CELL_ZDONE, d.cookie, FERRY_OK, 0);
+        iface->stats.rx_msgs++;
+        iface->stats.rx_bytes += total;
+        iface->super.params.am_cb(iface->super.params.am_arg, am_id, dst, total);
+    } else if (err == EPERM || err == ENOSYS || err == EACCES) {
+        fy_info("cross-memory attach to process %d refused (%s): asking it to push",
+                (int)d.reply.pid, strerror(err));
+        fy_shm_reply(iface, &d.reply, SHM_CELL_ZDONE, d.cookie, SHM_STATUS_NEED_PUSH, 0);
+    } else if (err == ESRCH) {
+        iface->stats.drops_dead++; /* the sender is gone */
+    } else {
+        fy_warn("pulling %zu bytes from process %d failed: %s", (size_t)d.data_len,
+                (int)d.reply.pid, strerror(err));
+        fy_shm_reply(iface, &d.reply, SHM_CELL_ZDONE, d.cookie, FERRY_ERR_IO, 0);
+    }
+    rx_buffer_done(iface, dst);
+}
+
+static void rx_frag(shm_iface_t *iface, const shm_cell_t *c, uint8_t am_id, const char *chunk,
+                    uint32_t len)
+{
+    shm_frag_hdr_t fh;
+    memcpy(&fh, c->data, sizeof(fh));
+    shm_frag_rx_t *f = fy_hash_get(&iface->frags, fh.token);
+    iface->stats.rx_frag++;
+    if (c->flags & SHM_FRAG_ABORT) { /* the sender's ep was destroyed mid-message */
+        if (f != NULL) {
+            fy_hash_del(&iface->frags, fh.token);
+            free(f->buf);
+            free(f);
+        }
+        return;
+    }
+    if (fh.offset == 0) {
+        if (f != NULL) { /* a sender restarted a message: drop the old one */
+            fy_hash_del(&iface->frags, fh.token);
+            free(f->buf);
+            free(f);
+        }
+        if (fh.total > SIZE_MAX / 2 || (f = calloc(1, sizeof(*f))) == NULL)
+            goto drop;
+        f->buf = malloc(fh.total ? (size_t)fh.total : 1);
+        if (f->buf == NULL || fy_hash_put(&iface->frags, fh.token, f) != FERRY_OK) {
+            fy_error("no memory for a %llu-byte pushed message: dropped",
+                     (unsigned long long)fh.total);
+            free(f->buf);
+            free(f);
+            goto drop;
+        }
+        f->token = fh.token;
+        f->total = (size_t)fh.total;
+        f->am_id = am_id;
+    } else if (f == NULL || fh.offset != f->got || fh.total != f->total) {
+        goto drop;
+    }
+    if (len > f->total - f->got)
+        goto drop;
+    memcpy(f->buf + f->got, chunk, len);
+    f->got += len;
+    if (f->got == f->total) {
+        fy_hash_del(&iface->frags, fh.token);
+        iface->stats.rx_msgs++;
+        iface->stats.rx_bytes += f->total;
+        iface->super.params.am_cb(iface->super.params.am_arg, f->am_id, f->buf, f->total);
+        free(f->buf);
+        free(f);
+    }
+    return;
+drop:
+    iface->stats.drops_malformed++;
+}
+
+void fy_shm_dispatch(shm_iface_t *iface, shm_cell_t *c, uint32_t ticket)
+{
+    uint32_t len = c->len;
+    uint8_t am_id = c->am_id;
+    const char *buf = iface->bufs + (size_t)(ticket & iface->mask) * iface->bcopy_size;
+    size_t inline_max = iface->md->opts.cell_size - SHM_CELL_HDR;
+    switch (c->type) {
+    case SHM_CELL_SHORT:
+        if (len > inline_max || am_id > FY_TL_AM_ID_MAX)
+            break;
+        iface->stats.rx_msgs++;
+        iface->stats.rx_bytes += len;
+        iface->super.params.am_cb(iface->super.params.am_arg, am_id, c->data, len);
+        return;
+    case SHM_CELL_BCOPY:
+        if (len > iface->bcopy_size || am_id > FY_TL_AM_ID_MAX)
+            break;
+        iface->stats.rx_msgs++;
+        iface->stats.rx_bytes += len;
+        iface->super.params.am_cb(iface->super.params.am_arg, am_id, buf, len);
+        return;
+    case SHM_CELL_PULL:
+        if (len > iface->bcopy_size || am_id > FY_TL_AM_ID_MAX)
+            break;
+        rx_pull(iface, am_id, buf, len);
+        return;
+    case SHM_CELL_FRAG:
+        if (len > iface->bcopy_size || am_id > FY_TL_AM_ID_MAX ||
+            inline_max < sizeof(shm_frag_hdr_t))
+            break;
+        rx_frag(iface, c, am_id, buf, len);
+        return;
+    case SHM_CELL_ZDONE:
+    case SHM_CELL_AMO_REP: {
+        shm_reply_t r;
+        if (len != sizeof(r))
+            break;
+        memcpy(&r, c->data, sizeof(r));
+        if (c->type == SHM_CELL_ZDONE)
+            fy_shm_zdone(iface, &r);
+        else
+            fy_shm_amo_reply(iface, &r);
+        return;
+    }
+    case SHM_CELL_AMO_REQ: {
+        shm_amo_req_t q;
+        if (len != sizeof(q))
+            break;
+        memcpy(&q, buf, sizeof(q));
+        iface->stats.rx_amo++;
+        fy_shm_amo_serve(iface, &q);
+        return;
+    }
+    default:
+        break;
+    }
+    iface->stats.drops_malformed++;
+}

@@ -187,6 +187,7 @@ typedef struct fy_tcp_config {
     uint64_t user_timeout; /* TCP_USER_TIMEOUT; 0 = the kernel's */
     uint64_t conn_timeout;
     int nodelay;
+    int direct_poll;   /* read a hot peer's links directly (see tcp_iface.c) */
     double latency_ns; /* reported latency; 0 = built-in estimate */
     double bandwidth;  /* reported bandwidth in bytes/s; 0 = built-in estimate */
 } fy_tcp_config_t;
@@ -355,7 +356,11 @@ struct fy_tcp_iface {
     fy_list_t dead_accepts;
     fy_list_t dead_links;
     int in_progress;
-    uint64_t next_timer_ns;
+    /* The peer whose links bring everything lately (a ping-pong partner, a stream): its
+     * links are read directly, and epoll_wait runs only every FY_TCP_HOT_EPOLL-th pass. */
+    fy_tcp_peer_t *hot;
+    unsigned hot_mask; /* which of its links */
+    unsigned hot_pass, hot_idle;
     fy_mpool_t tx_pool, copy_pool, op_pool;
     char *sink; /* discarded payload lands here */
     size_t sink_size;
@@ -425,7 +430,8 @@ void fy_tcp_ep_orphan(fy_tcp_ep_t *ep);
 int fy_tcp_over_bound(const fy_tcp_peer_t *peer);
 
 /* tcp_rx.c: receiving */
-void fy_tcp_link_read(fy_tcp_link_t *link);
+/* Read (and handle) what the link has; the bytes read. */
+size_t fy_tcp_link_read(fy_tcp_link_t *link);
 void fy_tcp_link_parse(fy_tcp_link_t *link);
 void fy_tcp_link_unstall(fy_tcp_link_t *link, unsigned bits);
 void fy_tcp_link_stall(fy_tcp_link_t *link, unsigned bits);

@@ -181,6 +181,8 @@ static void peer_close_links(fy_tcp_peer_t *p)
 static void peer_free(fy_tcp_peer_t *p)
 {
     fy_tcp_iface_t *iface = p->iface;
+    if (iface->hot == p)
+        iface->hot = NULL;
     for (unsigned i = 0; i < FY_TCP_MAX_LINKS; i++) {
         if (p->links[i] == NULL)
             continue;
@@ -248,6 +250,8 @@ void fy_tcp_peer_fail(fy_tcp_peer_t *p, ferry_status_t status, const char *why)
                  ferry_status_string(status));
     p->state = FY_TCP_PEER_FAILED;
     p->fail_status = status;
+    if (iface->hot == p)
+        iface->hot = NULL;
     peer_close_links(p);
     if (p->in_table) {
         fy_hash_del(&iface->peers_by_id, p->remote_id);
@@ -324,6 +328,8 @@ void fy_tcp_peer_closed(fy_tcp_peer_t *p)
     }
     char s[128];
     fy_debug("tcp: %s closed its interface", peer_str(p, s, sizeof(s)));
+    if (p->iface->hot == p)
+        p->iface->hot = NULL;
     for (unsigned i = 0; i < FY_TCP_MAX_LINKS; i++) {
         link_free(p->iface, p->links[i]);
         p->links[i] = NULL;
@@ -521,6 +527,8 @@ static void answer(fy_tcp_iface_t *iface, fy_tcp_accept_t *a, uint8_t kind)
 /* Become the acceptor of connection conn_id: drop whatever attempt the peer had. */
 static void adopt(fy_tcp_peer_t *p, const fy_tcp_hello_t *h)
 {
+    if (p->iface->hot == p)
+        p->iface->hot = NULL;
     for (unsigned i = 0; i < FY_TCP_MAX_LINKS; i++) {
         link_free(p->iface, p->links[i]);
         p->links[i] = NULL;

@@ -11,6 +11,12 @@
  * nothing pending here means the fd will wake the worker when something arrives.  A link
  * that must not be read (stalled) leaves the set's EPOLLIN until it may be read again, so a
  * stalled link never keeps a worker awake.
+ *
+ * When every recent event was a read from one peer (a ping-pong partner, a stream), that
+ * peer is "hot": its links are read directly and epoll_wait runs every 8th pass only.  A
+ * small message then costs one read instead of an epoll_wait and a read, and a spinning
+ * receiver stays off the epoll lock that the sender's wake-ups take.  Any other event (a
+ * write becoming possible, another peer, an accept, the timer) ends it at the next epoll.
  */
 #include <errno.h>
 #include <netinet/in.h>
@@ -27,6 +33,11 @@
 #include "util/status.h"
 
 #define SINK_SIZE (64u << 10)
+/* While a peer is hot, epoll_wait (for everything else: other peers, writes, accepts,
+ * timers) runs every FY_TCP_HOT_EPOLL-th pass; after FY_TCP_HOT_IDLE passes without a byte
+ * the peer is no longer hot. */
+#define FY_TCP_HOT_EPOLL 8
+#define FY_TCP_HOT_IDLE  32
 
 static const fy_netif_t *find_dev(const fy_tcp_md_t *md, const char *name)
 {
@@ -258,31 +269,75 @@ static void link_event(fy_tcp_iface_t *iface, fy_tcp_link_t *link, uint32_t even
     fy_tcp_link_read(link);
 }
 
+/* Read the hot peer's links directly.  1 if anything came. */
+static unsigned hot_poll(fy_tcp_iface_t *iface)
+{
+    fy_tcp_peer_t *p = iface->hot;
+    size_t got = 0;
+    for (unsigned i = 0; i < p->nlinks && iface->hot == p; i++) {
+        fy_tcp_link_t *l = p->links[i];
+        if ((iface->hot_mask & (1u << i)) && l != NULL && l->state == FY_TCP_LINK_UP && !l->stall)
+            got += fy_tcp_link_read(l);
+    }
+    if (got != 0) {
+        iface->hot_idle = 0;
+        return 1;
+    }
+    if (++iface->hot_idle >= FY_TCP_HOT_IDLE)
+        iface->hot = NULL; /* gone quiet: back to epoll only */
+    return 0;
+}
+
 unsigned fy_tcp_iface_progress(fy_tl_iface_t *super)
 {
     fy_tcp_iface_t *iface = fy_tcp_iface(super);
     struct epoll_event evs[32];
     unsigned count = 0;
     iface->in_progress = 1;
+    if (iface->hot != NULL && ++iface->hot_pass % FY_TCP_HOT_EPOLL != 0) {
+        count += hot_poll(iface);
+        goto rest;
+    }
     int n = epoll_wait(iface->epfd, evs, (int)FY_ARRAY_SIZE(evs), 0);
+    fy_tcp_peer_t *hot = NULL;
+    unsigned mask = 0;
+    int single = n > 0;
     for (int i = 0; i < n; i++) {
         int *kind = evs[i].data.ptr;
         switch (*kind) {
-        case FY_TCP_OBJ_LINK:
-            link_event(iface, (fy_tcp_link_t *)(void *)kind, evs[i].events);
+        case FY_TCP_OBJ_LINK: {
+            fy_tcp_link_t *link = (fy_tcp_link_t *)(void *)kind;
+            /* only reads, all from one peer: that peer becomes hot */
+            if (evs[i].events == EPOLLIN && (hot == NULL || hot == link->peer)) {
+                hot = link->peer;
+                mask |= 1u << link->index;
+            } else {
+                single = 0;
+            }
+            link_event(iface, link, evs[i].events);
             break;
+        }
         case FY_TCP_OBJ_LISTEN:
+            single = 0;
             fy_tcp_accept_new(iface);
             break;
         case FY_TCP_OBJ_ACCEPT:
+            single = 0;
             fy_tcp_accept_read(iface, (fy_tcp_accept_t *)(void *)kind, evs[i].events);
             break;
         case FY_TCP_OBJ_TIMER:
+            single = 0;
             fy_tcp_timers(iface, fy_time_ns());
             break;
         }
         count++;
     }
+    if (n > 0 && iface->cfg->direct_poll) {
+        iface->hot = single && hot->state == FY_TCP_PEER_UP ? hot : NULL;
+        iface->hot_mask = mask;
+        iface->hot_idle = 0;
+    }
+rest:
     /* links unstalled with frames already in their buffers */
     for (int guard = 0; guard < 64 && !fy_list_is_empty(&iface->ready); guard++) {
         fy_list_t *e = fy_list_pop_head(&iface->ready);

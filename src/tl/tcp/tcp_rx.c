@@ -498,17 +498,18 @@ static void link_eof(fy_tcp_link_t *link, int err)
                      err == 0 ? "connection closed by the peer" : strerror(err));
 }
 
-void fy_tcp_link_read(fy_tcp_link_t *link)
+size_t fy_tcp_link_read(fy_tcp_link_t *link)
 {
     fy_tcp_iface_t *iface = link->peer->iface;
+    size_t total = 0;
     for (int round = 0; round < 8; round++) {
         if (link->state == FY_TCP_LINK_CLOSED || link->stall)
-            return;
+            return total;
         if (link->rx_dest == NULL && link->rx_tail > link->rx_head) {
             /* frames left from before a stall come first (and make room) */
             fy_tcp_link_parse(link);
             if (link->state == FY_TCP_LINK_CLOSED || link->stall)
-                return;
+                return total;
         }
         struct iovec v[FY_TCP_MAX_IOV + 2];
         size_t cnt, want, covered = 0;
@@ -536,7 +537,7 @@ void fy_tcp_link_read(fy_tcp_link_t *link)
             }
             if (link->rx_tail == link->rx_size) { /* a frame that fits never fills it */
                 proto_error(link, "no frame in %llu buffered bytes", link->rx_size);
-                return;
+                return total;
             }
             v[0].iov_base = link->rxbuf + link->rx_tail;
             v[0].iov_len = link->rx_size - link->rx_tail;
@@ -548,13 +549,14 @@ void fy_tcp_link_read(fy_tcp_link_t *link)
         ssize_t n = fy_tcp_recvv(link->fd, v, cnt);
         if (n == 0) {
             link_eof(link, 0);
-            return;
+            return total;
         }
         if (n < 0) {
             if (errno != EAGAIN && errno != EWOULDBLOCK)
                 link_eof(link, errno);
-            return;
+            return total;
         }
+        total += (size_t)n;
         if (direct) {
             size_t take = FY_MIN((size_t)n, covered);
             link->rx_off += take;
@@ -567,7 +569,8 @@ void fy_tcp_link_read(fy_tcp_link_t *link)
         }
         fy_tcp_link_parse(link);
         if ((size_t)n < want)
-            return; /* drained, most likely: epoll says when there is more */
+            return total; /* drained, most likely: epoll says when there is more */
     }
     /* budget used: there may be more, and the fd stays readable (level-triggered) */
+    return total;
 }

@@ -40,6 +40,10 @@ static const fy_config_field_t ctx_fields[] = {
                     "Emulate put, get and atomics over active messages even where a transport "
                     "does them natively (for testing and comparison).",
                     FY_CFG_BOOL, fy_ctx_opts_t, rma_emulate),
+    FY_CONFIG_FIELD("TAG_RNDV_THRESH", "64k",
+                    "Tagged messages larger than this use rendezvous (RTS/CTS, then the data "
+                    "from the sender's memory); smaller ones go eager.",
+                    FY_CFG_SIZE, fy_ctx_opts_t, tag_rndv_thresh),
     FY_CONFIG_FIELD("JOB_KEY", "",
                     "A job key carried by network transports; datagrams and connections with "
                     "another key are refused.  Set by the launcher; empty = a fixed default.",

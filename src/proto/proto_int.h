@@ -80,6 +80,7 @@ typedef struct fy_ctx_opts {
     uint64_t yield_ns; /* then yield this long, then sleep */
     int stats;
     int rma_emulate;
+    size_t tag_rndv_thresh;
     char *job_key;
 } fy_ctx_opts_t;
 
@@ -185,6 +186,8 @@ struct ferry_worker {
     /* ops waiting for a reply (emulated get/amo, flush round trips), by id */
     fy_hash_t waiting;
     uint64_t next_wait_id;
+    fy_list_t tag_posted; /* posted receives, in order (op->wait_link) */
+    fy_list_t tag_unexp;  /* unexpected messages, in arrival order */
 };
 
 /* An operation in flight.  Allocated from worker->ops; the user's request points to it. */
@@ -196,6 +199,8 @@ typedef enum fy_op_type {
     FY_OP_FLUSH,
     FY_OP_CLOSE,
     FY_OP_RMA_EMU, /* an emulated RMA/AMO waiting for its reply */
+    FY_OP_TAG_SEND, /* a rendezvous send waiting for the receiver's CTS */
+    FY_OP_TAG_RECV, /* a posted receive, or one waiting for rendezvous DATA */
 } fy_op_type_t;
 
 typedef struct fy_op {
@@ -282,6 +287,9 @@ void fy_am_recv_cb(void *arg, uint8_t am_id, const void *data, size_t len);
 ferry_status_t fy_op_start(fy_op_t *op);
 unsigned fy_worker_progress_pending(ferry_worker_t *w);
 ferry_status_t fy_ep_submit(ferry_ep_t *ep, fy_op_t *op);
+/* tag.c */
+void fy_tag_init_worker(ferry_worker_t *w);
+void fy_tag_cleanup_worker(ferry_worker_t *w);
 /* rma.c */
 void fy_rma_init_worker(ferry_worker_t *w);
 ferry_status_t fy_rma_start(fy_op_t *op);

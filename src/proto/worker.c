@@ -125,6 +125,7 @@ ferry_status_t ferry_worker_create(ferry_context_t *ctx, const ferry_worker_para
         goto err_mpool;
     }
     fy_rma_init_worker(w);
+    fy_tag_init_worker(w);
     if ((st = open_ifaces(w)) != FERRY_OK)
         goto err_ifaces;
     if ((st = fy_address_pack(w)) != FERRY_OK)
@@ -164,6 +165,7 @@ void ferry_worker_destroy(ferry_worker_t *w)
     for (uint32_t i = 0; i < w->eps_cap; i++)
         if (w->eps[i] != NULL)
             fy_ep_fail(w->eps[i], FERRY_ERR_CANCELED);
+    fy_tag_cleanup_worker(w);
     for (int pass = 0; pass < 4; pass++)
         ferry_worker_progress(w);
     for (uint32_t i = 0; i < w->eps_cap; i++)

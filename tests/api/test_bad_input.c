@@ -138,8 +138,10 @@ static void bad_am_args(void)
     FY_ASSERT_STATUS(ferry_am_sendv(p.ep[0], 0, NULL, 0, iov, 64, NULL), FERRY_ERR_INVALID_PARAM);
     FY_ASSERT_STATUS(ferry_am_sendv(p.ep[0], 0, NULL, 0, NULL, 2, NULL), FERRY_ERR_INVALID_PARAM);
     FY_ASSERT_STATUS(ferry_ep_close(p.ep[0], 7, NULL), FERRY_ERR_INVALID_PARAM);
-    /* not implemented yet: clearly unsupported */
-    FY_ASSERT_STATUS(ferry_tag_send(p.ep[0], 1, "x", 1, NULL), FERRY_ERR_UNSUPPORTED);
+    FY_ASSERT_STATUS(ferry_tag_send(p.ep[0], 1, NULL, 1, NULL), FERRY_ERR_INVALID_PARAM);
+    FY_ASSERT_STATUS(ferry_tag_recv(p.w[0], NULL, 1, 0, 0, NULL), FERRY_ERR_INVALID_PARAM);
+    FY_ASSERT_STATUS(ferry_tag_probe(p.w[0], 0, 0, NULL), FERRY_ERR_INVALID_PARAM);
+    FY_ASSERT_STATUS(ferry_request_cancel(p.w[0], NULL), FERRY_ERR_INVALID_PARAM);
     pair_close(&p);
 }
 

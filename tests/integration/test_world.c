@@ -289,6 +289,61 @@ static void put_get_ring(void)
     FY_ASSERT_OK(ferry_mem_unmap(ctx, mem));
 }
 
+/* Tagged messages: each rank sends every other rank an eager and a rendezvous message; the
+ * receiver takes them with a wildcard on the source and checks each, in per-sender order. */
+static void tags(void)
+{
+    static const size_t lens[] = {100, 1 << 20, 0};
+    FY_ASSERT_OK(ferry_world_barrier(world));
+    ferry_request_t sreq[64 * 3];
+    memset(sreq, 0, sizeof(sreq));
+    char *bufs[3];
+    for (int k = 0; k < 3; k++) {
+        bufs[k] = malloc(lens[k] + 1);
+        pattern(bufs[k], lens[k], (unsigned)(rank * 10 + k));
+    }
+    int nreq = 0;
+    for (int d = 1; d < size; d++) {
+        int to = (rank + d) % size;
+        for (int k = 0; k < 3; k++) {
+            uint64_t tag = ((uint64_t)rank << 8) | (uint64_t)k;
+            ferry_status_t st = ferry_tag_send(ep_to(to), tag, bufs[k], lens[k], &sreq[nreq]);
+            FY_ASSERT(st == FERRY_OK || st == FERRY_INPROGRESS);
+            if (st == FERRY_INPROGRESS)
+                nreq++;
+            else
+                sreq[nreq].status = FERRY_OK;
+        }
+    }
+    char *in = malloc(1 << 20);
+    int next_k[64] = {0};
+    for (int n = 0; n < (size - 1) * 3; n++) {
+        ferry_request_t r;
+        memset(&r, 0, sizeof(r));
+        ferry_status_t st = ferry_tag_recv(worker, in, 1 << 20, 0, 0, &r);
+        while (st == FERRY_INPROGRESS && r.status == FERRY_INPROGRESS)
+            ferry_worker_wait(worker, 100);
+        if (st == FERRY_INPROGRESS)
+            st = r.status;
+        FY_ASSERT_OK(st);
+        int src = (int)(r.tag >> 8), k = (int)(r.tag & 0xff);
+        FY_ASSERT(src >= 0 && src < size && src != rank && k < 3);
+        FY_ASSERT_EQ(k, next_k[src]); /* per-sender order */
+        next_k[src]++;
+        FY_ASSERT_EQ(r.length, lens[k]);
+        FY_ASSERT(pattern_ok(in, lens[k], (unsigned)(src * 10 + k)));
+    }
+    for (int i = 0; i < nreq; i++)
+        while (sreq[i].status == FERRY_INPROGRESS)
+            ferry_worker_wait(worker, 100);
+    for (int i = 0; i < nreq; i++)
+        FY_ASSERT_OK(sreq[i].status);
+    for (int k = 0; k < 3; k++)
+        free(bufs[k]);
+    free(in);
+    FY_ASSERT_OK(ferry_world_barrier(world));
+}
+
 static void setup(void)
 {
     FY_ASSERT_OK(ferry_context_create(NULL, &ctx));
@@ -312,4 +367,5 @@ static void teardown(void)
 }
 
 FYTEST_MAIN_INPROC(FYTEST_CASE(setup), FYTEST_CASE(alltoall_sizes), FYTEST_CASE(many_to_one),
-                   FYTEST_CASE(counter), FYTEST_CASE(put_get_ring), FYTEST_CASE(teardown))
+                   FYTEST_CASE(counter), FYTEST_CASE(put_get_ring), FYTEST_CASE(tags),
+                   FYTEST_CASE(teardown))

@@ -11,7 +11,8 @@
  *   -n iters  ping-pong round trips (default 100000)
  *   -b size   stream write size (default 1 MiB)
  *   -t ms     stream duration (default 2000 ms)
- *   -l links  stream over this many connections, round-robin, one write each (default 1)
+ *   -l links  stream over this many connections at once, each written as it has room
+ *             (default 1: plain blocking writes)
  *   -B        blocking reads in the ping-pong (default: busy-poll with MSG_DONTWAIT, the way a
  *             spinning progress loop reads)
  *
@@ -21,6 +22,7 @@
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
@@ -221,10 +223,32 @@ int main(int argc, char **argv)
            lat * 1e6);
 
     double start = now_sec(), end = start + (double)ms / 1e3;
-    int k = 0;
-    while (now_sec() < end) {
-        write_full(fds[1 + k], buf, bsize);
-        k = (k + 1) % links;
+    if (links == 1) {
+        while (now_sec() < end)
+            write_full(fds[1], buf, bsize);
+    } else {
+        /* several links: each writes its own stream of bsize blocks, non-blocking, as each
+         * socket has room (one full socket must not hold the others back) */
+        size_t off[MAX_LINKS] = {0};
+        struct pollfd p[MAX_LINKS];
+        for (int i = 0; i < links; i++) {
+            fcntl(fds[1 + i], F_SETFL, fcntl(fds[1 + i], F_GETFL) | O_NONBLOCK);
+            p[i].fd = fds[1 + i];
+            p[i].events = POLLOUT;
+        }
+        while (now_sec() < end) {
+            if (poll(p, (nfds_t)links, 100) < 0 && errno != EINTR)
+                die("poll");
+            for (int i = 0; i < links; i++) {
+                if (!(p[i].revents & POLLOUT))
+                    continue;
+                ssize_t n = send(fds[1 + i], buf + off[i], bsize - off[i], MSG_NOSIGNAL);
+                if (n > 0)
+                    off[i] = (off[i] + (size_t)n) % bsize;
+                else if (n < 0 && errno != EAGAIN)
+                    die("send");
+            }
+        }
     }
     for (int i = 0; i < links; i++)
         close(fds[1 + i]);

@@ -77,7 +77,8 @@ int main(int argc, char **argv)
     /* exchange ports */
     if (write(me ? q[1] : p[1], &ports[me], 2) != 2 || read(me ? p[0] : q[0], &ports[!me], 2) != 2)
         return 1;
-    struct sockaddr_in peer = {.sin_family = AF_INET, .sin_port = htons(ports[!me]),
+    struct sockaddr_in peer = {.sin_family = AF_INET,
+                               .sin_port = htons(ports[!me]),
                                .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
     unsigned long warm = lat ? 1000 : 1000;
     if (lat) {

@@ -219,7 +219,6 @@ typedef struct fy_op {
     void *copy;  /* owned copy of header+data when the caller gave no request */
     struct iovec iov[FY_MAX_IOV + 2];
     size_t iovcnt;
-    uint8_t hdr[16 + FERRY_AM_HEADER_MAX]; /* proto header + user header */
     size_t hdr_len;   /* proto header + user header */
     size_t proto_len; /* proto header alone */
     /* rma */
@@ -233,6 +232,8 @@ typedef struct fy_op {
     size_t len;
     uint64_t wait_id;
     unsigned mode; /* close mode */
+    /* last: fy_op_get() clears everything before it */
+    uint8_t hdr[16 + FERRY_AM_HEADER_MAX]; /* proto header + user header */
 } fy_op_t;
 
 struct ferry_mem {

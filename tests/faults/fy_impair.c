@@ -58,7 +58,10 @@ static struct {
 
 static volatile sig_atomic_t stop;
 
-static void on_term(int sig) { stop = 1; }
+static void on_term(int sig)
+{
+    stop = 1;
+}
 
 static uint64_t now_ns(void)
 {
@@ -75,9 +78,15 @@ static uint64_t next64(void)
     return z ^ (z >> 31);
 }
 
-static int chance(double pct) { return pct > 0 && (double)(next64() >> 11) * (100.0 / 9007199254740992.0) < pct; }
+static int chance(double pct)
+{
+    return pct > 0 && (double)(next64() >> 11) * (100.0 / 9007199254740992.0) < pct;
+}
 
-static void accept_pkt(uint32_t id) { nfq_set_verdict(g.qh, id, NF_ACCEPT, 0, NULL); }
+static void accept_pkt(uint32_t id)
+{
+    nfq_set_verdict(g.qh, id, NF_ACCEPT, 0, NULL);
+}
 
 /* Let through the packets held for "after the next one", or whose time has come. */
 static void release(int after_next, uint64_t now)
@@ -153,27 +162,55 @@ static int on_packet(struct nfq_q_handle *qh, struct nfgenmsg *msg, struct nfq_d
 
 int main(int argc, char **argv)
 {
-    static const struct option opts[] = {
-        {"queue", 1, 0, 'q'},   {"seed", 1, 0, 's'},    {"loss", 1, 0, 'l'},
-        {"dup", 1, 0, 'd'},     {"reorder", 1, 0, 'r'}, {"delay", 1, 0, 'D'},
-        {"delay-us", 1, 0, 'u'}, {"corrupt", 1, 0, 'c'}, {"zero-csum", 0, 0, 'z'},
-        {"mark", 1, 0, 'm'},    {0, 0, 0, 0}};
+    static const struct option opts[] = {{"queue", 1, 0, 'q'},
+                                         {"seed", 1, 0, 's'},
+                                         {"loss", 1, 0, 'l'},
+                                         {"dup", 1, 0, 'd'},
+                                         {"reorder", 1, 0, 'r'},
+                                         {"delay", 1, 0, 'D'},
+                                         {"delay-us", 1, 0, 'u'},
+                                         {"corrupt", 1, 0, 'c'},
+                                         {"zero-csum", 0, 0, 'z'},
+                                         {"mark", 1, 0, 'm'},
+                                         {0, 0, 0, 0}};
     int opt, queue = -1;
     static char buf[1 << 17];
 
     while ((opt = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         switch (opt) {
-        case 'q': queue = atoi(optarg); break;
-        case 's': g.rng = strtoull(optarg, NULL, 0); break;
-        case 'l': g.loss = atof(optarg); break;
-        case 'd': g.dup = atof(optarg); break;
-        case 'r': g.reorder = atof(optarg); break;
-        case 'D': g.delay = atof(optarg); break;
-        case 'u': g.delay_ns = strtoull(optarg, NULL, 0) * 1000ull; break;
-        case 'c': g.corrupt = atof(optarg); break;
-        case 'z': g.zero_csum = 1; break;
-        case 'm': g.mark = (uint32_t)strtoul(optarg, NULL, 0); break;
-        default: fprintf(stderr, "fy_impair: bad option\n"); return 2;
+        case 'q':
+            queue = atoi(optarg);
+            break;
+        case 's':
+            g.rng = strtoull(optarg, NULL, 0);
+            break;
+        case 'l':
+            g.loss = atof(optarg);
+            break;
+        case 'd':
+            g.dup = atof(optarg);
+            break;
+        case 'r':
+            g.reorder = atof(optarg);
+            break;
+        case 'D':
+            g.delay = atof(optarg);
+            break;
+        case 'u':
+            g.delay_ns = strtoull(optarg, NULL, 0) * 1000ull;
+            break;
+        case 'c':
+            g.corrupt = atof(optarg);
+            break;
+        case 'z':
+            g.zero_csum = 1;
+            break;
+        case 'm':
+            g.mark = (uint32_t)strtoul(optarg, NULL, 0);
+            break;
+        default:
+            fprintf(stderr, "fy_impair: bad option\n");
+            return 2;
         }
     }
     if (queue < 0) {

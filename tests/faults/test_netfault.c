@@ -24,7 +24,7 @@
 #include "udp_test.h"
 #include "udp_stream.h"
 
-#define SKIP 77
+#define SKIP  77
 #define QUEUE 7
 
 static char ns_a[32], ns_b[32], dev_a[16], dev_b[16];
@@ -54,7 +54,10 @@ static void enter_ns(const char *name)
     close(fd);
 }
 
-static void enter_b(void) { enter_ns(ns_b); }
+static void enter_b(void)
+{
+    enter_ns(ns_b);
+}
 
 static void teardown(void)
 {
@@ -97,8 +100,7 @@ static int setup(void)
     snprintf(dev_a, sizeof(dev_a), "fya%d", id);
     snprintf(dev_b, sizeof(dev_b), "fyb%d", id);
     if (sh("ip netns add %s", ns_a) || sh("ip netns add %s", ns_b) ||
-        sh("ip link add %s netns %s type veth peer name %s netns %s", dev_a, ns_a, dev_b,
-           ns_b) ||
+        sh("ip link add %s netns %s type veth peer name %s netns %s", dev_a, ns_a, dev_b, ns_b) ||
         sh("ip -n %s addr add 10.77.0.1/24 dev %s", ns_a, dev_a) ||
         sh("ip -n %s addr add 10.77.0.2/24 dev %s", ns_b, dev_b) ||
         sh("ip -n %s link set %s up && ip -n %s link set lo up", ns_a, dev_a, ns_a) ||
@@ -125,8 +127,8 @@ static int setup(void)
 }
 
 /* Start the impairer in namespace A and wait until it is bound to the queue. */
-static void start_impairer(const char *seed, const char *loss, const char *dup,
-                           const char *reorder, const char *corrupt)
+static void start_impairer(const char *seed, const char *loss, const char *dup, const char *reorder,
+                           const char *corrupt)
 {
     int p[2];
     char line[64] = {0};
@@ -137,9 +139,9 @@ static void start_impairer(const char *seed, const char *loss, const char *dup,
         enter_ns(ns_a);
         dup2(p[1], 1);
         close(p[0]);
-        execl(FY_IMPAIR_PATH, "fy_impair", "--queue", "7", "--seed", seed, "--loss", loss,
-              "--dup", dup, "--reorder", reorder, "--delay", reorder, "--delay-us", "300",
-              "--corrupt", corrupt, "--zero-csum", (char *)NULL);
+        execl(FY_IMPAIR_PATH, "fy_impair", "--queue", "7", "--seed", seed, "--loss", loss, "--dup",
+              dup, "--reorder", reorder, "--delay", reorder, "--delay-us", "300", "--corrupt",
+              corrupt, "--zero-csum", (char *)NULL);
         _exit(127);
     }
     close(p[1]);
@@ -148,8 +150,8 @@ static void start_impairer(const char *seed, const char *loss, const char *dup,
     FY_ASSERT_MSG(r > 0 && strncmp(line, "ready", 5) == 0, "the impairer did not start");
 }
 
-static const size_t net_sizes[] = {0,    1,     8,      700,     1000,    1400,    1432,
-                                   1433, 1500,  4096,   65536,   100000,  1 << 20, 3,
+static const size_t net_sizes[] = {0,    1,     8,      700,     1000,     1400,    1432,
+                                   1433, 1500,  4096,   65536,   100000,   1 << 20, 3,
                                    13,   70000, 999999, 8 << 20, 64 << 20, 0};
 
 static void run(const char *seed, const char *loss, const char *dup, const char *reorder,
@@ -171,10 +173,22 @@ static void run(const char *seed, const char *loss, const char *dup, const char 
     FY_ASSERT_MSG(ok, "could not build the namespaces (ip netns / veth / iptables)");
 }
 
-static void net_loss0(void) { run("100", "0", "1", "1", "0.5"); }
-static void net_loss1(void) { run("101", "1", "1", "1", "0.5"); }
-static void net_loss5(void) { run("105", "5", "2", "2", "1"); }
-static void net_loss20(void) { run("120", "20", "3", "3", "1"); }
+static void net_loss0(void)
+{
+    run("100", "0", "1", "1", "0.5");
+}
+static void net_loss1(void)
+{
+    run("101", "1", "1", "1", "0.5");
+}
+static void net_loss5(void)
+{
+    run("105", "5", "2", "2", "1");
+}
+static void net_loss20(void)
+{
+    run("120", "20", "3", "3", "1");
+}
 
 /* Can this process make network namespaces (root), or can it become able (unshare)? */
 static int can_netns(void)
@@ -196,7 +210,12 @@ int main(int argc, char **argv)
             /* A user namespace that owns a network and a mount namespace, with its own
              * /var/run/netns, may be enough where root is not available. */
             setenv("FY_NETFAULT_UNSHARED", "1", 1);
-            char *args[64] = {"unshare", "-rnm", "--propagation", "private", "sh", "-c",
+            char *args[64] = {"unshare",
+                              "-rnm",
+                              "--propagation",
+                              "private",
+                              "sh",
+                              "-c",
                               "mkdir -p /var/run/netns && mount -t tmpfs none /var/run/netns "
                               "&& exec \"$0\" \"$@\"",
                               argv[0]};

@@ -218,6 +218,8 @@ int main(int argc, char **argv)
         uint64_t addr[2] = {reg.addr_shared, reg.addr_plain};
         for (int k = 0; k < 4; k++) {
             int which = k & 1, get = k >> 1;
+            if (which == 1 && !(g.p.attr.caps & FY_TL_CAP_PUT))
+                continue; /* FERRY_SHM_CMA=n: only shared memory is reachable */
             struct iovec v = {buf, size};
             for (unsigned long i = 0; i < nb / 10 + 1; i++) /* warm-up */
                 CHECK(get ? ops->get_zcopy(g.ep, &v, 1, addr[which], &rk[which], NULL)
@@ -268,8 +270,10 @@ int main(int argc, char **argv)
     printf("  am 8 B latency     %8.3f us one-way (median of %d runs; min %.3f, max %.3f)\n",
            lat[RUNS / 2] / 1e3, RUNS, lat[0] / 1e3, lat[RUNS - 1] / 1e3);
     printf("  am 8 B rate        %8.2f M msg/s\n", rate / 1e6);
-    printf("  am_zcopy bw        %8.0f MB/s\n", zbw);
-    printf("  put bw   shared    %8.0f MB/s   plain (CMA) %8.0f MB/s\n", rma_bw[0], rma_bw[1]);
+    printf("  am_zcopy bw        %8.0f MB/s (%s)\n", zbw,
+           (g.p.attr.caps & FY_TL_CAP_PUT) ? "pulled with CMA" : "pushed through the ring");
+    printf("  put bw   shared    %8.0f MB/s   plain (CMA) %8.0f MB/s (0: CMA off)\n", rma_bw[0],
+           rma_bw[1]);
     printf("  get bw   shared    %8.0f MB/s   plain (CMA) %8.0f MB/s\n", rma_bw[2], rma_bw[3]);
     printf("  fetch-add latency  %8.3f us mapped, %.3f us served by the target\n", amo_lat[0] / 1e3,
            amo_lat[1] / 1e3);

@@ -10,7 +10,7 @@
 #include "fytest.h"
 #include "udp_test.h"
 
-#define GUARD (1u << 20)
+#define GUARD  (1u << 20)
 #define REGION (1u << 20)
 #define RO_LEN 65536
 
@@ -66,8 +66,8 @@ static int target(int rfd, int wfd)
         return 10;
     ut_pattern(mem, 2 * GUARD + REGION, 77);
     ut_pattern(ro, RO_LEN, 78);
-    if (n.ops->mem_reg(n.md, mem + GUARD, REGION,
-                       FERRY_MEM_REMOTE_READ | FERRY_MEM_REMOTE_WRITE, memh) != FERRY_OK ||
+    if (n.ops->mem_reg(n.md, mem + GUARD, REGION, FERRY_MEM_REMOTE_READ | FERRY_MEM_REMOTE_WRITE,
+                       memh) != FERRY_OK ||
         n.ops->mem_reg(n.md, ro, RO_LEN, FERRY_MEM_REMOTE_READ, ro_memh) != FERRY_OK)
         return 11;
     n.ops->rkey_pack(n.md, memh, ti.rkey);
@@ -195,8 +195,7 @@ static void run(void)
     FY_ASSERT_OK(get(&n, back, 0, ti.base, ti.rkey));
 
     /* Refused: past the end, before the start, wrong key, unknown region, no write right. */
-    FY_ASSERT_STATUS(put(&n, buf, 1000, ti.base + REGION - 100, ti.rkey),
-                     FERRY_ERR_ACCESS_DENIED);
+    FY_ASSERT_STATUS(put(&n, buf, 1000, ti.base + REGION - 100, ti.rkey), FERRY_ERR_ACCESS_DENIED);
     FY_ASSERT_STATUS(put(&n, buf, 200000, ti.base - 10, ti.rkey), FERRY_ERR_ACCESS_DENIED);
     FY_ASSERT_STATUS(put(&n, buf, 100, ti.base, badkey), FERRY_ERR_ACCESS_DENIED);
     FY_ASSERT_STATUS(put(&n, buf, 100, ti.base, badid), FERRY_ERR_ACCESS_DENIED);
@@ -226,9 +225,9 @@ static void run(void)
         struct iovec iov = {buf + i * 100000, 100000};
         ut_pattern(buf + i * 100000, 100000, 100 + (uint32_t)i);
         cs[i] = (comp_t){{comp_cb}, 0, FERRY_OK};
-        FY_ASSERT_STATUS(n.ops->put_zcopy(n.ep, &iov, 1, ti.base + (uint64_t)i * 120000,
-                                          ti.rkey, &cs[i].comp),
-                         FERRY_INPROGRESS);
+        FY_ASSERT_STATUS(
+            n.ops->put_zcopy(n.ep, &iov, 1, ti.base + (uint64_t)i * 120000, ti.rkey, &cs[i].comp),
+            FERRY_INPROGRESS);
         memcpy(model + i * 120000, buf + i * 100000, 100000);
     }
     FY_ASSERT_OK(flush(&n));
@@ -244,8 +243,7 @@ static void run(void)
     struct iovec iov = {&crc, 4};
     FY_ASSERT_OK(n.ops->am_short(n.ep, 3, &iov, 1));
     FY_ASSERT(ut_wait_flag(&n, &s.check_result_ready, 30000));
-    FY_ASSERT_MSG(s.result == 0,
-                  "target found: %s%s%s%s", s.result & 1 ? "low guard touched " : "",
+    FY_ASSERT_MSG(s.result == 0, "target found: %s%s%s%s", s.result & 1 ? "low guard touched " : "",
                   s.result & 2 ? "high guard touched " : "",
                   s.result & 4 ? "region differs from the model " : "",
                   s.result & 8 ? "read-only region written" : "");
@@ -266,7 +264,10 @@ static void run(void)
     free(ref);
 }
 
-static void rma_clean(void) { run(); }
+static void rma_clean(void)
+{
+    run();
+}
 
 static void rma_loss5(void)
 {

@@ -23,7 +23,10 @@ static void set_faults(const char *seed, const char *drop, const char *dup, cons
     setenv("FERRY_UDP_FAULT_CORRUPT", corrupt, 1);
 }
 
-static void clean(void) { run_transfer(all_sizes, FY_ARRAY_SIZE(all_sizes), 1, 0); }
+static void clean(void)
+{
+    run_transfer(all_sizes, FY_ARRAY_SIZE(all_sizes), 1, 0);
+}
 
 static void many_small(void)
 {
@@ -69,6 +72,6 @@ static void mtu_mismatch(void)
     run_transfer(small_sizes, FY_ARRAY_SIZE(small_sizes), 1, 0);
 }
 
-FYTEST_MAIN(FYTEST_CASE(clean), FYTEST_CASE(many_small), FYTEST_CASE(loss1),
-            FYTEST_CASE(loss5), FYTEST_CASE(loss20), FYTEST_CASE(loss20_small),
-            FYTEST_CASE(sleepy_loss5), FYTEST_CASE(mtu_mismatch))
+FYTEST_MAIN(FYTEST_CASE(clean), FYTEST_CASE(many_small), FYTEST_CASE(loss1), FYTEST_CASE(loss5),
+            FYTEST_CASE(loss20), FYTEST_CASE(loss20_small), FYTEST_CASE(sleepy_loss5),
+            FYTEST_CASE(mtu_mismatch))

@@ -70,8 +70,8 @@ static void send_one(ut_node_t *n, uint32_t i, size_t size, ut_comp_t *c)
             st = n->ops->am_bcopy(n->ep, 1, &iov, 1);
         } else {
             /* header = the meta, data in two iov pieces */
-            struct iovec d[2] = {{c->buf + UT_META, size / 3}, {c->buf + UT_META + size / 3,
-                                                                 size - size / 3}};
+            struct iovec d[2] = {{c->buf + UT_META, size / 3},
+                                 {c->buf + UT_META + size / 3, size - size / 3}};
             st = n->ops->am_zcopy(n->ep, 1, c->buf, UT_META, d, 2, &c->comp);
         }
         if (st != FERRY_ERR_NO_RESOURCE)

@@ -22,7 +22,7 @@
 #include "util/clock.h"
 #include "util/status.h"
 
-#define UT_JOB_KEY 0x5eedf00dcafe0001ull
+#define UT_JOB_KEY  0x5eedf00dcafe0001ull
 #define UT_ADDR_MAX 128
 
 typedef struct ut_node {
@@ -32,8 +32,8 @@ typedef struct ut_node {
     fy_tl_iface_t *iface;
     fy_tl_ep_t *ep;
     fy_tl_iface_attr_t attr;
-    int sleepy;          /* wait on the event fd instead of spinning */
-    int failed;          /* err_cb seen */
+    int sleepy; /* wait on the event fd instead of spinning */
+    int failed; /* err_cb seen */
     ferry_status_t fail_status;
     uint64_t fail_ns;
 } ut_node_t;
@@ -174,10 +174,10 @@ static inline void ut_pattern(uint8_t *buf, size_t len, uint32_t index)
 uint32_t fy_udp_crc32c(uint32_t crc, const void *buf, size_t len);
 
 typedef struct ut_rx {
-    uint32_t expect;        /* next index */
-    uint32_t count;         /* messages expected in all */
+    uint32_t expect; /* next index */
+    uint32_t count;  /* messages expected in all */
     uint64_t bytes;
-    int bad;                /* first error seen */
+    int bad; /* first error seen */
     char why[200];
     volatile int done;
 } ut_rx_t;
@@ -198,15 +198,15 @@ static inline void ut_rx_check(ut_rx_t *rx, const void *data, size_t len)
     if (meta[0] != rx->expect || meta[1] != len - UT_META) {
         rx->bad = 1;
         snprintf(rx->why, sizeof(rx->why),
-                 "expected message %u, got %u (len %u, %zu bytes arrived)", rx->expect,
-                 meta[0], meta[1], len - UT_META);
+                 "expected message %u, got %u (len %u, %zu bytes arrived)", rx->expect, meta[0],
+                 meta[1], len - UT_META);
         return;
     }
     uint32_t crc = fy_udp_crc32c(0, (const uint8_t *)data + UT_META, len - UT_META);
     if (crc != meta[2]) {
         rx->bad = 1;
-        snprintf(rx->why, sizeof(rx->why), "message %u (%zu bytes): checksum differs",
-                 rx->expect, len - UT_META);
+        snprintf(rx->why, sizeof(rx->why), "message %u (%zu bytes): checksum differs", rx->expect,
+                 len - UT_META);
         return;
     }
     rx->expect++;

@@ -59,7 +59,7 @@
 #define SHM_MAX_IOV       16
 #define SHM_MAX_ZCOPY_HDR 2048
 #define SHM_MAX_WAITERS   16 /* senders that may sleep waiting for room in one ring */
-#define SHM_CTL_MAX_      24 /* inline bytes of a control message */
+#define SHM_CTL_MAX       24 /* inline bytes of a control message */
 #define SHM_RX_BATCH      32 /* cells handled per progress call */
 #define SHM_RELEASE_BATCH 16 /* consumed cells freed together */
 
@@ -104,8 +104,7 @@ typedef struct shm_seg_hdr {
     uint32_t cell_size;
     uint32_t bcopy_size;
     uint64_t cells_off, bufs_off, seg_size;
-    uint32_t closed; /* the owner closed the iface: its eps fail */
-    uint32_t flags;
+    uint32_t closed;                   /* the owner closed the iface: its eps fail */
     _Alignas(128) uint32_t tail;       /* producers only */
     _Alignas(128) uint32_t nwaiters;   /* a hint: some slot is taken */
     uint64_t waiters[SHM_MAX_WAITERS]; /* ids of senders waiting for room */
@@ -119,7 +118,7 @@ typedef struct shm_dev_addr {
 
 /*
  * Interface address (40 bytes):
- *   | id (8) | seg ino (8) | seg size (8) | pid (4) | seg fd (4) | version:8 flags:8 (4) |
+ *   | id (8) | seg ino (8) | seg size (8) | pid (4) | seg fd (4) | version (2) | flags (2) |
  *   | bcopy_size (4) |
  */
 typedef struct shm_iface_addr {
@@ -171,8 +170,8 @@ typedef struct shm_amo_req {
     uint8_t op, size, fetch, pad[5];
 } shm_amo_req_t;
 
-_Static_assert(sizeof(shm_reply_t) <= SHM_CTL_MAX_ && sizeof(shm_frag_hdr_t) <= SHM_CTL_MAX_ &&
-                   SHM_CELL_HDR + SHM_CTL_MAX_ <= 64,
+_Static_assert(sizeof(shm_reply_t) <= SHM_CTL_MAX && sizeof(shm_frag_hdr_t) <= SHM_CTL_MAX &&
+                   SHM_CELL_HDR + SHM_CTL_MAX <= 64,
                "control messages must fit inline in the smallest cell");
 _Static_assert(sizeof(shm_pull_desc_t) + SHM_MAX_ZCOPY_HDR <= 4096 && sizeof(shm_amo_req_t) <= 4096,
                "requests must fit the smallest cell buffer");
@@ -239,7 +238,6 @@ typedef struct shm_peer {
 } shm_peer_t;
 
 /* A control message (an answer, an abort) that found the peer's ring full. */
-#define SHM_CTL_MAX SHM_CTL_MAX_
 typedef struct shm_pending_ctl {
     fy_list_t link;
     uint8_t type;
@@ -289,6 +287,7 @@ struct shm_ep {
     char *bufs;
     uint64_t owner; /* our pid, shifted into a state word */
     unsigned blocked;
+    uint64_t last_rx; /* iface rx count at our last send: unchanged means streaming */
     /* the rest */
     shm_iface_t *iface;
     shm_peer_t *peer;
@@ -334,11 +333,10 @@ struct shm_iface {
     void *seg;
     uint64_t id;
     shm_iface_addr_t addr;
-    int sock;   /* bound wake-up socket */
-    int txsock; /* to send wake-ups */
-    int epfd;   /* the event fd: sock + peer pidfds */
-    int cma_ok; /* we pull with process_vm_readv (config, and not found denied) */
-    uint32_t next_token;
+    int sock;        /* bound wake-up socket */
+    int txsock;      /* to send wake-ups */
+    int epfd;        /* the event fd: sock + peer pidfds */
+    int cma_ok;      /* we pull with process_vm_readv (FERRY_SHM_CMA) */
     fy_hash_t peers; /* id -> shm_peer_t */
     fy_list_t peer_list;
     fy_list_t full_peers;
@@ -397,9 +395,6 @@ static inline shm_cell_t *shm_ring_claim(char *cells, uint32_t *tailp, uint32_t 
         uint32_t p = pos;
         if (FY_LIKELY(ok)) {
             __atomic_compare_exchange_n(tailp, &p, pos + 1, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED);
-            /* Ask for the next cell's line now, so that a stream of sends overlaps the
-             * transfers instead of waiting for each one in its CAS. */
-            shm_prefetchw(shm_cell_at(cells, shift, mask, pos + 2));
             *ticket_p = pos;
             return c;
         }
@@ -488,6 +483,9 @@ void fy_shm_check_stuck(shm_iface_t *iface);
 
 /* shm_rx.c: handle one published cell of our ring (ticket says which buffer is its). */
 void fy_shm_dispatch(shm_iface_t *iface, shm_cell_t *c, uint32_t ticket);
+/* Free the kept receive buffer / a half-received pushed message. */
+void fy_shm_rx_free(shm_iface_t *iface);
+void fy_shm_frag_free(shm_frag_rx_t *f);
 
 /* shm_peer.c */
 void fy_shm_sock_name(uint64_t id, struct sockaddr_un *sun, socklen_t *len);

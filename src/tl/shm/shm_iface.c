@@ -151,8 +151,7 @@ err_free:
 static void free_frag(uint64_t key, void *value, void *arg)
 {
     shm_frag_rx_t *f = value;
-    free(f->buf);
-    free(f);
+    fy_shm_frag_free(f);
 }
 
 void fy_shm_iface_close(fy_tl_iface_t *tl_iface)
@@ -181,7 +180,7 @@ void fy_shm_iface_close(fy_tl_iface_t *tl_iface)
     fy_hash_destroy(&iface->peers);
     fy_hash_destroy(&iface->ops);
     fy_mpool_destroy(&iface->op_mp);
-    free(iface->rxbuf);
+    fy_shm_rx_free(iface);
     close(iface->epfd);
     close(iface->sock);
     close(iface->txsock);
@@ -204,7 +203,7 @@ void fy_shm_iface_query(fy_tl_iface_t *tl_iface, fy_tl_iface_attr_t *attr)
         attr->caps |= FY_TL_CAP_PUT | FY_TL_CAP_GET;
     /* Measured on the reference 2-core box with tests/shm/shm_pingpong (see docs/shm.md). */
     attr->latency_ns = 220;
-    attr->bandwidth = o->cma ? 18e9 : 6e9;
+    attr->bandwidth = o->cma ? 18e9 : 10e9;
     attr->overhead_ns = 40;
     attr->max_short = o->cell_size - SHM_CELL_HDR;
     attr->max_bcopy = o->bcopy_size;

@@ -305,8 +305,7 @@ static void drop_dead_frags(shm_iface_t *iface)
     fy_hash_foreach(&iface->frags, frag_find_dead, &s);
     for (unsigned i = 0; i < s.n; i++) {
         shm_frag_rx_t *f = fy_hash_del(&iface->frags, s.dead[i]);
-        free(f->buf);
-        free(f);
+        fy_shm_frag_free(f);
         iface->stats.drops_dead++;
     }
 }

@@ -294,7 +294,9 @@ unsigned fy_tcp_iface_progress(fy_tl_iface_t *super)
     struct epoll_event evs[32];
     unsigned count = 0;
     iface->in_progress = 1;
-    if (iface->hot != NULL && ++iface->hot_pass % FY_TCP_HOT_EPOLL != 0) {
+    /* a peer with frames queued to send needs epoll's word on writability at once */
+    if (iface->hot != NULL && iface->hot->q_ops == 0 &&
+        ++iface->hot_pass % FY_TCP_HOT_EPOLL != 0) {
         count += hot_poll(iface);
         goto rest;
     }

@@ -32,26 +32,26 @@
 #include "util/region.h"
 #include "util/status.h"
 
-#define FY_UDP_MAX_IOV 16
-#define FY_UDP_MAX_ZHDR 256  /* am_zcopy header */
-#define FY_UDP_BATCH 32      /* datagrams per recvmmsg / sendmmsg */
+#define FY_UDP_MAX_IOV     16
+#define FY_UDP_MAX_ZHDR    256 /* am_zcopy header */
+#define FY_UDP_BATCH       32  /* datagrams per recvmmsg / sendmmsg */
 #define FY_UDP_SEG_HDR_MAX (FY_UDP_HDR_LEN + 48)
-#define FY_UDP_CWND_INIT 64 /* segments a new ep may have in flight before its first ACK */
-#define FY_UDP_CWND_MIN 32
-#define FY_UDP_QUEUE_NS (5 * 1000 * 1000ll) /* queueing delay tolerated above 4x min RTT */
-#define FY_UDP_TX_BYTES (1u << 20) /* bytes of new segments one ep sends per pass */
-#define FY_UDP_GSO_MAX 64    /* segments per GSO send (the kernel's UDP_MAX_SEGMENTS) */
-#define FY_UDP_GSO_BYTES 65000 /* payload of one GSO send */
+#define FY_UDP_CWND_INIT   64 /* segments a new ep may have in flight before its first ACK */
+#define FY_UDP_CWND_MIN    32
+#define FY_UDP_QUEUE_NS    (5 * 1000 * 1000ll) /* queueing delay tolerated above 4x min RTT */
+#define FY_UDP_TX_BYTES    (1u << 20)          /* bytes of new segments one ep sends per pass */
+#define FY_UDP_GSO_MAX     64    /* segments per GSO send (the kernel's UDP_MAX_SEGMENTS) */
+#define FY_UDP_GSO_BYTES   65000 /* payload of one GSO send */
 
 /* ---- configuration (FERRY_UDP_*) ------------------------------------------------------ */
 typedef struct fy_udp_opts {
     char *if_include;
     char *if_exclude;
-    int af;                 /* 0 any, 1 inet, 2 inet6 */
-    size_t mtu;             /* 0: the interface's */
+    int af;     /* 0 any, 1 inet, 2 inet6 */
+    size_t mtu; /* 0: the interface's */
     size_t prio_mtu;
     unsigned long window;
-    size_t credit;          /* bytes in flight per ep (also bounded by the peer's buffer) */
+    size_t credit; /* bytes in flight per ep (also bounded by the peer's buffer) */
     size_t rcvbuf, sndbuf;
     unsigned long ack_passes;
     uint64_t ack_delay;
@@ -110,20 +110,20 @@ struct fy_udp_rma_op;
  * hdr), sent in chunks straight from the caller's memory. */
 typedef struct fy_udp_frag {
     fy_udp_pend_t pend;
-    uint8_t type;        /* FY_UDP_T_AM (fits one segment), _AM_CHUNK, _PUT, _GET_RESP */
+    uint8_t type; /* FY_UDP_T_AM (fits one segment), _AM_CHUNK, _PUT, _GET_RESP */
     uint8_t am_id;
-    int8_t status;       /* GET_RESP */
-    uint8_t queued;      /* still on the send queue (not every chunk made yet) */
+    int8_t status;  /* GET_RESP */
+    uint8_t queued; /* still on the send queue (not every chunk made yet) */
     uint32_t op_id;
     uint64_t total;
-    uint64_t next_off;   /* bytes made into segments */
-    uint32_t outstanding;/* segments sent and not yet ACKed */
+    uint64_t next_off;    /* bytes made into segments */
+    uint32_t outstanding; /* segments sent and not yet ACKed */
     ferry_status_t result;
-    fy_tl_comp_t *comp;  /* am_zcopy: the caller's completion */
+    fy_tl_comp_t *comp; /* am_zcopy: the caller's completion */
     struct fy_udp_conn *conn;
     struct fy_udp_seg *bounce; /* a copied message this fragment owns (am_bcopy) */
-    struct fy_udp_rma_op *op; /* put: its operation */
-    fy_udp_rma_t rma;    /* put */
+    struct fy_udp_rma_op *op;  /* put: its operation */
+    fy_udp_rma_t rma;          /* put */
     size_t iovcnt;
     struct iovec iov[FY_UDP_MAX_IOV + 1];
     uint8_t hdr[FY_UDP_MAX_ZHDR];
@@ -135,17 +135,17 @@ typedef struct fy_udp_seg {
     fy_udp_timer_t timer; /* the hotel */
     fy_list_t rlink;      /* the iface's resend queue */
     struct fy_udp_conn *conn;
-    fy_udp_frag_t *frag;  /* chunk source, or NULL: the data is inline below */
-    uint64_t off;         /* offset of this chunk in frag's message */
-    uint64_t tx_ns;       /* last transmission */
+    fy_udp_frag_t *frag; /* chunk source, or NULL: the data is inline below */
+    uint64_t off;        /* offset of this chunk in frag's message */
+    uint64_t tx_ns;      /* last transmission */
     uint32_t seq;
-    uint32_t dlen;        /* data bytes (after hdr) */
-    uint16_t hlen;        /* base header + type header */
+    uint32_t dlen; /* data bytes (after hdr) */
+    uint16_t hlen; /* base header + type header */
     uint8_t tries;
-    uint8_t sacked;       /* the receiver holds it (out of order): never time it out */
-    uint8_t pool;         /* which mpool it came from */
-    uint8_t hdr[FY_UDP_SEG_HDR_MAX];
-    uint8_t data[];       /* inline data (bcopy) */
+    uint8_t sacked; /* the receiver holds it (out of order): never time it out */
+    uint8_t pool;   /* which mpool it came from */
+    uint8_t hdr[FY_UDP_SEG_HDR_MAX] __attribute__((aligned(8)));
+    uint8_t data[]; /* inline data (bcopy) */
 } fy_udp_seg_t;
 
 enum { FY_UDP_POOL_SMALL, FY_UDP_POOL_LARGE, FY_UDP_POOL_DESC, FY_UDP_NPOOL };
@@ -153,16 +153,16 @@ enum { FY_UDP_POOL_SMALL, FY_UDP_POOL_LARGE, FY_UDP_POOL_DESC, FY_UDP_NPOOL };
 typedef struct fy_udp_flush {
     fy_udp_pend_t pend;
     fy_tl_comp_t *comp;
-    uint32_t seq;        /* every seq before it must be ACKed */
-    uint64_t rma;        /* ... and every RMA op numbered below it complete */
+    uint32_t seq; /* every seq before it must be ACKed */
+    uint64_t rma; /* ... and every RMA op numbered below it complete */
 } fy_udp_flush_t;
 
 typedef struct fy_udp_rma_op {
-    fy_list_t link;      /* conn->rma_fifo */
+    fy_list_t link; /* conn->rma_fifo */
     uint32_t op_id;
     uint8_t is_get;
-    uint8_t responded;   /* its answer (RMA_DONE, last GET_RESP) arrived */
-    int pending;         /* put: RMA_DONE + source ACKed; get: the last GET_RESP */
+    uint8_t responded; /* its answer (RMA_DONE, last GET_RESP) arrived */
+    int pending;       /* put: RMA_DONE + source ACKed; get: the last GET_RESP */
     ferry_status_t status;
     fy_tl_comp_t *comp;
     uint64_t total, got;
@@ -187,26 +187,26 @@ typedef struct fy_udp_conn {
     uint32_t id, peer_id;
     uint64_t peer_uuid;
     uint8_t state;
-    uint8_t owned;        /* proto holds it (ep_create); else a passive peer connection */
+    uint8_t owned; /* proto holds it (ep_create); else a passive peer connection */
     uint8_t got_conn_ack, got_probe_ack;
     uint8_t in_fail_list;
     ferry_status_t fail_status;
     struct sockaddr_storage addr[FY_UDP_NCH];
     socklen_t addrlen;
     fy_netif_addr_t peer_addr;
-    uint32_t seg_size;    /* data-channel datagram size on this path */
-    uint32_t prio_mtu;    /* priority-channel datagram size (min of both ends) */
-    uint32_t probe_size;  /* being probed */
+    uint32_t seg_size;   /* data-channel datagram size on this path */
+    uint32_t prio_mtu;   /* priority-channel datagram size (min of both ends) */
+    uint32_t probe_size; /* being probed */
     uint32_t conn_tries;
     uint64_t conn_start;
     fy_udp_timer_t conn_timer;
 
     /* send */
     uint32_t snd_nxt, snd_una, wnd;
-    uint32_t cwnd;           /* congestion window, segments (<= wnd) */
-    int64_t min_rtt;         /* smallest RTT sample: the path without queues */
-    uint64_t rack_tx;        /* send time of the newest segment known delivered (RACK) */
-    uint64_t cwnd_cut_ns;    /* last time queueing delay shrank cwnd */
+    uint32_t cwnd;        /* congestion window, segments (<= wnd) */
+    int64_t min_rtt;      /* smallest RTT sample: the path without queues */
+    uint64_t rack_tx;     /* send time of the newest segment known delivered (RACK) */
+    uint64_t cwnd_cut_ns; /* last time queueing delay shrank cwnd */
     fy_udp_seg_t **win;
     uint64_t inflight, credit;
     fy_list_t sendq;
@@ -215,18 +215,18 @@ typedef struct fy_udp_conn {
     fy_list_t rma_fifo;
     uint32_t next_frag_id, next_op_id;
     uint64_t rma_issued, rma_completed;
-    ferry_status_t sticky;   /* a refused put_short, reported by the next flush */
-    int64_t srtt, rttvar;    /* ns; srtt 0 = no sample yet */
+    ferry_status_t sticky; /* a refused put_short, reported by the next flush */
+    int64_t srtt, rttvar;  /* ns; srtt 0 = no sample yet */
     uint64_t rto;
     uint64_t last_rx_ns;
-    uint64_t last_ack_ns;    /* snd_una last moved (or the window went from empty) */
-    uint32_t snd_high;       /* highest seq the peer said it holds (ack - 1 or SACKed) */
+    uint64_t last_ack_ns; /* snd_una last moved (or the window went from empty) */
+    uint32_t snd_high;    /* highest seq the peer said it holds (ack - 1 or SACKed) */
 
     /* receive */
     uint32_t rcv_nxt;
-    fy_udp_rxbuf_t **stash;  /* out-of-order segments, by seq & (wsize-1) */
+    fy_udp_rxbuf_t **stash; /* out-of-order segments, by seq & (wsize-1) */
     uint32_t nstash;
-    uint32_t stash_top;      /* highest seq in the stash (valid when nstash) */
+    uint32_t stash_top; /* highest seq in the stash (valid when nstash) */
     uint8_t ack_pending, ack_now;
     uint32_t ack_passes, ack_unsent;
     uint64_t ack_unsent_bytes;
@@ -254,7 +254,7 @@ typedef struct fy_udp_fault {
     uint64_t delay_ns;
     size_t max_dgram;
     uint64_t rng[FY_UDP_NCH];
-    fy_list_t held;          /* delayed / reordered datagrams, by release time */
+    fy_list_t held; /* delayed / reordered datagrams, by release time */
     uint64_t n_drop, n_dup, n_reorder, n_delay, n_corrupt, n_oversize;
 } fy_udp_fault_t;
 
@@ -262,7 +262,7 @@ typedef struct fy_udp_fault {
 typedef struct fy_udp_chan {
     int fd;
     uint16_t port;
-    uint32_t mtu;            /* largest datagram accepted on this channel */
+    uint32_t mtu; /* largest datagram accepted on this channel */
     fy_mpool_t rxpool;
     size_t rxpool_max;
     fy_udp_rxbuf_t *posted[FY_UDP_BATCH];
@@ -277,14 +277,14 @@ typedef struct fy_udp_chan {
     fy_udp_seg_t *bseg[FY_UDP_BATCH * FY_UDP_GSO_MAX];
     unsigned nbseg;
     uint16_t mseg_first[FY_UDP_BATCH], mseg_n[FY_UDP_BATCH];
-    uint32_t mgso[FY_UDP_BATCH];   /* datagram size of a GSO message, 0 = plain */
+    uint32_t mgso[FY_UDP_BATCH]; /* datagram size of a GSO message, 0 = plain */
     uint32_t mbytes[FY_UDP_BATCH];
-    uint8_t mopen[FY_UDP_BATCH];   /* every datagram so far full-size: more may join */
-    uint8_t cbuf[FY_UDP_BATCH][CMSG_SPACE(sizeof(uint16_t))];
+    uint8_t mopen[FY_UDP_BATCH]; /* every datagram so far full-size: more may join */
+    uint8_t cbuf[FY_UDP_BATCH][CMSG_SPACE(sizeof(uint16_t))] __attribute__((aligned(8)));
     /* unsequenced messages (handshake, explicit ACKs with their SACK bitmap) */
     uint8_t thdr[FY_UDP_BATCH][FY_UDP_HDR_LEN + sizeof(fy_udp_sack_ext_t)];
-    unsigned idle;           /* empty polls in a row */
-    unsigned last_batch;     /* datagrams the last poll found (0, 1, or more) */
+    unsigned idle;       /* empty polls in a row */
+    unsigned last_batch; /* datagrams the last poll found (0, 1, or more) */
 } fy_udp_chan_t;
 
 typedef struct fy_udp_iface {
@@ -295,30 +295,30 @@ typedef struct fy_udp_iface {
     fy_netif_addr_t addr;
     int is_loopback;
     uint32_t if_mtu;
-    uint32_t seg_size;       /* our largest data datagram */
-    uint32_t wsize;          /* window array size, a power of two >= opts->window */
-    uint64_t credit;         /* what we let a peer have in flight towards us */
-    int csum;                /* compute and require checksums */
-    int gso;                 /* merge data segments with UDP_SEGMENT */
+    uint32_t seg_size; /* our largest data datagram */
+    uint32_t wsize;    /* window array size, a power of two >= opts->window */
+    uint64_t credit;   /* what we let a peer have in flight towards us */
+    int csum;          /* compute and require checksums */
+    int gso;           /* merge data segments with UDP_SEGMENT */
     fy_udp_chan_t ch[FY_UDP_NCH];
     int epfd, tfd;
     fy_hotel_t hotel;
     fy_mpool_t seg_pool[FY_UDP_NPOOL];
     size_t seg_pool_size[FY_UDP_NPOOL];
     fy_mpool_t frag_pool, op_pool, flush_pool;
-    fy_udp_conn_t **conns;   /* by id & 0xffff */
+    fy_udp_conn_t **conns; /* by id & 0xffff */
     uint16_t *conn_gen;
     uint32_t conn_cap;
     uint32_t nconns;
-    fy_hash_t by_peer;       /* (peer uuid, peer conn id) -> conn */
-    fy_list_t ready;         /* conns with data, window and credit */
-    fy_list_t resendq;       /* segments to retransmit */
-    fy_list_t acklist;       /* conns owing an ACK */
-    fy_list_t faillist;      /* conns to fail after the hotel ran */
-    fy_list_t zombies;       /* conns to free at the end of progress */
+    fy_hash_t by_peer;  /* (peer uuid, peer conn id) -> conn */
+    fy_list_t ready;    /* conns with data, window and credit */
+    fy_list_t resendq;  /* segments to retransmit */
+    fy_list_t acklist;  /* conns owing an ACK */
+    fy_list_t faillist; /* conns to fail after the hotel ran */
+    fy_list_t zombies;  /* conns to free at the end of progress */
     unsigned in_progress;
-    unsigned events;         /* counted by this progress call */
-    uint64_t now;            /* clock of the current progress pass */
+    unsigned events; /* counted by this progress call */
+    uint64_t now;    /* clock of the current progress pass */
     uint64_t pass;
     fy_udp_fault_t fault;
     /* counters of what cannot be charged to an ep */
@@ -353,8 +353,7 @@ ferry_status_t fy_udp_iface_open(fy_tl_md_t *md, const fy_tl_iface_params_t *par
                                  fy_tl_iface_t **iface_p);
 void fy_udp_iface_close(fy_tl_iface_t *tl_iface);
 void fy_udp_iface_query(fy_tl_iface_t *tl_iface, fy_tl_iface_attr_t *attr);
-ferry_status_t fy_udp_iface_get_address(fy_tl_iface_t *tl_iface, void *dev_addr,
-                                        void *iface_addr);
+ferry_status_t fy_udp_iface_get_address(fy_tl_iface_t *tl_iface, void *dev_addr, void *iface_addr);
 int fy_udp_iface_is_reachable(fy_tl_iface_t *tl_iface, const void *dev_addr,
                               const void *iface_addr);
 unsigned fy_udp_iface_progress(fy_tl_iface_t *tl_iface);
@@ -382,10 +381,8 @@ void fy_udp_conn_free_zombies(fy_udp_iface_t *iface);
 void fy_udp_conn_destroy_all(fy_udp_iface_t *iface);
 
 /* udp_tx.c */
-ferry_status_t fy_udp_am_short(fy_tl_ep_t *ep, uint8_t id, const struct iovec *iov,
-                               size_t iovcnt);
-ferry_status_t fy_udp_am_bcopy(fy_tl_ep_t *ep, uint8_t id, const struct iovec *iov,
-                               size_t iovcnt);
+ferry_status_t fy_udp_am_short(fy_tl_ep_t *ep, uint8_t id, const struct iovec *iov, size_t iovcnt);
+ferry_status_t fy_udp_am_bcopy(fy_tl_ep_t *ep, uint8_t id, const struct iovec *iov, size_t iovcnt);
 ferry_status_t fy_udp_am_zcopy(fy_tl_ep_t *ep, uint8_t id, const void *hdr, size_t hdr_len,
                                const struct iovec *iov, size_t iovcnt, fy_tl_comp_t *comp);
 fy_udp_seg_t *fy_udp_seg_alloc(fy_udp_iface_t *iface, size_t inline_len);
@@ -428,8 +425,8 @@ void fy_udp_seg_unsent(fy_udp_iface_t *iface, fy_udp_seg_t *seg);
 void fy_udp_resend_push(fy_udp_iface_t *iface, fy_udp_seg_t *seg);
 
 /* udp_rma.c */
-ferry_status_t fy_udp_put_short(fy_tl_ep_t *ep, const void *buf, size_t len,
-                                uint64_t remote_addr, const void *rkey);
+ferry_status_t fy_udp_put_short(fy_tl_ep_t *ep, const void *buf, size_t len, uint64_t remote_addr,
+                                const void *rkey);
 ferry_status_t fy_udp_put_zcopy(fy_tl_ep_t *ep, const struct iovec *iov, size_t iovcnt,
                                 uint64_t remote_addr, const void *rkey, fy_tl_comp_t *comp);
 ferry_status_t fy_udp_get_zcopy(fy_tl_ep_t *ep, const struct iovec *iov, size_t iovcnt,
@@ -437,8 +434,8 @@ ferry_status_t fy_udp_get_zcopy(fy_tl_ep_t *ep, const struct iovec *iov, size_t 
 void fy_udp_rma_op_done(fy_udp_conn_t *conn, fy_udp_rma_op_t *op);
 void fy_udp_rma_fail_all(fy_udp_conn_t *conn, ferry_status_t status);
 /* target side, called by udp_rx.c in sequence order */
-ferry_status_t fy_udp_rx_put(fy_udp_conn_t *conn, const fy_udp_chunk_t *ch,
-                             const fy_udp_rma_t *rma, const uint8_t *data, size_t dlen);
+ferry_status_t fy_udp_rx_put(fy_udp_conn_t *conn, const fy_udp_chunk_t *ch, const fy_udp_rma_t *rma,
+                             const uint8_t *data, size_t dlen);
 ferry_status_t fy_udp_rx_get_req(fy_udp_conn_t *conn, const fy_udp_get_req_t *req);
 ferry_status_t fy_udp_rx_get_resp(fy_udp_conn_t *conn, const fy_udp_chunk_t *ch,
                                   const uint8_t *data, size_t dlen);
@@ -452,8 +449,14 @@ void fy_udp_fault_send(fy_udp_iface_t *iface, uint8_t chan, struct msghdr *msg);
 /* Release held datagrams that are due; returns the earliest pending release (0: none). */
 uint64_t fy_udp_fault_poll(fy_udp_iface_t *iface, uint64_t now);
 
-static inline fy_udp_iface_t *fy_udp_iface(fy_tl_iface_t *i) { return (fy_udp_iface_t *)i; }
-static inline fy_udp_conn_t *fy_udp_conn(fy_tl_ep_t *ep) { return (fy_udp_conn_t *)ep; }
+static inline fy_udp_iface_t *fy_udp_iface(fy_tl_iface_t *i)
+{
+    return (fy_udp_iface_t *)i;
+}
+static inline fy_udp_conn_t *fy_udp_conn(fy_tl_ep_t *ep)
+{
+    return (fy_udp_conn_t *)ep;
+}
 
 static inline int fy_udp_conn_alive(const fy_udp_conn_t *c)
 {

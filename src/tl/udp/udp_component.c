@@ -18,60 +18,74 @@ static const char *const af_choices[] = {"any", "inet", "inet6", NULL};
 
 #define F(n, d, doc, t, m) FY_CONFIG_FIELD(n, d, doc, t, fy_udp_opts_t, m)
 static const fy_config_field_t udp_fields[] = {
-    F("IF_INCLUDE", "", "Interfaces to use: names (globs) or CIDR masks with wide match "
+    F("IF_INCLUDE", "",
+      "Interfaces to use: names (globs) or CIDR masks with wide match "
       "(10.0.0.0/8 matches 10.20.0.0/16), comma separated.  Empty: every non-loopback one, "
-      "loopback only when nothing else is up.", FY_CFG_STRING, if_include),
-    F("IF_EXCLUDE", "", "Interfaces not to use, in the same syntax as IF_INCLUDE.",
-      FY_CFG_STRING, if_exclude),
-    FY_CONFIG_ENUM_FIELD("AF", "any", "Address family of the interface address: any (IPv4 "
-                         "first), inet or inet6.", fy_udp_opts_t, af, af_choices),
-    F("MTU", "0", "Largest data-channel datagram (IP packet) size; 0 takes the interface "
-      "MTU.  Segments are sized from it (up to 64 KiB).", FY_CFG_SIZE, mtu),
-    F("PRIO_MTU", "768", "Largest datagram of the priority channel (ACKs and tiny "
-      "fragments); also the limit of am_short.", FY_CFG_SIZE, prio_mtu),
+      "loopback only when nothing else is up.",
+      FY_CFG_STRING, if_include),
+    F("IF_EXCLUDE", "", "Interfaces not to use, in the same syntax as IF_INCLUDE.", FY_CFG_STRING,
+      if_exclude),
+    FY_CONFIG_ENUM_FIELD("AF", "any",
+                         "Address family of the interface address: any (IPv4 "
+                         "first), inet or inet6.",
+                         fy_udp_opts_t, af, af_choices),
+    F("MTU", "0",
+      "Largest data-channel datagram (IP packet) size; 0 takes the interface "
+      "MTU.  Segments are sized from it (up to 64 KiB).",
+      FY_CFG_SIZE, mtu),
+    F("PRIO_MTU", "768",
+      "Largest datagram of the priority channel (ACKs and tiny "
+      "fragments); also the limit of am_short.",
+      FY_CFG_SIZE, prio_mtu),
     F("WINDOW", "4096", "Send window, in segments: how many may be unacknowledged per ep.",
       FY_CFG_UINT, window),
-    F("CREDIT", "8m", "Send credits: bytes in flight per ep (further bounded by half the "
-      "peer's receive buffer).", FY_CFG_SIZE, credit),
-    F("RCVBUF", "16m", "Socket receive buffer of the data channel (forced as root).",
-      FY_CFG_SIZE, rcvbuf),
+    F("CREDIT", "8m",
+      "Send credits: bytes in flight per ep (further bounded by half the "
+      "peer's receive buffer).",
+      FY_CFG_SIZE, credit),
+    F("RCVBUF", "16m", "Socket receive buffer of the data channel (forced as root).", FY_CFG_SIZE,
+      rcvbuf),
     F("SNDBUF", "4m", "Socket send buffer of the data channel.", FY_CFG_SIZE, sndbuf),
     F("ACK_PASSES", "4", "Delayed ACK: progress passes an ACK may wait for data to ride on.",
       FY_CFG_UINT, ack_passes),
-    F("ACK_DELAY", "1ms", "Delayed ACK backstop: longest an ACK waits.", FY_CFG_TIME,
-      ack_delay),
-    F("ACK_EVERY", "64", "Send an ACK at least every this many received segments.",
-      FY_CFG_UINT, ack_every),
-    F("ACK_BYTES", "256k", "Send an ACK at least every this many received bytes.",
-      FY_CFG_SIZE, ack_bytes),
-    F("RTO_INIT", "10ms", "Retransmission timeout before the first RTT sample.",
-      FY_CFG_TIME, rto_init),
+    F("ACK_DELAY", "1ms", "Delayed ACK backstop: longest an ACK waits.", FY_CFG_TIME, ack_delay),
+    F("ACK_EVERY", "64", "Send an ACK at least every this many received segments.", FY_CFG_UINT,
+      ack_every),
+    F("ACK_BYTES", "256k", "Send an ACK at least every this many received bytes.", FY_CFG_SIZE,
+      ack_bytes),
+    F("RTO_INIT", "10ms", "Retransmission timeout before the first RTT sample.", FY_CFG_TIME,
+      rto_init),
     F("RTO_MIN", "200us", "Floor of the RTT-adaptive retransmission timeout.", FY_CFG_TIME,
       rto_min),
-    F("RTO_MAX", "200ms", "Ceiling of the retransmission timeout (after backoff).",
-      FY_CFG_TIME, rto_max),
-    F("PEER_TIMEOUT", "3s", "A peer silent this long while data is outstanding (or while "
-      "connecting) is declared dead: err_cb, pending operations fail.", FY_CFG_TIME,
-      peer_timeout),
-    F("MAX_ZCOPY", "256m", "Largest am_zcopy message (the receiver reassembles it).",
-      FY_CFG_SIZE, max_zcopy),
-    F("TX_BUDGET", "64", "Segments one progress pass may send before it polls again.",
-      FY_CFG_UINT, tx_budget),
-    F("CHECKSUM", "n", "Carry and require a CRC32C of every datagram (for paths that can "
+    F("RTO_MAX", "200ms", "Ceiling of the retransmission timeout (after backoff).", FY_CFG_TIME,
+      rto_max),
+    F("PEER_TIMEOUT", "3s",
+      "A peer silent this long while data is outstanding (or while "
+      "connecting) is declared dead: err_cb, pending operations fail.",
+      FY_CFG_TIME, peer_timeout),
+    F("MAX_ZCOPY", "256m", "Largest am_zcopy message (the receiver reassembles it).", FY_CFG_SIZE,
+      max_zcopy),
+    F("TX_BUDGET", "64", "Segments one progress pass may send before it polls again.", FY_CFG_UINT,
+      tx_budget),
+    F("CHECKSUM", "n",
+      "Carry and require a CRC32C of every datagram (for paths that can "
       "corrupt beyond the UDP checksum); on by itself when FAULT_CORRUPT is set.",
       FY_CFG_BOOL, checksum),
     F("GSO", "y", "Use UDP segmentation offload (UDP_SEGMENT) where the kernel has it.",
       FY_CFG_BOOL, gso),
-    F("STATS", "n", "Print interface and per-ep statistics when an interface closes "
-      "(FERRY_STATS=1 does the same for every transport).", FY_CFG_BOOL, stats),
-    F("FAULT_SEED", "1", "Fault injector: seed of its random generator.", FY_CFG_UINT,
-      fault_seed),
+    F("STATS", "n",
+      "Print interface and per-ep statistics when an interface closes "
+      "(FERRY_STATS=1 does the same for every transport).",
+      FY_CFG_BOOL, stats),
+    F("FAULT_SEED", "1", "Fault injector: seed of its random generator.", FY_CFG_UINT, fault_seed),
     F("FAULT_DROP", "0", "Fault injector: percent of datagrams dropped.", FY_CFG_DOUBLE,
       fault_drop),
     F("FAULT_DUP", "0", "Fault injector: percent of datagrams sent twice.", FY_CFG_DOUBLE,
       fault_dup),
-    F("FAULT_REORDER", "0", "Fault injector: percent of datagrams held back behind the next "
-      "one.", FY_CFG_DOUBLE, fault_reorder),
+    F("FAULT_REORDER", "0",
+      "Fault injector: percent of datagrams held back behind the next "
+      "one.",
+      FY_CFG_DOUBLE, fault_reorder),
     F("FAULT_DELAY", "0", "Fault injector: percent of datagrams delayed by FAULT_DELAY_TIME.",
       FY_CFG_DOUBLE, fault_delay),
     F("FAULT_DELAY_TIME", "500us", "Fault injector: how long a delayed datagram is held.",
@@ -80,13 +94,18 @@ static const fy_config_field_t udp_fields[] = {
       FY_CFG_DOUBLE, fault_corrupt),
     F("FAULT_CHANNELS", "prio,data", "Fault injector: channels it acts on (prio, data).",
       FY_CFG_STRING, fault_channels),
-    F("FAULT_MAX_DGRAM", "0", "Fault injector: drop datagrams larger than this (a path MTU "
-      "smaller than the interfaces'); 0 = off.", FY_CFG_SIZE, fault_max_dgram),
+    F("FAULT_MAX_DGRAM", "0",
+      "Fault injector: drop datagrams larger than this (a path MTU "
+      "smaller than the interfaces'); 0 = off.",
+      FY_CFG_SIZE, fault_max_dgram),
 };
 #undef F
 
 const fy_config_table_t fy_udp_config_table = {
-    "udp", "UDP_", udp_fields, sizeof(udp_fields) / sizeof(udp_fields[0]),
+    "udp",
+    "UDP_",
+    udp_fields,
+    sizeof(udp_fields) / sizeof(udp_fields[0]),
 };
 
 static ferry_status_t udp_md_open(const fy_tl_component_t *tl, fy_tl_md_t **md_p)
@@ -101,8 +120,7 @@ static ferry_status_t udp_md_open(const fy_tl_component_t *tl, fy_tl_md_t **md_p
     if (st != FERRY_OK)
         goto err_free;
     if (md->opts.window == 0 || md->opts.window > (1u << 20)) {
-        fy_error("FERRY_UDP_WINDOW=%lu: the window must be 1 .. 1048576 segments",
-                 md->opts.window);
+        fy_error("FERRY_UDP_WINDOW=%lu: the window must be 1 .. 1048576 segments", md->opts.window);
         st = FERRY_ERR_BAD_CONFIG;
         goto err_cfg;
     }

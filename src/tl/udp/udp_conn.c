@@ -30,11 +30,14 @@
 #include "util/clock.h"
 #include "util/log.h"
 
-#define CONN_RETRY_NS (5 * FY_NSEC_PER_MSEC)
+#define CONN_RETRY_NS     (5 * FY_NSEC_PER_MSEC)
 #define CONN_RETRY_MAX_NS (100 * FY_NSEC_PER_MSEC)
-#define PROBE_TRIES 8
+#define PROBE_TRIES       8
 
-static uint64_t peer_key(uint64_t uuid, uint32_t id) { return fy_hash_mix64(uuid) ^ id; }
+static uint64_t peer_key(uint64_t uuid, uint32_t id)
+{
+    return fy_hash_mix64(uuid) ^ id;
+}
 
 fy_udp_conn_t *fy_udp_conn_lookup(fy_udp_iface_t *iface, uint32_t id)
 {
@@ -197,8 +200,7 @@ ferry_status_t fy_udp_ep_create(fy_tl_iface_t *tl_iface, const void *dev_addr,
     /* The peer connected to us first: take over its passive connection. */
     for (uint32_t i = 1; i < iface->conn_cap; i++) {
         c = iface->conns[i];
-        if (c != NULL && !c->owned && c->peer_uuid == a.uuid &&
-            c->state == FY_UDP_CONN_CONNECTED) {
+        if (c != NULL && !c->owned && c->peer_uuid == a.uuid && c->state == FY_UDP_CONN_CONNECTED) {
             c->owned = 1;
             *ep_p = &c->super;
             return FERRY_OK;
@@ -466,8 +468,7 @@ void fy_udp_conn_fail(fy_udp_conn_t *c, ferry_status_t status, int notify)
     if (notify && c->owned && iface->super.params.err_cb != NULL) {
         char buf[FY_NETIF_ADDR_STRLEN];
         fy_info("udp: ep %08x to %s failed: %s", c->id,
-                fy_netif_addr_str(&c->peer_addr, 0, buf, sizeof(buf)),
-                ferry_status_string(status));
+                fy_netif_addr_str(&c->peer_addr, 0, buf, sizeof(buf)), ferry_status_string(status));
         iface->super.params.err_cb(iface->super.params.err_arg, &c->super, status);
     }
     if (!c->owned && c->state == FY_UDP_CONN_FAILED)
@@ -481,10 +482,9 @@ void fy_udp_ep_destroy(fy_tl_ep_t *ep)
         return;
     if (fy_udp_stats_wanted(c->iface))
         fy_udp_conn_print(c, stderr);
+    fy_udp_conn_fail(c, FERRY_ERR_CANCELED, 0); /* still owned: it stays for zombie() */
     c->owned = 0;
-    fy_udp_conn_fail(c, FERRY_ERR_CANCELED, 0);
-    if (c->state != FY_UDP_CONN_CLOSED)
-        zombie(c->iface, c);
+    zombie(c->iface, c);
 }
 
 void fy_udp_conn_free_zombies(fy_udp_iface_t *iface)
@@ -544,8 +544,8 @@ ferry_status_t fy_udp_ep_flush(fy_tl_ep_t *ep, fy_tl_comp_t *comp)
 
     if (c->state == FY_UDP_CONN_FAILED || c->state == FY_UDP_CONN_CLOSED)
         return FERRY_ERR_NOT_CONNECTED;
-    if (fy_list_is_empty(&c->sendq) && c->snd_una == c->snd_nxt &&
-        fy_list_is_empty(&c->rma_fifo) && fy_list_is_empty(&c->flushq)) {
+    if (fy_list_is_empty(&c->sendq) && c->snd_una == c->snd_nxt && fy_list_is_empty(&c->rma_fifo) &&
+        fy_list_is_empty(&c->flushq)) {
         ferry_status_t st = c->sticky;
         c->sticky = FERRY_OK;
         return st;

@@ -58,8 +58,8 @@ ferry_status_t fy_udp_fault_init(fy_udp_iface_t *iface)
     f->corrupt = o->fault_corrupt;
     f->delay_ns = o->fault_delay_time;
     f->max_dgram = o->fault_max_dgram;
-    f->enabled = f->drop > 0 || f->dup > 0 || f->reorder > 0 || f->delay > 0 ||
-                 f->corrupt > 0 || f->max_dgram > 0;
+    f->enabled = f->drop > 0 || f->dup > 0 || f->reorder > 0 || f->delay > 0 || f->corrupt > 0 ||
+                 f->max_dgram > 0;
     if (!f->enabled)
         return FERRY_OK;
     const char *s = o->fault_channels ? o->fault_channels : "prio,data";
@@ -100,8 +100,8 @@ static void raw_send(fy_udp_iface_t *iface, uint8_t chan, const struct msghdr *m
 static void send_held(fy_udp_iface_t *iface, held_t *h)
 {
     struct iovec iov = {h->data, h->len};
-    struct msghdr m = {.msg_name = &h->name, .msg_namelen = h->namelen, .msg_iov = &iov,
-                       .msg_iovlen = 1};
+    struct msghdr m = {
+        .msg_name = &h->name, .msg_namelen = h->namelen, .msg_iov = &iov, .msg_iovlen = 1};
     raw_send(iface, h->chan, &m);
     fy_list_del(&h->link);
     free(h);
@@ -111,7 +111,8 @@ static void send_held(fy_udp_iface_t *iface, held_t *h)
 static void release_after_next(fy_udp_iface_t *iface, uint8_t chan)
 {
     fy_list_t *e, *tmp;
-    fy_list_for_each_safe(e, tmp, &iface->fault.held) {
+    fy_list_for_each_safe(e, tmp, &iface->fault.held)
+    {
         held_t *h = fy_container_of(e, held_t, link);
         if (h->after_next && h->chan == chan)
             send_held(iface, h);
@@ -183,7 +184,8 @@ uint64_t fy_udp_fault_poll(fy_udp_iface_t *iface, uint64_t now)
 {
     fy_list_t *e, *tmp;
     uint64_t next = 0;
-    fy_list_for_each_safe(e, tmp, &iface->fault.held) {
+    fy_list_for_each_safe(e, tmp, &iface->fault.held)
+    {
         held_t *h = fy_container_of(e, held_t, link);
         if (h->release <= now)
             send_held(iface, h);

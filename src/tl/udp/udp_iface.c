@@ -32,7 +32,7 @@
 #include "util/status.h"
 
 #define HOTEL_TICK_NS (20 * FY_NSEC_PER_USEC)
-#define HOTEL_SLOTS 8192
+#define HOTEL_SLOTS   8192
 
 /* The selected addresses, filtered by FERRY_UDP_AF. */
 static ferry_status_t select_addrs(const fy_udp_opts_t *o, fy_netif_t **sel_p, unsigned *n_p)
@@ -105,8 +105,7 @@ static uint32_t if_mtu(const char *name)
 }
 
 /* Open, size and bind one channel's socket on the interface address. */
-static ferry_status_t chan_open(fy_udp_iface_t *iface, uint8_t chan, size_t rcvbuf,
-                                size_t sndbuf)
+static ferry_status_t chan_open(fy_udp_iface_t *iface, uint8_t chan, size_t rcvbuf, size_t sndbuf)
 {
     fy_udp_chan_t *ch = &iface->ch[chan];
     struct sockaddr_storage ss;
@@ -233,7 +232,8 @@ ferry_status_t fy_udp_iface_open(fy_tl_md_t *tl_md, const fy_tl_iface_params_t *
             break;
     if (i == nsel) {
         fy_error("udp: device '%s' is not a usable interface (see FERRY_UDP_IF_INCLUDE / "
-                 "_EXCLUDE / _AF)", params->device ? params->device : "(null)");
+                 "_EXCLUDE / _AF)",
+                 params->device ? params->device : "(null)");
         fy_netif_list_free(sel);
         st = FERRY_ERR_NO_DEVICE;
         goto err;
@@ -309,9 +309,9 @@ ferry_status_t fy_udp_iface_open(fy_tl_md_t *tl_md, const fy_tl_iface_params_t *
         iface->gso = 0;
     {
         char buf[FY_NETIF_ADDR_STRLEN];
-        fy_debug("udp: iface %s %s ports %u/%u seg %u window %u credit %llu%s",
-                 params->device, fy_netif_addr_str(&iface->addr, 1, buf, sizeof(buf)),
-                 iface->ch[0].port, iface->ch[1].port, iface->seg_size, iface->wsize,
+        fy_debug("udp: iface %s %s ports %u/%u seg %u window %u credit %llu%s", params->device,
+                 fy_netif_addr_str(&iface->addr, 1, buf, sizeof(buf)), iface->ch[0].port,
+                 iface->ch[1].port, iface->seg_size, iface->wsize,
                  (unsigned long long)iface->credit, iface->fault.enabled ? " FAULTS" : "");
     }
     *iface_p = &iface->super;
@@ -373,8 +373,7 @@ void fy_udp_iface_query(fy_tl_iface_t *tl_iface, fy_tl_iface_attr_t *attr)
     attr->priority = 10;
 }
 
-ferry_status_t fy_udp_iface_get_address(fy_tl_iface_t *tl_iface, void *dev_addr,
-                                        void *iface_addr)
+ferry_status_t fy_udp_iface_get_address(fy_tl_iface_t *tl_iface, void *dev_addr, void *iface_addr)
 {
     fy_udp_iface_t *iface = fy_udp_iface(tl_iface);
     fy_udp_dev_addr_t d = {.ip = iface->addr, .mtu = iface->if_mtu, .host_id = iface->host_id};
@@ -389,8 +388,7 @@ ferry_status_t fy_udp_iface_get_address(fy_tl_iface_t *tl_iface, void *dev_addr,
     return FERRY_OK;
 }
 
-int fy_udp_iface_is_reachable(fy_tl_iface_t *tl_iface, const void *dev_addr,
-                              const void *iface_addr)
+int fy_udp_iface_is_reachable(fy_tl_iface_t *tl_iface, const void *dev_addr, const void *iface_addr)
 {
     fy_udp_iface_t *iface = fy_udp_iface(tl_iface);
     fy_udp_dev_addr_t d;
@@ -430,7 +428,10 @@ unsigned fy_udp_iface_progress(fy_tl_iface_t *tl_iface)
     return events;
 }
 
-int fy_udp_iface_event_fd(fy_tl_iface_t *tl_iface) { return fy_udp_iface(tl_iface)->epfd; }
+int fy_udp_iface_event_fd(fy_tl_iface_t *tl_iface)
+{
+    return fy_udp_iface(tl_iface)->epfd;
+}
 
 ferry_status_t fy_udp_iface_event_arm(fy_tl_iface_t *tl_iface)
 {
@@ -480,9 +481,9 @@ void fy_udp_conn_print(const fy_udp_conn_t *c, FILE *f)
             (unsigned long long)s->rx_msgs, (unsigned long long)s->rx_bytes,
             (unsigned long long)s->retransmits, (unsigned long long)s->fast_retransmits,
             (unsigned long long)s->timeouts, (unsigned long long)s->dup_acks,
-            (unsigned long long)s->drops_duplicate, (double)c->srtt / 1e3,
-            (double)c->rto / 1e3, c->snd_nxt - c->snd_una, c->wnd,
-            (unsigned long long)c->inflight, (unsigned long long)c->credit, c->seg_size);
+            (unsigned long long)s->drops_duplicate, (double)c->srtt / 1e3, (double)c->rto / 1e3,
+            c->snd_nxt - c->snd_una, c->wnd, (unsigned long long)c->inflight,
+            (unsigned long long)c->credit, c->seg_size);
 }
 
 int fy_udp_stats_wanted(const fy_udp_iface_t *iface)

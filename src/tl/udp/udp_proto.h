@@ -129,7 +129,7 @@ typedef struct fy_udp_probe_ack {
  *   +-------+-------+-------+-------+-------+-------+-------+-------+
  *
  *   op_id   fragment id (AM_CHUNK) or the initiator's operation id (PUT, GET_RESP);
- *           0 in a PUT = put_short: no RMA_DONE unless refused
+ *           (0 in a PUT: answered only when refused; not sent by this version)
  *   status  GET_RESP: 0, or a negative ferry_status_t (the get was refused; total = 0)
  *   offset  where this chunk's data lies in the fragment; total: the fragment's size
  */
@@ -210,7 +210,10 @@ static inline size_t fy_udp_xhdr_len(uint8_t type)
 }
 
 /* Sequence arithmetic, modulo 2^32. */
-static inline int32_t fy_udp_seq_diff(uint32_t a, uint32_t b) { return (int32_t)(a - b); }
+static inline int32_t fy_udp_seq_diff(uint32_t a, uint32_t b)
+{
+    return (int32_t)(a - b);
+}
 
 /* CRC32C (Castagnoli), hardware-assisted where the CPU has it (udp_csum.c). */
 uint32_t fy_udp_crc32c(uint32_t crc, const void *buf, size_t len);

@@ -45,7 +45,8 @@ static void rtt_sample(fy_udp_conn_t *c, int64_t r)
      * round trip (and every loss recovery) long; random loss alone never shrinks it. */
     if (r > 4 * c->min_rtt && r > c->min_rtt + FY_UDP_QUEUE_NS &&
         c->iface->now - c->cwnd_cut_ns > (uint64_t)FY_MAX(c->srtt, c->min_rtt)) {
-        c->cwnd = FY_MAX(c->cwnd - c->cwnd / 8, (uint32_t)FY_UDP_CWND_MIN);
+        uint32_t w = FY_MIN(c->cwnd, c->snd_nxt - c->snd_una); /* what is really out */
+        c->cwnd = FY_MAX(w - w / 8, (uint32_t)FY_UDP_CWND_MIN);
         c->cwnd_cut_ns = c->iface->now;
     }
     if (c->srtt == 0) {

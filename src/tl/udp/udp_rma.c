@@ -6,8 +6,8 @@
  * and every chunk again, and places each chunk straight into the target memory (no bounce
  * buffer).  When the last chunk is placed the target answers RMA_DONE with the outcome, so
  * the initiator's put completes with FERRY_OK, or FERRY_ERR_ACCESS_DENIED when refused, in
- * which case nothing was written.  A put_short (op id 0) gets an answer only when refused;
- * the refusal is reported by the next ep_flush.
+ * which case nothing was written.  A put_short is an operation without a callback: its
+ * refusal is reported by the next ep_flush, which waits for its answer.
  *
  * A get is a GET_REQ; the target checks it and answers with a fragment of GET_RESP chunks
  * sent from the region itself, or one empty GET_RESP carrying the refusal.  Answers come
@@ -37,7 +37,8 @@ static fy_udp_rma_op_t *op_new(fy_udp_conn_t *c, int is_get, fy_tl_comp_t *comp,
     op->total = fy_iov_total(iov, iovcnt);
     op->got = 0;
     op->iovcnt = iovcnt;
-    memcpy(op->iov, iov, iovcnt * sizeof(*iov));
+    if (iovcnt != 0)
+        memcpy(op->iov, iov, iovcnt * sizeof(*iov));
     fy_list_add_tail(&c->rma_fifo, &op->link);
     return op;
 }
@@ -46,7 +47,10 @@ void fy_udp_rma_op_done(fy_udp_conn_t *c, fy_udp_rma_op_t *op)
 {
     fy_udp_iface_t *iface = c->iface;
     fy_list_del(&op->link);
-    op->comp->cb(op->comp, op->status);
+    if (op->comp != NULL)
+        op->comp->cb(op->comp, op->status);
+    else if (op->status != FERRY_OK && c->sticky == FERRY_OK)
+        c->sticky = op->status; /* a put_short: the next flush reports it */
     fy_mpool_put(&iface->op_pool, op);
     iface->events++;
     if (!fy_list_is_empty(&c->flushq))
@@ -58,7 +62,8 @@ void fy_udp_rma_fail_all(fy_udp_conn_t *c, ferry_status_t status)
     fy_list_t *e;
     while ((e = fy_list_pop_head(&c->rma_fifo)) != NULL) {
         fy_udp_rma_op_t *op = fy_container_of(e, fy_udp_rma_op_t, link);
-        op->comp->cb(op->comp, status);
+        if (op->comp != NULL)
+            op->comp->cb(op->comp, status);
         fy_mpool_put(&c->iface->op_pool, op);
     }
 }
@@ -66,7 +71,8 @@ void fy_udp_rma_fail_all(fy_udp_conn_t *c, ferry_status_t status)
 static fy_udp_rma_op_t *next_response(fy_udp_conn_t *c)
 {
     fy_list_t *e;
-    fy_list_for_each(e, &c->rma_fifo) {
+    fy_list_for_each(e, &c->rma_fifo)
+    {
         fy_udp_rma_op_t *op = fy_container_of(e, fy_udp_rma_op_t, link);
         if (!op->responded)
             return op;
@@ -79,8 +85,8 @@ static ferry_status_t usable(const fy_udp_conn_t *c)
     return fy_udp_conn_alive(c) ? FERRY_OK : FERRY_ERR_NOT_CONNECTED;
 }
 
-ferry_status_t fy_udp_put_short(fy_tl_ep_t *ep, const void *buf, size_t len,
-                                uint64_t remote_addr, const void *rkey)
+ferry_status_t fy_udp_put_short(fy_tl_ep_t *ep, const void *buf, size_t len, uint64_t remote_addr,
+                                const void *rkey)
 {
     fy_udp_conn_t *c = fy_udp_conn(ep);
     size_t xl = fy_udp_xhdr_len(FY_UDP_T_PUT);
@@ -95,8 +101,16 @@ ferry_status_t fy_udp_put_short(fy_tl_ep_t *ep, const void *buf, size_t len,
     seg = fy_udp_seg_alloc(c->iface, len + 1);
     if (seg == NULL)
         return FERRY_ERR_NO_RESOURCE;
+    /* An operation without a callback: its answer must be in before a flush completes
+     * (an ACK alone can overtake a lost refusal), and a refusal becomes the flush's. */
+    fy_udp_rma_op_t *op = op_new(c, 0, NULL, NULL, 0);
+    if (op == NULL) {
+        fy_udp_seg_free(c->iface, seg);
+        return FERRY_ERR_NO_RESOURCE;
+    }
+    op->pending = 1;
     fy_udp_seg_init_hdr(c, seg, FY_UDP_T_PUT, 0, xl, len);
-    fy_udp_chunk_t ch = {.op_id = 0, .offset = 0, .total = len};
+    fy_udp_chunk_t ch = {.op_id = op->op_id, .offset = 0, .total = len};
     fy_udp_rma_t rma = {.region_id = k.id, .key = k.key, .addr = remote_addr};
     memcpy(seg->hdr + FY_UDP_HDR_LEN, &ch, sizeof(ch));
     memcpy(seg->hdr + FY_UDP_HDR_LEN + sizeof(ch), &rma, sizeof(rma));
@@ -193,8 +207,8 @@ static void send_rma_done(fy_udp_conn_t *c, uint32_t op_id, ferry_status_t statu
     fy_udp_send_inline(c, seg);
 }
 
-ferry_status_t fy_udp_rx_put(fy_udp_conn_t *c, const fy_udp_chunk_t *ch,
-                             const fy_udp_rma_t *rma, const uint8_t *data, size_t dlen)
+ferry_status_t fy_udp_rx_put(fy_udp_conn_t *c, const fy_udp_chunk_t *ch, const fy_udp_rma_t *rma,
+                             const uint8_t *data, size_t dlen)
 {
     fy_region_table_t *t = &c->iface->md->regions;
     void *la = NULL;
@@ -233,8 +247,8 @@ ferry_status_t fy_udp_rx_get_req(fy_udp_conn_t *c, const fy_udp_get_req_t *req)
 {
     fy_udp_iface_t *iface = c->iface;
     void *la = NULL;
-    ferry_status_t st = fy_region_check(&iface->md->regions, req->region_id, req->key,
-                                        req->addr, (size_t)req->len, FERRY_MEM_REMOTE_READ, &la);
+    ferry_status_t st = fy_region_check(&iface->md->regions, req->region_id, req->key, req->addr,
+                                        (size_t)req->len, FERRY_MEM_REMOTE_READ, &la);
     fy_udp_frag_t *f = fy_udp_frag_alloc(iface);
     if (f == NULL) {
         fy_error("udp: no memory to answer a get: the initiator will time out");
@@ -243,9 +257,8 @@ ferry_status_t fy_udp_rx_get_req(fy_udp_conn_t *c, const fy_udp_get_req_t *req)
     f->type = FY_UDP_T_GET_RESP;
     f->op_id = req->op_id;
     if (st != FERRY_OK) {
-        fy_debug("udp: refused a get of %llu bytes at 0x%llx: %s",
-                 (unsigned long long)req->len, (unsigned long long)req->addr,
-                 ferry_status_string(st));
+        fy_debug("udp: refused a get of %llu bytes at 0x%llx: %s", (unsigned long long)req->len,
+                 (unsigned long long)req->addr, ferry_status_string(st));
         f->status = (int8_t)st;
         f->total = 0;
         f->iovcnt = 0;
@@ -260,8 +273,8 @@ ferry_status_t fy_udp_rx_get_req(fy_udp_conn_t *c, const fy_udp_get_req_t *req)
     return FERRY_OK;
 }
 
-ferry_status_t fy_udp_rx_get_resp(fy_udp_conn_t *c, const fy_udp_chunk_t *ch,
-                                  const uint8_t *data, size_t dlen)
+ferry_status_t fy_udp_rx_get_resp(fy_udp_conn_t *c, const fy_udp_chunk_t *ch, const uint8_t *data,
+                                  size_t dlen)
 {
     fy_udp_rma_op_t *op = next_response(c);
     if (op == NULL || !op->is_get || op->op_id != ch->op_id || ch->offset != op->got)

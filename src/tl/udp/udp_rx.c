@@ -124,8 +124,7 @@ uint32_t fy_udp_sack_bits(const fy_udp_conn_t *c)
 /* ---- processing of one in-order segment ------------------------------------------------ */
 
 /* Structural checks that need the connection's state; nothing is changed. */
-static int valid_in_order(fy_udp_conn_t *c, const fy_udp_hdr_t *h, const uint8_t *p,
-                          size_t plen)
+static int valid_in_order(fy_udp_conn_t *c, const fy_udp_hdr_t *h, const uint8_t *p, size_t plen)
 {
     fy_udp_chunk_t ch;
     size_t dlen = plen - fy_udp_xhdr_len(h->type);
@@ -190,8 +189,8 @@ static int rx_chunk(fy_udp_conn_t *c, const fy_udp_hdr_t *h, const uint8_t *p, s
 
 /* Process the in-order segment h (seq == rcv_nxt).  Returns 0 when it was malformed (and
  * dropped without consuming its sequence number). */
-static int process(fy_udp_iface_t *iface, fy_udp_conn_t *c, const fy_udp_hdr_t *h,
-                   const uint8_t *p, size_t plen)
+static int process(fy_udp_iface_t *iface, fy_udp_conn_t *c, const fy_udp_hdr_t *h, const uint8_t *p,
+                   size_t plen)
 {
     fy_tl_iface_params_t *prm = &iface->super.params;
     size_t xl = fy_udp_xhdr_len(h->type);
@@ -321,8 +320,7 @@ static int rx_dgram(fy_udp_iface_t *iface, uint8_t chan, fy_udp_rxbuf_t *b, size
         }
         got = fy_udp_crc32c(0, b->data, FY_UDP_CSUM_OFFSET);
         got = fy_udp_crc32c(got, &zero, 4);
-        got = fy_udp_crc32c(got, b->data + FY_UDP_CSUM_OFFSET + 4,
-                            len - FY_UDP_CSUM_OFFSET - 4);
+        got = fy_udp_crc32c(got, b->data + FY_UDP_CSUM_OFFSET + 4, len - FY_UDP_CSUM_OFFSET - 4);
         if (got != want) {
             iface->drops_csum++;
             return 0;

@@ -194,11 +194,11 @@ void fy_udp_tx_flush(fy_udp_iface_t *iface, uint8_t chan)
             }
             if (errno == EMSGSIZE && !iface->warned_emsgsize) {
                 iface->warned_emsgsize = 1;
-                fy_warn("udp: a %zu-byte datagram does not fit the interface MTU %u "
-                        "(FERRY_UDP_MTU too large?)",
-                        fy_iov_total(ch->tmsg[sent].msg_hdr.msg_iov,
-                                     ch->tmsg[sent].msg_hdr.msg_iovlen),
-                        iface->if_mtu);
+                fy_warn(
+                    "udp: a %zu-byte datagram does not fit the interface MTU %u "
+                    "(FERRY_UDP_MTU too large?)",
+                    fy_iov_total(ch->tmsg[sent].msg_hdr.msg_iov, ch->tmsg[sent].msg_hdr.msg_iovlen),
+                    iface->if_mtu);
             }
             iface->tx_errors++;
             sent++; /* drop it: a segment is resent by its timer */
@@ -230,9 +230,9 @@ static struct mmsghdr *batch_slot(fy_udp_iface_t *iface, uint8_t chan, unsigned 
     return &ch->tmsg[ch->ntx];
 }
 
-static void batch_commit(fy_udp_iface_t *iface, uint8_t chan, struct mmsghdr *m,
-                         struct iovec *iov, unsigned n, const struct sockaddr_storage *to,
-                         socklen_t tolen, fy_udp_seg_t *seg)
+static void batch_commit(fy_udp_iface_t *iface, uint8_t chan, struct mmsghdr *m, struct iovec *iov,
+                         unsigned n, const struct sockaddr_storage *to, socklen_t tolen,
+                         fy_udp_seg_t *seg)
 {
     fy_udp_chan_t *ch = &iface->ch[chan];
     uint32_t bytes = (uint32_t)fy_iov_total(iov, n);
@@ -244,9 +244,8 @@ static void batch_commit(fy_udp_iface_t *iface, uint8_t chan, struct mmsghdr *m,
         unsigned i = ch->ntx - 1;
         struct msghdr *prev = &ch->tmsg[i].msg_hdr;
         uint32_t gso = ch->mgso[i] ? ch->mgso[i] : ch->mbytes[i];
-        if (ch->mopen[i] && ch->mseg_n[i] > 0 && prev->msg_name == (void *)to &&
-            bytes <= gso && ch->mbytes[i] + bytes <= FY_UDP_GSO_BYTES &&
-            ch->mseg_n[i] < FY_UDP_GSO_MAX) {
+        if (ch->mopen[i] && ch->mseg_n[i] > 0 && prev->msg_name == (void *)to && bytes <= gso &&
+            ch->mbytes[i] + bytes <= FY_UDP_GSO_BYTES && ch->mseg_n[i] < FY_UDP_GSO_MAX) {
             ch->mgso[i] = gso;
             ch->mbytes[i] += bytes;
             ch->mopen[i] = bytes == gso;
@@ -385,12 +384,13 @@ static fy_udp_seg_t *make_chunk(fy_udp_conn_t *c, fy_udp_frag_t *f)
         f->total <= c->seg_size - FY_UDP_HDR_LEN)
         f->type = FY_UDP_T_AM;
     xl = fy_udp_xhdr_len(f->type);
-    dlen = f->type == FY_UDP_T_AM ? f->total
-                                  : FY_MIN(fy_udp_chunk_payload(c, f->type), f->total - f->next_off);
+    dlen = f->type == FY_UDP_T_AM
+               ? f->total
+               : FY_MIN(fy_udp_chunk_payload(c, f->type), f->total - f->next_off);
     fy_udp_seg_init_hdr(c, seg, f->type, f->am_id, xl, dlen);
     if (xl != 0 && f->type != FY_UDP_T_AM) {
-        fy_udp_chunk_t ch = {.op_id = f->op_id, .status = f->status, .offset = f->next_off,
-                             .total = f->total};
+        fy_udp_chunk_t ch = {
+            .op_id = f->op_id, .status = f->status, .offset = f->next_off, .total = f->total};
         memcpy(seg->hdr + FY_UDP_HDR_LEN, &ch, sizeof(ch));
         if (f->type == FY_UDP_T_PUT)
             memcpy(seg->hdr + FY_UDP_HDR_LEN + sizeof(ch), &f->rma, sizeof(f->rma));
@@ -515,8 +515,8 @@ ferry_status_t fy_udp_send_inline(fy_udp_conn_t *c, fy_udp_seg_t *seg)
     return FERRY_OK;
 }
 
-static ferry_status_t am_copy(fy_udp_conn_t *c, uint8_t id, const struct iovec *iov,
-                              size_t iovcnt, size_t max)
+static ferry_status_t am_copy(fy_udp_conn_t *c, uint8_t id, const struct iovec *iov, size_t iovcnt,
+                              size_t max)
 {
     fy_udp_iface_t *iface = c->iface;
     size_t len = fy_iov_total(iov, iovcnt);
@@ -556,15 +556,13 @@ static ferry_status_t am_copy(fy_udp_conn_t *c, uint8_t id, const struct iovec *
     return FERRY_OK;
 }
 
-ferry_status_t fy_udp_am_short(fy_tl_ep_t *ep, uint8_t id, const struct iovec *iov,
-                               size_t iovcnt)
+ferry_status_t fy_udp_am_short(fy_tl_ep_t *ep, uint8_t id, const struct iovec *iov, size_t iovcnt)
 {
     fy_udp_conn_t *c = fy_udp_conn(ep);
     return am_copy(c, id, iov, iovcnt, c->iface->opts->prio_mtu - FY_UDP_HDR_LEN);
 }
 
-ferry_status_t fy_udp_am_bcopy(fy_tl_ep_t *ep, uint8_t id, const struct iovec *iov,
-                               size_t iovcnt)
+ferry_status_t fy_udp_am_bcopy(fy_tl_ep_t *ep, uint8_t id, const struct iovec *iov, size_t iovcnt)
 {
     fy_udp_conn_t *c = fy_udp_conn(ep);
     return am_copy(c, id, iov, iovcnt, c->iface->seg_size - FY_UDP_HDR_LEN);
@@ -688,7 +686,8 @@ void fy_udp_send_acks(fy_udp_iface_t *iface, int force)
 {
     const fy_udp_opts_t *o = iface->opts;
     fy_list_t *e, *tmp;
-    fy_list_for_each_safe(e, tmp, &iface->acklist) {
+    fy_list_for_each_safe(e, tmp, &iface->acklist)
+    {
         fy_udp_conn_t *c = fy_container_of(e, fy_udp_conn_t, ack_link);
         c->ack_passes++;
         if (!force && !c->ack_now && c->ack_passes <= o->ack_passes &&

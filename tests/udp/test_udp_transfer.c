@@ -72,6 +72,51 @@ static void mtu_mismatch(void)
     run_transfer(small_sizes, FY_ARRAY_SIZE(small_sizes), 1, 0);
 }
 
+static void ipv6(void)
+{
+    setenv("FERRY_UDP_AF", "inet6", 1);
+    set_faults("6", "5", "1", "1", "1");
+    run_transfer(small_sizes, FY_ARRAY_SIZE(small_sizes), 2, 0);
+}
+
+/* Device selection: CIDR with wide match, exclusion, address family. */
+static unsigned count_devices(const char *inc, const char *exc, const char *af, int *has_lo)
+{
+    const fy_tl_component_t *tl = fy_tl_find("udp");
+    fy_tl_md_t *md;
+    fy_tl_device_t devs[16];
+    unsigned n = 0;
+    setenv("FERRY_UDP_IF_INCLUDE", inc, 1);
+    setenv("FERRY_UDP_IF_EXCLUDE", exc, 1);
+    setenv("FERRY_UDP_AF", af, 1);
+    FY_ASSERT_OK(tl->ops->md_open(tl, &md));
+    FY_ASSERT_OK(tl->ops->query_devices(md, devs, 16, &n));
+    *has_lo = 0;
+    for (unsigned i = 0; i < n && i < 16; i++)
+        *has_lo |= strcmp(devs[i].name, "lo") == 0 && devs[i].is_loopback;
+    tl->ops->md_close(md);
+    return n;
+}
+
+static void devices(void)
+{
+    int lo;
+    /* 127.0.0.0/8 itself, and a wider mask that contains it */
+    FY_ASSERT_EQ(count_devices("127.0.0.0/8", "", "any", &lo), 1);
+    FY_ASSERT(lo);
+    FY_ASSERT_GE(count_devices("120.0.0.0/5", "", "inet", &lo), 1);
+    FY_ASSERT(lo);
+    FY_ASSERT_EQ(count_devices("lo", "lo", "any", &lo), 0);
+    FY_ASSERT_EQ(count_devices("127.0.0.0/8", "", "inet6", &lo), 0);
+    FY_ASSERT_EQ(count_devices("::1", "", "inet6", &lo), 1);
+    FY_ASSERT(lo);
+    /* an interface that does not exist opens nothing */
+    ut_node_t n;
+    setenv("FERRY_UDP_IF_INCLUDE", "lo", 1);
+    setenv("FERRY_UDP_AF", "any", 1);
+    FY_ASSERT_NE(ut_open(&n, "no-such-if0", NULL, NULL), 0);
+}
+
 FYTEST_MAIN(FYTEST_CASE(clean), FYTEST_CASE(many_small), FYTEST_CASE(loss1), FYTEST_CASE(loss5),
             FYTEST_CASE(loss20), FYTEST_CASE(loss20_small), FYTEST_CASE(sleepy_loss5),
-            FYTEST_CASE(mtu_mismatch))
+            FYTEST_CASE(mtu_mismatch), FYTEST_CASE(ipv6), FYTEST_CASE(devices))

@@ -409,9 +409,9 @@ unsigned fy_udp_iface_progress(fy_tl_iface_t *tl_iface)
     iface->pass++;
     iface->now = fy_time_ns();
     fy_udp_rx_progress(iface, FY_UDP_CH_PRIO);
-    if (data->idle < 16 || (iface->pass & 7) == 0)
+    if (data->idle < 16 || (iface->pass & 15) == 0)
         fy_udp_rx_progress(iface, FY_UDP_CH_DATA);
-    iface->now = fy_time_ns();
+    /* (a receive that found something took a fresh time already) */
     if (iface->fault.enabled)
         fy_udp_fault_poll(iface, iface->now);
     if (fy_hotel_occupancy(&iface->hotel) != 0) {

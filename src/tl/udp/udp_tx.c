@@ -316,9 +316,10 @@ static void seg_xmit(fy_udp_iface_t *iface, fy_udp_conn_t *c, fy_udp_seg_t *seg,
     unsigned n = 1;
 
     piggyback(c, seg->hdr);
-    /* A pass may send megabytes: stamp each segment with its own time, or its timer
-     * would start early. */
-    iface->now = fy_time_ns();
+    /* A batch may carry megabytes: stamp each later segment with its own time, or its
+     * timer would start early.  (The first of a batch uses the caller's fresh time.) */
+    if (iface->ch[chan].ntx != 0)
+        iface->now = fy_time_ns();
     seg->tx_ns = iface->now;
     seg->tries++;
     if (seg->tries > 1)
@@ -464,6 +465,10 @@ unsigned fy_udp_tx_progress(fy_udp_iface_t *iface)
     unsigned budget = (unsigned)iface->opts->tx_budget, n = 0;
     fy_list_t *e;
 
+    if (fy_list_is_empty(&iface->resendq) && fy_list_is_empty(&iface->ready))
+        return 0;
+    iface->now = fy_time_ns();
+
     while (n < budget && (e = fy_list_pop_head(&iface->resendq)) != NULL) {
         fy_udp_seg_t *seg = fy_container_of(e, fy_udp_seg_t, rlink);
         seg_xmit(iface, seg->conn, seg, FY_UDP_CH_DATA);
@@ -504,8 +509,7 @@ ferry_status_t fy_udp_send_inline(fy_udp_conn_t *c, fy_udp_seg_t *seg)
     seg->conn = c;
     if (c->state == FY_UDP_CONN_CONNECTED && fy_list_is_empty(&c->sendq) && can_send(c)) {
         uint8_t chan = chan_for(c, seg);
-        if (iface->in_progress == 0)
-            iface->now = fy_time_ns();
+        iface->now = fy_time_ns();
         seg_assign(c, seg);
         seg_xmit(iface, c, seg, chan);
         fy_udp_tx_flush(iface, chan);
@@ -577,8 +581,7 @@ void fy_udp_frag_submit(fy_udp_conn_t *c, fy_udp_frag_t *f)
     fy_udp_enqueue(c, &f->pend);
     if (c->state == FY_UDP_CONN_CONNECTED && fy_list_is_linked(&c->ready_link) &&
         c->sendq.next == &f->pend.link) {
-        if (iface->in_progress == 0)
-            iface->now = fy_time_ns();
+        iface->now = fy_time_ns();
         conn_push(c, (unsigned)iface->opts->tx_budget);
         if (fy_list_is_empty(&c->sendq) || !can_send(c))
             fy_list_del(&c->ready_link);

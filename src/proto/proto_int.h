@@ -27,7 +27,7 @@
 /* An interface with no endpoint (it can only receive a newcomer's wireup) is polled every
  * FY_IDLE_POLL-th progress call: a socket poll is a system call, which the shared-memory
  * fast path must not pay on every pass. */
-#define FY_IDLE_POLL 64
+#define FY_IDLE_POLL 1024
 #define FY_ADDR_MAGIC 0x41575946u /* "FYWA" */
 #define FY_RKEY_MAGIC 0x4b525946u /* "FYRK" */
 #define FY_ADDR_VERSION 1

@@ -277,8 +277,8 @@ static void frozen_target(int rfd, int wfd, void *arg)
         tt_wait(&n, -1, 1000);
         fy_list_t *e;
         int queued = 0;
-        fy_list_for_each(e, &iface->peers) queued |=
-            fy_container_of(e, fy_tcp_peer_t, elem)->q_ops != 0;
+        for (e = iface->peers.next; e != &iface->peers; e = e->next)
+            queued |= fy_container_of(e, fy_tcp_peer_t, elem)->q_ops != 0;
         if (queued)
             break;
     }
@@ -623,7 +623,62 @@ static void self_connect(void)
     free(rkey);
 }
 
+/* The interface and family chosen by configuration: a round trip and a striped message. */
+static void round_trip_on(const char *family)
+{
+    echo_t e = {NULL, 0, 0};
+    tt_node_t n;
+    tt_open(&n, TT_JOB_KEY, echo_rx, &e);
+    fy_tcp_iface_t *iface = (fy_tcp_iface_t *)n.iface;
+    FY_ASSERT_EQ(iface->addr.family, family[0] == '6' ? 6 : 4);
+    tt_proc_t b;
+    fy_tl_ep_t *eb = start_echo(&n, &b, NULL, NULL);
+    round_trip(&n, eb);
+    static char big[1 << 20];
+    tt_comp_t c;
+    tt_comp_init(&c);
+    struct iovec v = {big, sizeof(big)};
+    ferry_status_t st = n.ops->am_zcopy(eb, AM_ID, NULL, 0, &v, 1, &c.super);
+    FY_ASSERT(st == FERRY_OK || st == FERRY_INPROGRESS);
+    if (st == FERRY_INPROGRESS)
+        tt_comp_wait(&n, &c);
+    round_trip(&n, eb); /* after the large one, in order */
+    FY_ASSERT_EQ(n.nerr, 0);
+    cmd(&b, CMD_QUIT);
+    tt_join(&b);
+    n.ops->ep_destroy(eb);
+    tt_close(&n);
+}
+
+static void ipv6(void)
+{
+    fy_netif_t *all;
+    unsigned cnt, v6 = 0;
+    FY_ASSERT_OK(fy_netif_list(FY_NETIF_LIST_NO_IPV4, &all, &cnt));
+    for (unsigned i = 0; i < cnt; i++)
+        v6 += !all[i].is_loopback;
+    fy_netif_list_free(all);
+    if (v6 == 0) {
+        printf("(no IPv6 address but loopback here: over ::1)\n");
+        setenv("FERRY_TCP_IF_INCLUDE", "::1", 1);
+    }
+    setenv("FERRY_TCP_AF", "ipv6", 1);
+    round_trip_on("6");
+}
+
+static void loopback_included(void)
+{
+    setenv("FERRY_TCP_IF_INCLUDE", "lo", 1);
+    tt_node_t n;
+    tt_open(&n, TT_JOB_KEY, NULL, NULL);
+    FY_ASSERT_STR_EQ(n.dev.name, "lo");
+    FY_ASSERT(n.dev.is_loopback);
+    tt_close(&n);
+    round_trip_on("4");
+}
+
 FYTEST_MAIN(FYTEST_CASE(simultaneous_connect), FYTEST_CASE(reset_isolated),
             FYTEST_CASE(killed_mid_message), FYTEST_CASE(killed_mid_get),
             FYTEST_CASE(stranger_wrong_key), FYTEST_CASE(garbage_and_silence),
-            FYTEST_CASE(graceful_close), FYTEST_CASE(sleeps_on_event_fd), FYTEST_CASE(self_connect))
+            FYTEST_CASE(graceful_close), FYTEST_CASE(sleeps_on_event_fd), FYTEST_CASE(self_connect),
+            FYTEST_CASE(ipv6), FYTEST_CASE(loopback_included))

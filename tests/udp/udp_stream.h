@@ -128,6 +128,14 @@ static int sender(int rfd, int wfd, const size_t *sizes, unsigned nsizes, unsign
         free(comps[j].buf);
     }
     free(comps);
+    /* The statistics API: under real loss there were resends, an RTT, every message. */
+    ferry_ep_stats_t es;
+    const char *drop = getenv("FERRY_UDP_FAULT_DROP");
+    if (n.ops->ep_get_stats(n.ep, &es) != FERRY_OK || es.tx_msgs < count)
+        return 14;
+    if (drop != NULL && atof(drop) >= 5 &&
+        (es.retransmits == 0 || es.rtt_ns == 0 || es.rto_ns < es.rtt_ns / 2 || es.window_max == 0))
+        return 15;
     ut_close(&n);
     return 0;
 }

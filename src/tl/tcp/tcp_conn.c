@@ -296,8 +296,7 @@ void fy_tcp_peer_notify(fy_tcp_iface_t *iface)
         for (;;) {
             fy_tcp_ep_t *victim = NULL;
             fy_list_t *x;
-            fy_list_for_each(x, &p->eps)
-            {
+            for (x = p->eps.next; x != &p->eps; x = x->next) {
                 fy_tcp_ep_t *ep = fy_container_of(x, fy_tcp_ep_t, elem);
                 if (!ep->failed) {
                     victim = ep;
@@ -579,8 +578,7 @@ static void handle_hello(fy_tcp_iface_t *iface, fy_tcp_accept_t *a)
     if (remote == iface->id) {
         /* our own ep connecting to us: the accepted end is a peer of its own */
         fy_list_t *e;
-        fy_list_for_each(e, &iface->peers)
-        {
+        for (e = iface->peers.next; e != &iface->peers; e = e->next) {
             fy_tcp_peer_t *q = fy_container_of(e, fy_tcp_peer_t, elem);
             if (!q->in_table && q->remote_id == remote && q->conn_id == conn && !q->outgoing &&
                 q->state == FY_TCP_PEER_CONNECTING)
@@ -631,8 +629,7 @@ static void handle_hello(fy_tcp_iface_t *iface, fy_tcp_accept_t *a)
 static void accept_retry(fy_tcp_iface_t *iface, uint64_t remote_id)
 {
     fy_list_t *e, *t;
-    fy_list_for_each_safe(e, t, &iface->accepting)
-    {
+    for (e = iface->accepting.next, t = e->next; e != &iface->accepting; e = t, t = e->next) {
         fy_tcp_accept_t *a = fy_container_of(e, fy_tcp_accept_t, elem);
         if (a->parked && le64toh(a->hello.src_iface) == remote_id) {
             a->parked = 0;
@@ -708,8 +705,7 @@ void fy_tcp_timers(fy_tcp_iface_t *iface, uint64_t now)
     uint64_t limit = iface->cfg->conn_timeout;
     int pending = 0;
     fy_list_t *e, *t;
-    fy_list_for_each_safe(e, t, &iface->accepting)
-    {
+    for (e = iface->accepting.next, t = e->next; e != &iface->accepting; e = t, t = e->next) {
         fy_tcp_accept_t *a = fy_container_of(e, fy_tcp_accept_t, elem);
         if (now - a->start_ns < limit) {
             pending = 1;
@@ -721,8 +717,7 @@ void fy_tcp_timers(fy_tcp_iface_t *iface, uint64_t now)
                 fy_netif_addr_str(&a->from, 0, from, sizeof(from)), (double)limit / 1e9);
         accept_drop(iface, a);
     }
-    fy_list_for_each_safe(e, t, &iface->peers)
-    {
+    for (e = iface->peers.next, t = e->next; e != &iface->peers; e = t, t = e->next) {
         fy_tcp_peer_t *p = fy_container_of(e, fy_tcp_peer_t, elem);
         if (p->state != FY_TCP_PEER_CONNECTING)
             continue;

@@ -295,8 +295,7 @@ unsigned fy_tcp_iface_progress(fy_tl_iface_t *super)
     unsigned count = 0;
     iface->in_progress = 1;
     /* a peer with frames queued to send needs epoll's word on writability at once */
-    if (iface->hot != NULL && iface->hot->q_ops == 0 &&
-        ++iface->hot_pass % FY_TCP_HOT_EPOLL != 0) {
+    if (iface->hot != NULL && iface->hot->q_ops == 0 && ++iface->hot_pass % FY_TCP_HOT_EPOLL != 0) {
         count += hot_poll(iface);
         goto rest;
     }
@@ -404,8 +403,7 @@ void fy_tcp_iface_print(fy_tl_iface_t *super, FILE *f)
             (unsigned long long)iface->drops_bad_key, (unsigned long long)iface->drops_malformed,
             (unsigned long long)iface->drops_unknown, (unsigned long long)iface->drops_timeout);
     fy_list_t *e;
-    fy_list_for_each(e, &iface->peers)
-    {
+    for (e = iface->peers.next; e != &iface->peers; e = e->next) {
         const fy_tcp_peer_t *p = fy_container_of(e, fy_tcp_peer_t, elem);
         unsigned neps = (unsigned)fy_list_length(&p->eps);
         fprintf(f,

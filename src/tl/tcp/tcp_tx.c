@@ -136,8 +136,7 @@ void fy_tcp_link_write(fy_tcp_link_t *link)
         struct iovec v[64];
         size_t cnt = 0, want = 0;
         fy_list_t *e;
-        fy_list_for_each(e, &link->txq)
-        {
+        for (e = link->txq.next; e != &link->txq; e = e->next) {
             fy_tcp_tx_t *tx = fy_container_of(e, fy_tcp_tx_t, elem);
             for (unsigned i = tx->iovidx; i < tx->iovcnt && cnt < FY_ARRAY_SIZE(v); i++) {
                 if (tx->iov[i].iov_len == 0)
@@ -478,8 +477,7 @@ void fy_tcp_op_free(fy_tcp_iface_t *iface, fy_tcp_op_t *op)
 static void orphan_queue(fy_tcp_iface_t *iface, fy_list_t *q, fy_tcp_ep_t *ep)
 {
     fy_list_t *e;
-    fy_list_for_each(e, q)
-    {
+    for (e = q->next; e != q; e = e->next) {
         fy_tcp_tx_t *tx = fy_container_of(e, fy_tcp_tx_t, elem);
         fy_tcp_tx_t *l = tx->leader != NULL ? tx->leader : tx;
         if (tx->ep != ep && l->ep != ep)
@@ -524,9 +522,27 @@ void fy_tcp_ep_orphan(fy_tcp_ep_t *ep)
     for (unsigned i = 0; i < FY_TCP_MAX_LINKS; i++)
         if (p->links[i] != NULL)
             orphan_queue(iface, &p->links[i]->txq, ep);
+    /* a get answer arriving right now: the rest goes to the sink, not to the caller */
+    fy_tcp_dest_t *d[FY_TCP_MAX_LINKS + 1];
+    unsigned nd = 0;
+    d[nd++] = &p->stripe;
+    for (unsigned i = 0; i < FY_TCP_MAX_LINKS; i++)
+        if (p->links[i] != NULL)
+            d[nd++] = &p->links[i]->frame;
+    for (unsigned i = 0; i < nd; i++) {
+        fy_tcp_op_t *op = d[i]->op;
+        if (op == NULL || op->ep != ep)
+            continue;
+        d[i]->discard = 1;
+        op->ep = NULL;
+        if (op->comp != NULL) {
+            fy_tl_comp_t *c = op->comp;
+            op->comp = NULL;
+            c->cb(c, FERRY_ERR_CANCELED);
+        }
+    }
     fy_list_t *e;
-    fy_list_for_each(e, &p->ops)
-    {
+    for (e = p->ops.next; e != &p->ops; e = e->next) {
         fy_tcp_op_t *op = fy_container_of(e, fy_tcp_op_t, elem);
         if (op->ep != ep)
             continue;

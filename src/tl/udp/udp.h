@@ -63,6 +63,7 @@ typedef struct fy_udp_opts {
     unsigned long tx_budget;
     int checksum;
     int gso;
+    int place;
     int stats;
     /* fault injector */
     unsigned long fault_seed;
@@ -236,8 +237,12 @@ typedef struct fy_udp_conn {
     uint8_t rx_active, rx_am_id;
     uint32_t rx_frag_id;
     uint64_t rx_total, rx_got;
-    uint8_t *rx_buf;
-    size_t rx_cap;
+    uint8_t *rx_buf;     /* the buffer of the fragment being (or last) reassembled */
+    uint8_t *rx_bufs[2]; /* two, alternating, so the next AM can be received in place
+                          * while the last one is still being delivered */
+    size_t rx_caps[2];
+    uint8_t rx_cur;    /* index of rx_buf in rx_bufs */
+    uint32_t rx_chunk; /* data bytes per chunk of the fragment being reassembled */
     /* the put being received */
     uint32_t rx_put_op;
     ferry_status_t rx_put_status;
@@ -267,7 +272,14 @@ typedef struct fy_udp_chan {
     size_t rxpool_max;
     fy_udp_rxbuf_t *posted[FY_UDP_BATCH];
     struct mmsghdr rmsg[FY_UDP_BATCH];
-    struct iovec riov[FY_UDP_BATCH];
+    struct iovec riov[FY_UDP_BATCH][3];
+    /* direct placement: a slot posted as [header | reassembly buffer at place_off | rest] */
+    uint64_t place_off[FY_UDP_BATCH]; /* UINT64_MAX: a plain slot */
+    uint32_t place_len[FY_UDP_BATCH];
+    uint32_t place_frag_of[FY_UDP_BATCH]; /* the fragment id expected in the slot */
+    uint64_t place_max[FY_UDP_BATCH];     /* largest fragment that may use the buffer */
+    struct fy_udp_conn *place_conn;       /* whose buffer the slots point into */
+    struct fy_udp_conn *place_hint;       /* the conn whose large AM is arriving */
     struct sockaddr_storage rname[FY_UDP_BATCH];
     /* transmit batch */
     unsigned ntx, ntxiov;
@@ -317,6 +329,7 @@ typedef struct fy_udp_iface {
     fy_list_t faillist; /* conns to fail after the hotel ran */
     fy_list_t zombies;  /* conns to free at the end of progress */
     unsigned in_progress;
+    int in_data_rx;  /* processing a batch of the data channel */
     unsigned events; /* counted by this progress call */
     uint64_t now;    /* clock of the current progress pass */
     uint64_t pass;
@@ -411,6 +424,8 @@ unsigned fy_udp_rx_progress(fy_udp_iface_t *iface, uint8_t chan);
 ferry_status_t fy_udp_chan_rx_init(fy_udp_iface_t *iface, uint8_t chan);
 void fy_udp_chan_rx_fini(fy_udp_iface_t *iface, uint8_t chan);
 void fy_udp_stash_clear(fy_udp_conn_t *conn);
+/* Stop receiving into conn's reassembly buffer (it is about to go). */
+void fy_udp_rx_unplace(fy_udp_iface_t *iface, fy_udp_conn_t *conn);
 uint32_t fy_udp_sack_bits(const fy_udp_conn_t *conn);
 
 /* udp_retx.c */

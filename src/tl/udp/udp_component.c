@@ -73,6 +73,10 @@ static const fy_config_field_t udp_fields[] = {
       FY_CFG_BOOL, checksum),
     F("GSO", "y", "Use UDP segmentation offload (UDP_SEGMENT) where the kernel has it.",
       FY_CFG_BOOL, gso),
+    F("PLACE", "y",
+      "Receive the chunks of a large AM straight into its reassembly buffer "
+      "(one copy less).",
+      FY_CFG_BOOL, place),
     F("STATS", "n",
       "Print interface and per-ep statistics when an interface closes "
       "(FERRY_STATS=1 does the same for every transport).",

@@ -492,8 +492,10 @@ void fy_udp_conn_free_zombies(fy_udp_iface_t *iface)
     fy_list_t *e;
     while ((e = fy_list_pop_head(&iface->zombies)) != NULL) {
         fy_udp_conn_t *c = fy_container_of(e, fy_udp_conn_t, zombie_link);
+        fy_udp_rx_unplace(iface, c);
         free(c->stash);
-        free(c->rx_buf);
+        free(c->rx_bufs[0]);
+        free(c->rx_bufs[1]);
         free(c->win);
         free(c);
     }

@@ -36,15 +36,96 @@ static fy_udp_rxbuf_t *rxbuf_get(fy_udp_chan_t *ch, uint8_t chan)
     return b;
 }
 
+#define PLACE_HDR  (FY_UDP_HDR_LEN + sizeof(fy_udp_chunk_t))
+#define NOT_PLACED UINT64_MAX
+
 static void post(fy_udp_chan_t *ch, unsigned i)
 {
-    ch->riov[i].iov_base = ch->posted[i]->data;
-    ch->riov[i].iov_len = ch->mtu;
+    ch->riov[i][0].iov_base = ch->posted[i]->data;
+    ch->riov[i][0].iov_len = ch->mtu;
+    ch->place_off[i] = NOT_PLACED;
     memset(&ch->rmsg[i].msg_hdr, 0, sizeof(ch->rmsg[i].msg_hdr));
-    ch->rmsg[i].msg_hdr.msg_iov = &ch->riov[i];
+    ch->rmsg[i].msg_hdr.msg_iov = ch->riov[i];
     ch->rmsg[i].msg_hdr.msg_iovlen = 1;
     ch->rmsg[i].msg_hdr.msg_name = &ch->rname[i];
     ch->rmsg[i].msg_hdr.msg_namelen = sizeof(ch->rname[i]);
+}
+
+/* A slot that receives the next chunk of a large AM straight into its reassembly buffer:
+ * the headers land in the slot's buffer, the data at dst, anything longer (another
+ * datagram than predicted) after the headers in the slot's buffer. */
+static void post_placed(fy_udp_chan_t *ch, unsigned i, uint8_t *dst, uint64_t off, uint32_t len,
+                        uint32_t frag, uint64_t max)
+{
+    post(ch, i);
+    ch->riov[i][0].iov_len = PLACE_HDR;
+    ch->riov[i][1].iov_base = dst;
+    ch->riov[i][1].iov_len = len;
+    ch->riov[i][2].iov_base = ch->posted[i]->data + PLACE_HDR + len;
+    ch->riov[i][2].iov_len = ch->mtu - PLACE_HDR - len;
+    ch->rmsg[i].msg_hdr.msg_iovlen = 3;
+    ch->place_off[i] = off;
+    ch->place_len[i] = len;
+    ch->place_frag_of[i] = frag;
+    ch->place_max[i] = max;
+}
+
+/* Lay out every slot of the data channel: placed for the conn whose large AMs are arriving
+ * (a bulk transfer: one copy less) - the rest of the current one into its buffer, then the
+ * next one into the other buffer, as far as that buffer goes - and plain otherwise. */
+static void repost_all(fy_udp_iface_t *iface, fy_udp_chan_t *ch)
+{
+    fy_udp_conn_t *c = ch->place_hint;
+    unsigned i = 0;
+
+    ch->place_conn = NULL;
+    if (c != NULL && iface->opts->place && fy_udp_conn_alive(c) && c->rx_chunk != 0 &&
+        !iface->csum && PLACE_HDR + c->rx_chunk <= ch->mtu) {
+        uint64_t C = c->rx_chunk, off;
+        for (off = c->rx_got; c->rx_active && i < FY_UDP_BATCH && off < c->rx_total; i++, off += C)
+            post_placed(ch, i, c->rx_buf + off, off, (uint32_t)FY_MIN(C, c->rx_total - off),
+                        c->rx_frag_id, UINT64_MAX);
+        uint8_t *nb = c->rx_bufs[c->rx_cur ^ 1];
+        uint64_t cap = c->rx_caps[c->rx_cur ^ 1];
+        for (off = 0; nb != NULL && i < FY_UDP_BATCH && off < cap; i++, off += C)
+            post_placed(ch, i, nb + off, off, (uint32_t)FY_MIN(C, cap - off), c->rx_frag_id + 1,
+                        cap);
+        if (i != 0)
+            ch->place_conn = c;
+    }
+    for (; i < FY_UDP_BATCH; i++)
+        post(ch, i);
+}
+
+void fy_udp_rx_unplace(fy_udp_iface_t *iface, fy_udp_conn_t *c)
+{
+    fy_udp_chan_t *ch = &iface->ch[FY_UDP_CH_DATA];
+    if (ch->place_hint == c)
+        ch->place_hint = NULL;
+    if (ch->place_conn == c)
+        repost_all(iface, ch);
+}
+
+/* After a receive into placed slots: is slot i the predicted chunk (its data is in place)?
+ * If not, move the part that went to the reassembly buffer back into the slot's buffer, so
+ * the datagram is whole there and goes the ordinary way. */
+static int placed_check(fy_udp_chan_t *ch, unsigned i, size_t len, int mflags)
+{
+    const uint8_t *d = ch->posted[i]->data;
+    fy_udp_hdr_t h;
+    fy_udp_chunk_t k;
+    if (len >= PLACE_HDR && len == PLACE_HDR + ch->place_len[i] && !(mflags & MSG_TRUNC)) {
+        memcpy(&h, d, sizeof(h));
+        memcpy(&k, d + FY_UDP_HDR_LEN, sizeof(k));
+        if (h.type == FY_UDP_T_AM_CHUNK && h.dst_id == ch->place_conn->id &&
+            k.op_id == ch->place_frag_of[i] && k.offset == ch->place_off[i] &&
+            k.total <= ch->place_max[i] && h.len == len - FY_UDP_HDR_LEN)
+            return 1;
+    }
+    if (len > PLACE_HDR)
+        memcpy(ch->posted[i]->data + PLACE_HDR, ch->riov[i][1].iov_base,
+               FY_MIN(len - PLACE_HDR, (size_t)ch->place_len[i]));
+    return 0;
 }
 
 ferry_status_t fy_udp_chan_rx_init(fy_udp_iface_t *iface, uint8_t chan)
@@ -158,39 +239,56 @@ static int valid_in_order(fy_udp_conn_t *c, const fy_udp_hdr_t *h, const uint8_t
 }
 
 /* Reassembly of a large AM: returns 1 when complete. */
-static int rx_chunk(fy_udp_conn_t *c, const fy_udp_hdr_t *h, const uint8_t *p, size_t plen)
+static int rx_chunk(fy_udp_conn_t *c, const fy_udp_hdr_t *h, const uint8_t *p, size_t plen,
+                    int placed)
 {
     fy_udp_chunk_t ch;
+    fy_udp_chan_t *data = &c->iface->ch[FY_UDP_CH_DATA];
     size_t dlen = plen - sizeof(ch);
     memcpy(&ch, p, sizeof(ch));
     if (ch.offset == 0) {
-        if (ch.total > c->rx_cap) {
-            uint8_t *nb = malloc(ch.total);
+        unsigned idx = c->rx_cur ^ 1u;
+        if (ch.total > c->rx_caps[idx]) {
+            /* (a chunk placed into this buffer had total <= its size: none is lost here;
+             * the slots are laid out anew below or at the end of the data batch) */
+            uint8_t *nb = malloc(ch.total ? ch.total : 1);
             if (nb == NULL)
                 return -1;
-            free(c->rx_buf);
-            c->rx_buf = nb;
-            c->rx_cap = ch.total;
+            free(c->rx_bufs[idx]);
+            c->rx_bufs[idx] = nb;
+            c->rx_caps[idx] = ch.total;
         }
+        c->rx_cur = (uint8_t)idx;
+        c->rx_buf = c->rx_bufs[idx];
         c->rx_active = 1;
         c->rx_frag_id = ch.op_id;
         c->rx_total = ch.total;
         c->rx_got = 0;
         c->rx_am_id = h->am_id;
+        c->rx_chunk = (uint32_t)dlen;
     }
-    if (dlen != 0)
+    if (dlen != 0 && !placed)
         memcpy(c->rx_buf + c->rx_got, p + sizeof(ch), dlen);
     c->rx_got += dlen;
-    if (c->rx_got < c->rx_total)
+    /* Posted slots may point only at space not yet filled.  Within a data batch the
+     * slots are laid out anew at its end; a chunk taken elsewhere (the stash drained by a
+     * priority-channel arrival) must do it now, or the next receive could land on it. */
+    if (data->place_conn == c && !c->iface->in_data_rx) {
+        data->place_hint = c;
+        repost_all(c->iface, data);
+    }
+    if (c->rx_got < c->rx_total) {
+        data->place_hint = c;
         return 0;
-    c->rx_active = 0;
+    }
+    c->rx_active = 0; /* (the hint stays: the next AM may come in place) */
     return 1;
 }
 
 /* Process the in-order segment h (seq == rcv_nxt).  Returns 0 when it was malformed (and
  * dropped without consuming its sequence number). */
 static int process(fy_udp_iface_t *iface, fy_udp_conn_t *c, const fy_udp_hdr_t *h, const uint8_t *p,
-                   size_t plen)
+                   size_t plen, int placed)
 {
     fy_tl_iface_params_t *prm = &iface->super.params;
     size_t xl = fy_udp_xhdr_len(h->type);
@@ -209,7 +307,7 @@ static int process(fy_udp_iface_t *iface, fy_udp_conn_t *c, const fy_udp_hdr_t *
         prm->am_cb(prm->am_arg, h->am_id, p, plen);
         return 1;
     case FY_UDP_T_AM_CHUNK: {
-        int done = rx_chunk(c, h, p, plen);
+        int done = rx_chunk(c, h, p, plen, placed);
         if (done < 0)
             return 0; /* no memory for reassembly: the sender will resend */
         c->rcv_nxt++;
@@ -274,7 +372,7 @@ static void drain(fy_udp_iface_t *iface, fy_udp_conn_t *c)
         c->nstash--;
         memcpy(&h, b->data, sizeof(h));
         drained = 1;
-        if (h.seq != c->rcv_nxt || !process(iface, c, &h, b->data + FY_UDP_HDR_LEN, h.len)) {
+        if (h.seq != c->rcv_nxt || !process(iface, c, &h, b->data + FY_UDP_HDR_LEN, h.len, 0)) {
             iface->drops_malformed++;
             fy_mpool_put(&iface->ch[b->chan].rxpool, b);
             break;
@@ -287,7 +385,7 @@ static void drain(fy_udp_iface_t *iface, fy_udp_conn_t *c)
 
 /* Check and process one datagram.  Returns 1 when the buffer was kept (stashed). */
 static int rx_dgram(fy_udp_iface_t *iface, uint8_t chan, fy_udp_rxbuf_t *b, size_t len,
-                    const struct sockaddr_storage *from, int mflags)
+                    const struct sockaddr_storage *from, int mflags, const uint8_t *placed)
 {
     fy_udp_hdr_t h;
     fy_udp_conn_t *c;
@@ -311,6 +409,10 @@ static int rx_dgram(fy_udp_iface_t *iface, uint8_t chan, fy_udp_rxbuf_t *b, size
         h.type >= FY_UDP_T_MAX) {
         iface->drops_malformed++;
         return 0;
+    }
+    if (placed != NULL && (h.flags & FY_UDP_F_CSUM)) {
+        memcpy(b->data + PLACE_HDR, placed, len - PLACE_HDR); /* the CRC needs it whole */
+        placed = NULL;
     }
     if (iface->csum || (h.flags & FY_UDP_F_CSUM)) {
         uint32_t want = h.csum, zero = 0, got;
@@ -360,8 +462,14 @@ static int rx_dgram(fy_udp_iface_t *iface, uint8_t chan, fy_udp_rxbuf_t *b, size
     }
 
     int32_t d = fy_udp_seq_diff(h.seq, c->rcv_nxt);
+    if (placed != NULL && (d != 0 || c != iface->ch[chan].place_conn)) {
+        /* the predicted chunk, but not in order after all (one before it was lost): make
+         * it whole in its own buffer for the stash */
+        memcpy(b->data + PLACE_HDR, placed, len - PLACE_HDR);
+        placed = NULL;
+    }
     if (d == 0) {
-        if (!process(iface, c, &h, p, h.len)) {
+        if (!process(iface, c, &h, p, h.len, placed != NULL)) {
             iface->drops_malformed++;
             return 0;
         }
@@ -436,9 +544,20 @@ unsigned fy_udp_rx_progress(fy_udp_iface_t *iface, uint8_t chan)
     ch->last_batch = n > 1 || ch->last_batch == 1 ? (unsigned)n + (n == 1) : 1;
     ch->idle = 0;
     iface->now = fy_time_ns();
+    unsigned lens[FY_UDP_BATCH];
+    int flags[FY_UDP_BATCH];
+    const uint8_t *placed[FY_UDP_BATCH];
+    int was_placed = ch->place_conn != NULL;
     for (int i = 0; i < n; i++) {
-        if (rx_dgram(iface, chan, ch->posted[i], ch->rmsg[i].msg_len, &ch->rname[i],
-                     ch->rmsg[i].msg_hdr.msg_flags)) {
+        lens[i] = ch->rmsg[i].msg_len;
+        flags[i] = ch->rmsg[i].msg_hdr.msg_flags;
+        placed[i] = NULL;
+        if (ch->place_off[i] != NOT_PLACED && placed_check(ch, (unsigned)i, lens[i], flags[i]))
+            placed[i] = ch->riov[i][1].iov_base;
+    }
+    iface->in_data_rx = chan == FY_UDP_CH_DATA;
+    for (int i = 0; i < n; i++) {
+        if (rx_dgram(iface, chan, ch->posted[i], lens[i], &ch->rname[i], flags[i], placed[i])) {
             fy_udp_rxbuf_t *nb = rxbuf_get(ch, chan);
             /* The stash keeps a reserve free, so this does not fail but for memory. */
             if (nb == NULL) {
@@ -454,7 +573,11 @@ unsigned fy_udp_rx_progress(fy_udp_iface_t *iface, uint8_t chan)
                 ch->posted[i] = nb;
             }
         }
-        post(ch, i);
+        if (!was_placed)
+            post(ch, i);
     }
+    iface->in_data_rx = 0;
+    if (chan == FY_UDP_CH_DATA && (was_placed || ch->place_hint != NULL))
+        repost_all(iface, ch);
     return (unsigned)n;
 }

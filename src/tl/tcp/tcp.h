@@ -37,7 +37,7 @@
 #define FY_TCP_VERSION    1
 
 /* ---- handshake ------------------------------------------------------------------------ *
- * The first bytes on every new link, in both directions (80 bytes, little endian):
+ * The first bytes on every new link, in both directions (88 bytes, little endian):
  *
  *  0               4       6   7   8   9                 16
  * +---------------+-------+---+---+---+-----------------+
@@ -49,8 +49,9 @@
  * +-----------------------------------+-----------------+   conn_id: nonce of one connect
  * | worker_uuid (8)                   | src_addr (20)   |            attempt (all links)
  * +-----------------------------------+-----------------+   src_addr: sender's listening
- * | reserved (4)  |                                           address (fy_netif_addr_t)
- * +---------------+
+ * | reserved (4)  | host_id (8)       |                           address (fy_netif_addr_t)
+ * +---------------+-------------------+                     host_id: fy_netif_host_id() of
+ *                                                                     the sender
  * A connector sends HELLO and sends nothing else until ACCEPT; the acceptor may send frames
  * right after its ACCEPT.  Anything else (wrong magic, version, job key or iface id) closes
  * the socket and is counted.
@@ -71,6 +72,7 @@ typedef struct fy_tcp_hello {
     uint64_t worker_uuid;
     fy_netif_addr_t src_addr;
     uint32_t rsvd2;
+    uint64_t host_id;
 } fy_tcp_hello_t;
 
 /* ---- frames ----------------------------------------------------------------------------- *
@@ -174,8 +176,8 @@ typedef struct fy_tcp_key {
 typedef struct fy_tcp_config {
     char *if_include;
     char *if_exclude;
-    int af; /* 0 auto (IPv4 first), 1 ipv4, 2 ipv6 */
-    unsigned long links;
+    int af;              /* 0 auto (IPv4 first), 1 ipv4, 2 ipv6 */
+    unsigned long links; /* 0 = auto: 1 to a peer on this host, 2 to another host */
     size_t stripe_min;
     size_t sndbuf, rcvbuf; /* 0 = kernel autotuning */
     size_t rx_buf;
@@ -188,6 +190,7 @@ typedef struct fy_tcp_config {
     uint64_t conn_timeout;
     int nodelay;
     int direct_poll;   /* read a hot peer's links directly (see tcp_iface.c) */
+    char *congestion;  /* TCP_CONGESTION: "auto", "system" or an algorithm */
     double latency_ns; /* reported latency; 0 = built-in estimate */
     double bandwidth;  /* reported bandwidth in bytes/s; 0 = built-in estimate */
 } fy_tcp_config_t;
@@ -286,6 +289,7 @@ enum { FY_TCP_PEER_IDLE = 1, FY_TCP_PEER_CONNECTING, FY_TCP_PEER_UP, FY_TCP_PEER
 struct fy_tcp_peer {
     fy_tcp_iface_t *iface;
     uint64_t remote_id;
+    uint64_t remote_host;  /* the remote's host id (0 = not known yet) */
     fy_netif_addr_t raddr; /* remote listening address (have_raddr) */
     int have_raddr;
     int in_table; /* in iface->peers_by_id */
@@ -381,6 +385,8 @@ extern size_t fy_tcp_test_io_limit;
 /* tcp_sock.c: sockets and I/O */
 int fy_tcp_socket(int family, const fy_tcp_config_t *cfg);
 void fy_tcp_sock_tune(int fd, const fy_tcp_config_t *cfg);
+/* Congestion control of a connection to a peer on this host (local) or another one. */
+void fy_tcp_sock_congestion(int fd, const fy_tcp_config_t *cfg, int local);
 ssize_t fy_tcp_sendv(int fd, const struct iovec *iov, size_t iovcnt);
 ssize_t fy_tcp_recvv(int fd, const struct iovec *iov, size_t iovcnt);
 int fy_tcp_epoll_set(fy_tcp_iface_t *iface, int fd, void *obj, uint32_t *cur, uint32_t want);
@@ -438,6 +444,17 @@ void fy_tcp_link_stall(fy_tcp_link_t *link, unsigned bits);
 void fy_tcp_dest_release(fy_tcp_iface_t *iface, fy_tcp_dest_t *d);
 /* A payload that will never arrive: release its buffer, fail its request (if a get). */
 void fy_tcp_dest_abort(fy_tcp_iface_t *iface, fy_tcp_dest_t *d, ferry_status_t status);
+
+/* the wire formats are exactly what their diagrams say: no padding */
+_Static_assert(sizeof(fy_tcp_hello_t) == 88, "handshake size");
+_Static_assert(sizeof(fy_tcp_hdr_t) == 8, "frame header size");
+_Static_assert(sizeof(fy_tcp_rma_ext_t) == 32 && sizeof(fy_tcp_ack_ext_t) == 16 &&
+                   sizeof(fy_tcp_chunk_ext_t) == 16 && sizeof(fy_tcp_stripe_ext_t) == 8,
+               "frame extension sizes");
+_Static_assert(FY_TCP_HDR_MAX >=
+                   sizeof(fy_tcp_hdr_t) + sizeof(fy_tcp_rma_ext_t) + sizeof(fy_tcp_stripe_ext_t),
+               "largest frame header");
+_Static_assert(sizeof(fy_netif_addr_t) == 20, "address size");
 
 /* the ops (tcp_iface.c, tcp_ep.c), put in the table by tcp_md.c */
 ferry_status_t fy_tcp_iface_open(fy_tl_md_t *md, const fy_tl_iface_params_t *params,

@@ -11,6 +11,11 @@
  * but the handshake is written before the connection is up; frames sent meanwhile wait in
  * the peer's preq, so abandoning an attempt loses nothing.
  *
+ * How many links, and which congestion control, depends on where the peer is (its host id
+ * comes in its device address, or in its HELLO): one unpaced (reno) link within a host, two
+ * links under the system's congestion control to another host (FERRY_TCP_LINKS and
+ * FERRY_TCP_CONGESTION override); the connector's count is the connection's.
+ *
  * A stranger (wrong magic, version, job key or iface id, or silence past CONN_TIMEOUT) is
  * closed and counted; no peer is created for it.  A peer fails as a whole (reset, EOF without
  * a CLOSE, keepalive, malformed frame): its sockets close at once, and from progress its
@@ -105,6 +110,7 @@ static void fill_hello(fy_tcp_iface_t *iface, fy_tcp_hello_t *h, uint8_t kind, u
     h->conn_id = htole64(conn_id);
     h->worker_uuid = htole64(iface->super.params.worker_uuid);
     h->src_addr = iface->addr;
+    h->host_id = htole64(iface->md->host_id);
 }
 
 static void timer_arm(fy_tcp_iface_t *iface)
@@ -355,7 +361,8 @@ ferry_status_t fy_tcp_peer_connect(fy_tcp_peer_t *p)
     p->conn_id = fy_random64();
     p->outgoing = 1;
     p->state = FY_TCP_PEER_CONNECTING;
-    p->nlinks = (unsigned)iface->cfg->links;
+    int local = p->remote_host == iface->md->host_id;
+    p->nlinks = iface->cfg->links != 0 ? (unsigned)iface->cfg->links : local ? 1 : 2;
     p->nup = 0;
     p->remote_closed = 0;
     p->conn_start_ns = fy_time_ns();
@@ -366,6 +373,7 @@ ferry_status_t fy_tcp_peer_connect(fy_tcp_peer_t *p)
             st = FERRY_ERR_IO;
             break;
         }
+        fy_tcp_sock_congestion(fd, iface->cfg, local);
         fy_tcp_link_t *link = link_new(p, i, fd);
         if (link == NULL) {
             close(fd);
@@ -543,6 +551,7 @@ static void adopt(fy_tcp_peer_t *p, const fy_tcp_hello_t *h)
         p->raddr = h->src_addr;
         p->have_raddr = 1;
     }
+    p->remote_host = le64toh(h->host_id);
 }
 
 static void attach(fy_tcp_iface_t *iface, fy_tcp_peer_t *p, fy_tcp_accept_t *a)
@@ -559,6 +568,7 @@ static void attach(fy_tcp_iface_t *iface, fy_tcp_peer_t *p, fy_tcp_accept_t *a)
         accept_drop(iface, a);
         return;
     }
+    fy_tcp_sock_congestion(a->fd, iface->cfg, p->remote_host == iface->md->host_id);
     answer(iface, a, FY_TCP_ACCEPT);
     link->ev = FY_TCP_EV_REG; /* registered (by the accept): the MOD below points it here */
     a->fd = -1;

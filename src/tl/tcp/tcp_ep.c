@@ -38,6 +38,7 @@ ferry_status_t fy_tcp_ep_create(fy_tl_iface_t *super, const void *dev_addr, cons
     p->raddr = da.addr;
     p->raddr.port_be = ia.port_be;
     p->have_raddr = 1;
+    p->remote_host = le64toh(da.host_id);
     ep->super.iface = super;
     ep->peer = p;
     fy_list_add_tail(&p->eps, &ep->elem);

@@ -32,9 +32,10 @@ static const fy_config_field_t tcp_config_fields[] = {
                          "Address family of an interface that has both: auto (IPv4 first), "
                          "ipv4 or ipv6 (the other family is then not used at all).",
                          fy_tcp_config_t, af, af_choices),
-    FY_CONFIG_FIELD("LINKS", "2",
-                    "TCP connections per peer (1-8).  Frames of STRIPE_MIN bytes or more are "
-                    "striped over all of them; everything else goes on the first, in order.",
+    FY_CONFIG_FIELD("LINKS", "0",
+                    "TCP connections per peer (1-8); 0 = auto: 1 to a peer on this host (one "
+                    "unpaced stream is fastest), 2 to another host.  Frames of STRIPE_MIN bytes "
+                    "or more are striped over all of them; everything else goes on the first.",
                     FY_CFG_UINT, fy_tcp_config_t, links),
     FY_CONFIG_FIELD("STRIPE_MIN", "128k",
                     "Smallest zero-copy payload (AM, put, get answer) striped over LINKS.",
@@ -78,6 +79,11 @@ static const fy_config_field_t tcp_config_fields[] = {
                     FY_CFG_TIME, fy_tcp_config_t, conn_timeout),
     FY_CONFIG_FIELD("NODELAY", "y", "Set TCP_NODELAY (no Nagle delay on small messages).",
                     FY_CFG_BOOL, fy_tcp_config_t, nodelay),
+    FY_CONFIG_FIELD("CONGESTION", "auto",
+                    "TCP congestion control: auto (reno within this host, where pacing only "
+                    "slows a memory copy; the system's default to other hosts), system (never "
+                    "set), or an algorithm the kernel offers (reno, cubic, bbr, ...) for all.",
+                    FY_CFG_STRING, fy_tcp_config_t, congestion),
     FY_CONFIG_FIELD("DIRECT_POLL", "y",
                     "When one peer brings all recent traffic, read its sockets directly and "
                     "call epoll_wait only every 8th progress (one system call less per message).",
@@ -100,8 +106,8 @@ const fy_config_table_t fy_tcp_config_table = {
 static ferry_status_t check_config(const fy_tcp_config_t *c)
 {
     const char *var = NULL, *want = NULL;
-    if (c->links < 1 || c->links > FY_TCP_MAX_LINKS)
-        var = "FERRY_TCP_LINKS", want = "1 to 8";
+    if (c->links > FY_TCP_MAX_LINKS)
+        var = "FERRY_TCP_LINKS", want = "0 (auto) to 8";
     else if (c->rx_buf < 4096 || c->rx_buf > (64u << 20))
         var = "FERRY_TCP_RX_BUF", want = "4k to 64m";
     else if (c->max_msg < 4096 || c->max_msg > (3ull << 30))

@@ -17,6 +17,7 @@
 #include <netinet/tcp.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -57,6 +58,29 @@ void fy_tcp_sock_tune(int fd, const fy_tcp_config_t *cfg)
     if (cfg->user_timeout != 0 && cfg->user_timeout != UINT64_MAX) {
         unsigned ut = (unsigned)FY_MAX(1, cfg->user_timeout / FY_NSEC_PER_MSEC);
         setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &ut, sizeof(ut));
+    }
+}
+
+/* Within one host a connection is a memory copy: pacing (BBR's, a common system default)
+ * only slows it down, by half here.  So "auto" gives same-host connections reno -- on a
+ * loss-free loopback any unpaced algorithm does the same (cubic measured alike), and reno is
+ * the one every kernel lets every user select -- and leaves the others to the system. */
+void fy_tcp_sock_congestion(int fd, const fy_tcp_config_t *cfg, int local)
+{
+    const char *cc = cfg->congestion;
+    if (cc == NULL || cc[0] == '\0' || strcasecmp(cc, "system") == 0)
+        return;
+    int automatic = strcasecmp(cc, "auto") == 0;
+    if (automatic && !local)
+        return;
+    if (automatic)
+        cc = "reno";
+    if (setsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, cc, (socklen_t)strlen(cc)) != 0) {
+        static int warned;
+        if (!automatic && !warned++)
+            fy_warn("tcp: FERRY_TCP_CONGESTION=%s is not available here: %s (see "
+                    "/proc/sys/net/ipv4/tcp_available_congestion_control)",
+                    cc, strerror(errno));
     }
 }
 
@@ -102,7 +126,9 @@ ssize_t fy_tcp_sendv(int fd, const struct iovec *iov, size_t iovcnt)
     }
     ssize_t n;
     do {
-        n = sendmsg(fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+        n = msg.msg_iovlen == 1 ? send(fd, msg.msg_iov[0].iov_base, msg.msg_iov[0].iov_len,
+                                       MSG_NOSIGNAL | MSG_DONTWAIT)
+                                : sendmsg(fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
     } while (n < 0 && errno == EINTR);
     return n;
 }

@@ -30,6 +30,11 @@
 #include "util/log.h"
 #include "util/status.h"
 
+#define FY_TCP_SMALL_SEND 256
+
+static void gather_from(const void *a, size_t alen, const struct iovec *iov, size_t cnt,
+                        size_t skip, char *dst, size_t len);
+
 int fy_tcp_over_bound(const fy_tcp_peer_t *p)
 {
     const fy_tcp_config_t *cfg = p->iface->cfg;
@@ -295,13 +300,23 @@ ferry_status_t fy_tcp_send(fy_tcp_peer_t *p, fy_tcp_ep_t *ep, const fy_tcp_msg_t
     if (FY_LIKELY(up && fy_list_is_empty(&l0->txq))) {
         struct iovec v[2 * FY_TCP_MAX_IOV + 2];
         size_t k = 0;
-        v[k].iov_base = (void *)(uintptr_t)m->hdr;
-        v[k++].iov_len = m->hdr_len;
-        for (size_t i = 0; i < m->copy_cnt; i++)
-            v[k++] = m->copy[i];
-        for (size_t i = 0; i < m->zc_cnt; i++)
-            v[k++] = m->zc[i];
-        ssize_t n = fy_tcp_sendv(l0->fd, v, k);
+        ssize_t n;
+        if (total <= FY_TCP_SMALL_SEND && m->zc_len == 0) {
+            /* small: one contiguous send() is cheaper than importing an iovec */
+            char buf[FY_TCP_SMALL_SEND];
+            gather_from(m->hdr, m->hdr_len, m->copy, m->copy_cnt, 0, buf, total);
+            v[0].iov_base = buf;
+            v[0].iov_len = total;
+            n = fy_tcp_sendv(l0->fd, v, 1);
+        } else {
+            v[k].iov_base = (void *)(uintptr_t)m->hdr;
+            v[k++].iov_len = m->hdr_len;
+            for (size_t i = 0; i < m->copy_cnt; i++)
+                v[k++] = m->copy[i];
+            for (size_t i = 0; i < m->zc_cnt; i++)
+                v[k++] = m->zc[i];
+            n = fy_tcp_sendv(l0->fd, v, k);
+        }
         if (FY_LIKELY((size_t)n == total)) {
             count_frame(p, ep, payload);
             return FERRY_OK;

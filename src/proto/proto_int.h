@@ -217,7 +217,6 @@ typedef struct fy_op {
     /* arguments, kept for a retry after NO_RESOURCE */
     unsigned am_id;
     void *copy;  /* owned copy of header+data when the caller gave no request */
-    struct iovec iov[FY_MAX_IOV + 2];
     size_t iovcnt;
     size_t hdr_len;   /* proto header + user header */
     size_t proto_len; /* proto header alone */
@@ -232,7 +231,9 @@ typedef struct fy_op {
     size_t len;
     uint64_t wait_id;
     unsigned mode; /* close mode */
-    /* last: fy_op_get() clears everything before it */
+    /* fy_op_get() clears everything before iov; iov[0..iovcnt) and hdr[0..hdr_len) are
+     * written before use */
+    struct iovec iov[FY_MAX_IOV + 2];
     uint8_t hdr[16 + FERRY_AM_HEADER_MAX]; /* proto header + user header */
 } fy_op_t;
 

@@ -7,10 +7,11 @@
  * matches.  The AM lane delivers each sender's messages in order, so matching is ordered per
  * sender.
  *
- * Protocols (on the internal AM id FY_AM_ID_TAG):
- *   eager       messages up to FERRY_TAG_RNDV_THRESH travel whole; an unexpected one is
- *               copied once into the unexpected queue.
- *   rendezvous  a larger message sends RTS (tag, length, its wait id) only; the receiver that
+ * Protocols:
+ *   eager       (AM id FY_AM_ID_TAG, header: the 8-byte tag alone, so a small message fits one
+ *               cache line) messages up to FERRY_TAG_RNDV_THRESH travel whole; an unexpected
+ *               one is copied once into the unexpected queue.
+ *   rendezvous  (AM id FY_AM_ID_TAG_RNDV, header fy_tag_msg_t) a larger message sends RTS (tag, length, its wait id) only; the receiver that
  *               matches it answers CTS (its own wait id), and the sender then sends DATA from
  *               the caller's memory.  An unexpected large message costs the receiver nothing
  *               but a small descriptor, never a copy of the data.
@@ -65,12 +66,12 @@ static void recv_deliver(fy_op_t *op, uint64_t tag, const void *data, size_t len
         op->req->tag = tag;
         op->req->length = n;
     }
-    fy_worker_complete_later(op->worker, op, st);
+    fy_op_finish(op, st); /* handlers run from progress: the callback may run now */
 }
 
 static ferry_status_t send_ctl(ferry_ep_t *ep, fy_tag_msg_t *m)
 {
-    return fy_am_send(ep, FY_AM_ID_TAG, m, sizeof(*m), NULL, 0, NULL);
+    return fy_am_send(ep, FY_AM_ID_TAG_RNDV, m, sizeof(*m), NULL, 0, NULL);
 }
 
 /* A receive matched an RTS: ask the sender for the data. */
@@ -166,9 +167,9 @@ ferry_status_t ferry_tag_send(ferry_ep_t *ep, uint64_t tag, const void *buf, siz
         return FERRY_ERR_INVALID_PARAM;
     ferry_worker_t *w = ep->worker;
     if (req == NULL || len <= w->ctx->opts.tag_rndv_thresh) {
-        fy_tag_msg_t m = {.type = TAG_EAGER, .tag = tag, .len = len};
+        /* eager: the header is the tag alone, so a small message stays in one cache line */
         struct iovec iov = {(void *)buf, len};
-        return fy_am_send(ep, FY_AM_ID_TAG, &m, sizeof(m), &iov, len != 0, req);
+        return fy_am_send(ep, FY_AM_ID_TAG, &tag, sizeof(tag), &iov, len != 0, req);
     }
     if (ep->state == FY_EP_FAILED)
         return ep->failure;
@@ -245,7 +246,7 @@ static void send_data(ferry_worker_t *w, fy_op_t *op, uint64_t recv_wait_id)
     op->req = NULL;
     fy_tag_msg_t m = {.type = TAG_DATA, .tag = tag, .len = len, .wait_id = recv_wait_id};
     struct iovec iov = {buf, len};
-    ferry_status_t st = fy_am_send(ep, FY_AM_ID_TAG, &m, sizeof(m), &iov, 1, req);
+    ferry_status_t st = fy_am_send(ep, FY_AM_ID_TAG_RNDV, &m, sizeof(m), &iov, 1, req);
     if (st != FERRY_INPROGRESS) {
         /* done (or failed) at once: the request still owes its one callback */
         fy_op_t *done = fy_op_get(w, NULL, FY_OP_AM, req);
@@ -253,6 +254,59 @@ static void send_data(ferry_worker_t *w, fy_op_t *op, uint64_t recv_wait_id)
             fy_worker_complete_later(w, done, st);
     }
     fy_op_finish(op, FERRY_OK); /* releases the RTS op, counts it off the endpoint */
+}
+
+/* An eager message or an RTS arrived: the first posted receive that matches takes it;
+ * otherwise it waits in the unexpected queue. */
+static ferry_status_t tag_match_or_queue(ferry_worker_t *w, const fy_tag_msg_t *mp,
+                                         const void *data, size_t len, ferry_ep_t *ep)
+{
+    fy_tag_msg_t m = *mp;
+    size_t mlen = m.type == TAG_EAGER ? len : m.len;
+    fy_list_t *pos;
+    fy_list_for_each(pos, &w->tag_posted)
+    {
+        fy_op_t *op = fy_container_of(pos, fy_op_t, wait_link);
+        if (!matches(m.tag, op->operand, op->compare))
+            continue;
+        fy_list_del(&op->wait_link);
+        if (m.type == TAG_EAGER) {
+            recv_deliver(op, m.tag, data, len);
+        } else {
+            ferry_status_t st = recv_rts(op, ep, m.tag, mlen, m.wait_id);
+            if (st < 0)
+                fy_worker_complete_later(w, op, st);
+        }
+        return FERRY_OK;
+    }
+    fy_tag_unexp_t *u = malloc(sizeof(*u) + (m.type == TAG_EAGER ? len : 0));
+    if (u == NULL) {
+        fy_error("out of memory for an unexpected tagged message of %zu bytes: dropped", mlen);
+        return FERRY_OK;
+    }
+    u->ep = ep;
+    u->ep_id = ep->id;
+    u->rts = m.type == TAG_RTS;
+    u->tag = m.tag;
+    u->len = mlen;
+    u->sender_wait_id = m.wait_id;
+    if (!u->rts && len != 0)
+        memcpy(u->data, data, len);
+    fy_list_add_tail(&w->tag_unexp, &u->link);
+    return FERRY_OK;
+}
+
+static ferry_status_t tag_eager_handler(void *arg, const void *header, size_t header_len,
+                                        const void *data, size_t len, ferry_ep_t *ep)
+{
+    ferry_worker_t *w = arg;
+    fy_tag_msg_t m = {.type = TAG_EAGER};
+    if (header_len != sizeof(m.tag)) {
+        w->drops_malformed++;
+        return FERRY_OK;
+    }
+    memcpy(&m.tag, header, sizeof(m.tag));
+    return tag_match_or_queue(w, &m, data, len, ep);
 }
 
 static ferry_status_t tag_handler(void *arg, const void *header, size_t header_len,
@@ -266,41 +320,8 @@ static ferry_status_t tag_handler(void *arg, const void *header, size_t header_l
     }
     memcpy(&m, header, sizeof(m));
     switch (m.type) {
-    case TAG_EAGER:
-    case TAG_RTS: {
-        size_t mlen = m.type == TAG_EAGER ? len : m.len;
-        fy_list_t *pos;
-        fy_list_for_each(pos, &w->tag_posted)
-        {
-            fy_op_t *op = fy_container_of(pos, fy_op_t, wait_link);
-            if (!matches(m.tag, op->operand, op->compare))
-                continue;
-            fy_list_del(&op->wait_link);
-            if (m.type == TAG_EAGER) {
-                recv_deliver(op, m.tag, data, len);
-            } else {
-                ferry_status_t st = recv_rts(op, ep, m.tag, mlen, m.wait_id);
-                if (st < 0)
-                    fy_worker_complete_later(w, op, st);
-            }
-            return FERRY_OK;
-        }
-        fy_tag_unexp_t *u = malloc(sizeof(*u) + (m.type == TAG_EAGER ? len : 0));
-        if (u == NULL) {
-            fy_error("out of memory for an unexpected tagged message of %zu bytes: dropped", mlen);
-            return FERRY_OK;
-        }
-        u->ep = ep;
-        u->ep_id = ep->id;
-        u->rts = m.type == TAG_RTS;
-        u->tag = m.tag;
-        u->len = mlen;
-        u->sender_wait_id = m.wait_id;
-        if (!u->rts && len != 0)
-            memcpy(u->data, data, len);
-        fy_list_add_tail(&w->tag_unexp, &u->link);
-        return FERRY_OK;
-    }
+    case TAG_RTS:
+        return tag_match_or_queue(w, &m, data, len, ep);
     case TAG_CTS: {
         fy_op_t *op = fy_hash_del(&w->waiting, m.wait_id);
         if (op == NULL || op->type != FY_OP_TAG_SEND || op->ep != ep) {
@@ -335,7 +356,8 @@ void fy_tag_init_worker(ferry_worker_t *w)
 {
     fy_list_init(&w->tag_posted);
     fy_list_init(&w->tag_unexp);
-    fy_am_set_handler(w, FY_AM_ID_TAG, tag_handler, w);
+    fy_am_set_handler(w, FY_AM_ID_TAG, tag_eager_handler, w);
+    fy_am_set_handler(w, FY_AM_ID_TAG_RNDV, tag_handler, w);
 }
 
 void fy_tag_cleanup_worker(ferry_worker_t *w)

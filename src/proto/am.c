@@ -70,7 +70,13 @@ ferry_status_t fy_op_start(fy_op_t *op)
             op->comp.cb = am_comp_cb;
             iov[0].iov_base = op->hdr + op->proto_len;
             iov[0].iov_len = op->hdr_len - op->proto_len;
-            st = ops->am_zcopy(lane->tl_ep, (uint8_t)op->am_id, op->hdr, op->proto_len, iov, n,
+            struct iovec *zi = iov;
+            size_t zn = n;
+            if (iov[0].iov_len == 0) { /* no user header: do not hand the transport an empty piece */
+                zi++;
+                zn--;
+            }
+            st = ops->am_zcopy(lane->tl_ep, (uint8_t)op->am_id, op->hdr, op->proto_len, zi, zn,
                                &op->comp);
         } else {
             fy_error("active message of %zu bytes exceeds what %s carries (%zu)", total,

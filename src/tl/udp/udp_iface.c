@@ -35,6 +35,39 @@
 #define HOTEL_SLOTS   8192
 
 /* The selected addresses, filtered by FERRY_UDP_AF. */
+/*
+ * Without an include list, the loopback device is offered beside the network devices: a peer on
+ * this host is reached through the kernel's loopback whatever address names it, and a lane on
+ * the loopback device gets its 64 KiB MTU (segments 40x larger than an Ethernet MTU's), while
+ * the network devices serve the other hosts.  Wireup picks by cost, so local peers take it.
+ */
+static ferry_status_t add_loopback(const fy_netif_t *all, unsigned nall,
+                                   const fy_netif_filter_t *exc, fy_netif_t **sel_p,
+                                   unsigned *n_p)
+{
+    unsigned extra = 0;
+    for (unsigned i = 0; i < *n_p; i++)
+        if ((*sel_p)[i].is_loopback)
+            return FERRY_OK; /* already there */
+    for (unsigned i = 0; i < nall; i++)
+        extra += all[i].is_loopback && !fy_netif_filter_match(exc, &all[i]);
+    if (extra == 0)
+        return FERRY_OK;
+    fy_netif_t *n = malloc((*n_p + extra) * sizeof(*n));
+    if (n == NULL)
+        return FERRY_ERR_NO_MEMORY;
+    if (*n_p != 0)
+        memcpy(n, *sel_p, *n_p * sizeof(*n));
+    unsigned k = *n_p;
+    for (unsigned i = 0; i < nall; i++)
+        if (all[i].is_loopback && !fy_netif_filter_match(exc, &all[i]))
+            n[k++] = all[i];
+    fy_netif_list_free(*sel_p);
+    *sel_p = n;
+    *n_p = k;
+    return FERRY_OK;
+}
+
 static ferry_status_t select_addrs(const fy_udp_opts_t *o, fy_netif_t **sel_p, unsigned *n_p)
 {
     fy_netif_t *all = NULL;
@@ -56,6 +89,8 @@ static ferry_status_t select_addrs(const fy_udp_opts_t *o, fy_netif_t **sel_p, u
     if (st != FERRY_OK)
         goto out_exc;
     st = fy_netif_select(all, nall, &inc, &exc, FY_NETIF_SELECT_DEFAULT, sel_p, n_p);
+    if (st == FERRY_OK && (o->if_include == NULL || o->if_include[0] == '\0'))
+        st = add_loopback(all, nall, &exc, sel_p, n_p);
     fy_netif_list_free(all);
 out_exc:
     fy_netif_filter_release(&exc);

@@ -114,6 +114,58 @@ static ferry_status_t check_send(ferry_ep_t *ep, unsigned id, const void *header
     return FERRY_OK;
 }
 
+/*
+ * The fast path: copied into the transport at once, no operation object.  The data comes as
+ * (one_base, one_len) when the caller had one contiguous piece, or as an iov otherwise: a
+ * one-entry iovec built by the caller and reloaded here whole would stall on store forwarding.
+ * Returns NO_RESOURCE when the slow path must take over (too big, or back-pressure).
+ */
+static inline ferry_status_t am_send_fast(ferry_ep_t *ep, unsigned id, const void *header,
+                                          size_t header_len, const void *one_base, size_t one_len,
+                                          const struct iovec *data, size_t iovcnt, size_t dlen)
+{
+    fy_lane_t *lane = &ep->lanes[FY_LANE_AM];
+    const fy_tl_iface_attr_t *attr = &lane->iface->attr;
+    if (FY_UNLIKELY(!fy_queue_is_empty(&ep->pending) || iovcnt + 2 > attr->max_iov))
+        return FERRY_ERR_NO_RESOURCE;
+    uint8_t ph[16];
+    size_t plen = am_proto_hdr(ep, id, header_len, ph);
+    size_t total = plen + header_len + dlen;
+    if (total > attr->max_bcopy)
+        return FERRY_ERR_NO_RESOURCE;
+    struct iovec iov[FY_MAX_IOV + 2];
+    size_t n = 0;
+    iov[n].iov_base = ph;
+    iov[n++].iov_len = plen;
+    if (header_len != 0) {
+        iov[n].iov_base = (void *)header;
+        iov[n++].iov_len = header_len;
+    }
+    if (data == NULL) {
+        if (one_len != 0) {
+            iov[n].iov_base = (void *)one_base;
+            iov[n++].iov_len = one_len;
+        }
+    } else {
+        for (size_t i = 0; i < iovcnt; i++) {
+            iov[n].iov_base = data[i].iov_base;
+            iov[n++].iov_len = data[i].iov_len;
+        }
+    }
+    const fy_tl_ops_t *ops = lane->iface->tl->ops;
+    ferry_status_t st = total <= attr->max_short ? ops->am_short(lane->tl_ep, FY_TLAM_MSG, iov, n)
+                                                 : ops->am_bcopy(lane->tl_ep, FY_TLAM_MSG, iov, n);
+    if (FY_LIKELY(st == FERRY_OK)) {
+        ep->stats.tx_msgs++;
+        ep->stats.tx_bytes += total;
+    }
+    return st;
+}
+
+static ferry_status_t am_send_slow(ferry_ep_t *ep, unsigned id, const void *header,
+                                   size_t header_len, const struct iovec *data, size_t iovcnt,
+                                   size_t dlen, ferry_request_t *req);
+
 ferry_status_t fy_am_send(ferry_ep_t *ep, unsigned id, const void *header, size_t header_len,
                           const struct iovec *data, size_t iovcnt, ferry_request_t *req)
 {
@@ -121,38 +173,16 @@ ferry_status_t fy_am_send(ferry_ep_t *ep, unsigned id, const void *header, size_
     if (FY_UNLIKELY(st != FERRY_OK))
         return st;
     size_t dlen = fy_iov_total(data, iovcnt);
+    st = am_send_fast(ep, id, header, header_len, NULL, 0, data, iovcnt, dlen);
+    if (FY_LIKELY(st != FERRY_ERR_NO_RESOURCE))
+        return st;
+    return am_send_slow(ep, id, header, header_len, data, iovcnt, dlen, req);
+}
 
-    /* Fast path: copied into the transport at once. */
-    fy_lane_t *lane = &ep->lanes[FY_LANE_AM];
-    const fy_tl_iface_attr_t *attr = &lane->iface->attr;
-    uint8_t ph[16];
-    if (FY_LIKELY(fy_queue_is_empty(&ep->pending) && iovcnt + 2 <= attr->max_iov)) {
-        size_t plen = am_proto_hdr(ep, id, header_len, ph);
-        size_t total = plen + header_len + dlen;
-        if (total <= attr->max_bcopy) {
-            struct iovec iov[FY_MAX_IOV + 2];
-            size_t n = 0;
-            iov[n].iov_base = ph;
-            iov[n++].iov_len = plen;
-            if (header_len != 0) {
-                iov[n].iov_base = (void *)header;
-                iov[n++].iov_len = header_len;
-            }
-            for (size_t i = 0; i < iovcnt; i++)
-                iov[n++] = data[i];
-            const fy_tl_ops_t *ops = lane->iface->tl->ops;
-            st = total <= attr->max_short ? ops->am_short(lane->tl_ep, FY_TLAM_MSG, iov, n)
-                                          : ops->am_bcopy(lane->tl_ep, FY_TLAM_MSG, iov, n);
-            if (FY_LIKELY(st == FERRY_OK)) {
-                ep->stats.tx_msgs++;
-                ep->stats.tx_bytes += total;
-                return FERRY_OK;
-            }
-            if (st != FERRY_ERR_NO_RESOURCE)
-                return st;
-        }
-    }
-
+static ferry_status_t am_send_slow(ferry_ep_t *ep, unsigned id, const void *header,
+                                   size_t header_len, const struct iovec *data, size_t iovcnt,
+                                   size_t dlen, ferry_request_t *req)
+{
     /* Slow path: an operation object (zcopy, or queued behind back-pressure). */
     fy_op_t *op = fy_op_get(ep->worker, ep, FY_OP_AM, req);
     if (op == NULL)
@@ -186,8 +216,14 @@ ferry_status_t ferry_am_send(ferry_ep_t *ep, unsigned id, const void *header, si
 {
     if (FY_UNLIKELY(id > FERRY_AM_ID_MAX || (data == NULL && data_len != 0)))
         return FERRY_ERR_INVALID_PARAM;
+    ferry_status_t st = check_send(ep, id, header, header_len, 0);
+    if (FY_UNLIKELY(st != FERRY_OK))
+        return st;
+    st = am_send_fast(ep, id, header, header_len, data, data_len, NULL, 0, data_len);
+    if (FY_LIKELY(st != FERRY_ERR_NO_RESOURCE))
+        return st;
     struct iovec iov = {(void *)data, data_len};
-    return fy_am_send(ep, id, header, header_len, &iov, data_len != 0 ? 1 : 0, req);
+    return am_send_slow(ep, id, header, header_len, &iov, data_len != 0 ? 1 : 0, data_len, req);
 }
 
 ferry_status_t ferry_am_sendv(ferry_ep_t *ep, unsigned id, const void *header, size_t header_len,

@@ -107,6 +107,20 @@ static ferry_status_t emu_request(fy_op_t *op, fy_rma_msg_t *m, const void *data
     return FERRY_INPROGRESS;
 }
 
+/* Start an emulated get or atomic: counted on its endpoint until the answer comes; released
+ * at once if it could not be sent. */
+static ferry_status_t emu_start(fy_op_t *op, fy_rma_msg_t *m)
+{
+    ferry_status_t st = emu_request(op, m, NULL, 0);
+    if (st == FERRY_INPROGRESS) {
+        op->counted = 1;
+        op->ep->outstanding++;
+    } else {
+        fy_op_put(op);
+    }
+    return st;
+}
+
 ferry_status_t fy_rma_flush_ping(fy_op_t *flush_op)
 {
     fy_rma_msg_t m = {.op = RMA_PING};
@@ -198,13 +212,7 @@ ferry_status_t ferry_get(ferry_ep_t *ep, void *buf, size_t len, uint64_t remote_
     } else {
         fy_rma_msg_t m;
         emu_init(&m, RMA_GET, rkey, remote_addr, len);
-        st = emu_request(op, &m, NULL, 0);
-        if (st == FERRY_INPROGRESS) {
-            op->counted = 1;
-            ep->outstanding++;
-        } else {
-            fy_op_put(op);
-        }
+        st = emu_start(op, &m);
     }
     if (st == FERRY_INPROGRESS && req == NULL)
         st = wait_done(ep->worker, r);
@@ -248,13 +256,7 @@ ferry_status_t ferry_atomic(ferry_ep_t *ep, ferry_atomic_op_t aop, size_t size, 
         m.size = (uint8_t)size;
         m.operand = operand;
         m.compare = compare;
-        st = emu_request(op, &m, NULL, 0);
-        if (st == FERRY_INPROGRESS) {
-            op->counted = 1;
-            ep->outstanding++;
-        } else {
-            fy_op_put(op);
-        }
+        st = emu_start(op, &m);
     }
     if (st == FERRY_INPROGRESS && req == NULL)
         st = wait_done(ep->worker, r);

@@ -65,4 +65,17 @@ static inline int check_pattern(const void *buf, size_t len, unsigned seed)
     return 1;
 }
 
+/* A request's completion record: how many callbacks came, with which status. */
+typedef struct done {
+    int calls;
+    ferry_status_t st;
+} done_t;
+
+static inline void req_cb(ferry_request_t *req, ferry_status_t st)
+{
+    done_t *d = req->user_data;
+    d->calls++;
+    d->st = st;
+}
+
 #endif

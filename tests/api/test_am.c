@@ -75,18 +75,6 @@ static void sizes_in_order(void)
     pair_close(&p);
 }
 
-typedef struct done {
-    int calls;
-    ferry_status_t st;
-} done_t;
-
-static void req_cb(ferry_request_t *req, ferry_status_t st)
-{
-    done_t *d = req->user_data;
-    d->calls++;
-    d->st = st;
-}
-
 static void with_request(void)
 {
     pair_t p;

@@ -128,18 +128,6 @@ static void atomics(void)
     pair_close(&p);
 }
 
-typedef struct done {
-    int calls;
-    ferry_status_t st;
-} done_t;
-
-static void req_cb(ferry_request_t *req, ferry_status_t st)
-{
-    done_t *d = req->user_data;
-    d->calls++;
-    d->st = st;
-}
-
 static void nonblocking_get(void)
 {
     pair_t p;

@@ -6,18 +6,6 @@
  */
 #include "common.h"
 
-typedef struct done {
-    int calls;
-    ferry_status_t st;
-} done_t;
-
-static void cb(ferry_request_t *req, ferry_status_t st)
-{
-    done_t *d = req->user_data;
-    d->calls++;
-    d->st = st;
-}
-
 /* Wait for a request; returns its final status and checks the one-callback contract. */
 static ferry_status_t finish(pair_t *p, ferry_status_t st, ferry_request_t *req, done_t *d)
 {
@@ -39,7 +27,7 @@ static void roundtrip(size_t len, int recv_first)
     char *src = malloc(len + 1), *dst = calloc(1, len + 1);
     fill_pattern(src, len, (unsigned)len);
     done_t ds = {0, 0}, dr = {0, 0};
-    ferry_request_t rs = {.cb = cb, .user_data = &ds}, rr = {.cb = cb, .user_data = &dr};
+    ferry_request_t rs = {.cb = req_cb, .user_data = &ds}, rr = {.cb = req_cb, .user_data = &dr};
     ferry_status_t sts = FERRY_OK, str = FERRY_OK;
     if (recv_first)
         str = ferry_tag_recv(p.w[1], dst, len, 0x1234, ~0ull, &rr);
@@ -81,7 +69,7 @@ static void masks_and_order(void)
         pair_progress(&p);
     uint64_t v;
     done_t d = {0, 0};
-    ferry_request_t r = {.cb = cb, .user_data = &d};
+    ferry_request_t r = {.cb = req_cb, .user_data = &d};
     FY_ASSERT_OK(ferry_tag_recv(p.w[1], &v, sizeof(v), 3, 0xffffffffull, &r));
     FY_ASSERT_U64_EQ(v, 3);
     FY_ASSERT_U64_EQ(r.tag, 3 | (3ull << 32));
@@ -96,7 +84,7 @@ static void masks_and_order(void)
     /* posted receives match in posting order */
     uint64_t a = 0, b = 0;
     done_t da = {0, 0}, db = {0, 0};
-    ferry_request_t ra = {.cb = cb, .user_data = &da}, rb = {.cb = cb, .user_data = &db};
+    ferry_request_t ra = {.cb = req_cb, .user_data = &da}, rb = {.cb = req_cb, .user_data = &db};
     FY_ASSERT_STATUS(ferry_tag_recv(p.w[1], &a, 8, 0x70, 0xf0, &ra), FERRY_INPROGRESS);
     FY_ASSERT_STATUS(ferry_tag_recv(p.w[1], &b, 8, 0x77, ~0ull, &rb), FERRY_INPROGRESS);
     uint64_t x = 111;
@@ -120,7 +108,7 @@ static void truncation(void)
         char *src = malloc(len), *dst = calloc(1, len);
         fill_pattern(src, len, 1);
         done_t ds = {0, 0}, dr = {0, 0};
-        ferry_request_t rs = {.cb = cb, .user_data = &ds}, rr = {.cb = cb, .user_data = &dr};
+        ferry_request_t rs = {.cb = req_cb, .user_data = &ds}, rr = {.cb = req_cb, .user_data = &dr};
         ferry_status_t str = ferry_tag_recv(p.w[1], dst, len / 2, 9, ~0ull, &rr);
         ferry_status_t sts = ferry_tag_send(p.ep[0], 9, src, len, &rs);
         FY_ASSERT_STATUS(finish(&p, str, &rr, &dr), FERRY_ERR_MESSAGE_TRUNCATED);
@@ -142,7 +130,7 @@ static void many_senders_order(void)
         FY_ASSERT_OK(ferry_tag_send(p.ep[0], 42, &i, 8, NULL));
     uint64_t v;
     done_t d = {0, 0};
-    ferry_request_t r = {.cb = cb, .user_data = &d};
+    ferry_request_t r = {.cb = req_cb, .user_data = &d};
     for (uint64_t i = 0; i < 500; i++) {
         d.calls = 0;
         ferry_status_t st = ferry_tag_recv(p.w[1], &v, 8, 42, ~0ull, &r);

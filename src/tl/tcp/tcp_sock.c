@@ -112,18 +112,26 @@ static size_t clip_iov(const struct iovec *iov, size_t iovcnt, size_t limit, str
     return n;
 }
 
+#define FY_TCP_IO_TMP (FY_TCP_MAX_IOV * 4 + 4)
+
+/* A msghdr over iov; under the partial-I/O test hook, over a clipped copy in tmp. */
+static void io_msg(struct msghdr *msg, const struct iovec *iov, size_t iovcnt,
+                   struct iovec tmp[FY_TCP_IO_TMP])
+{
+    memset(msg, 0, sizeof(*msg));
+    msg->msg_iov = (struct iovec *)(uintptr_t)iov;
+    msg->msg_iovlen = iovcnt;
+    if (FY_UNLIKELY(fy_tcp_test_io_limit != 0)) {
+        msg->msg_iov = tmp;
+        msg->msg_iovlen = clip_iov(iov, FY_MIN(iovcnt, FY_TCP_IO_TMP), fy_tcp_test_io_limit, tmp);
+    }
+}
+
 ssize_t fy_tcp_sendv(int fd, const struct iovec *iov, size_t iovcnt)
 {
-    struct iovec tmp[FY_TCP_MAX_IOV * 4 + 4];
+    struct iovec tmp[FY_TCP_IO_TMP];
     struct msghdr msg;
-    memset(&msg, 0, sizeof(msg));
-    msg.msg_iov = (struct iovec *)(uintptr_t)iov;
-    msg.msg_iovlen = iovcnt;
-    if (FY_UNLIKELY(fy_tcp_test_io_limit != 0)) {
-        msg.msg_iov = tmp;
-        msg.msg_iovlen =
-            clip_iov(iov, FY_MIN(iovcnt, FY_ARRAY_SIZE(tmp)), fy_tcp_test_io_limit, tmp);
-    }
+    io_msg(&msg, iov, iovcnt, tmp);
     ssize_t n;
     do {
         n = msg.msg_iovlen == 1 ? send(fd, msg.msg_iov[0].iov_base, msg.msg_iov[0].iov_len,
@@ -135,16 +143,9 @@ ssize_t fy_tcp_sendv(int fd, const struct iovec *iov, size_t iovcnt)
 
 ssize_t fy_tcp_recvv(int fd, const struct iovec *iov, size_t iovcnt)
 {
-    struct iovec tmp[FY_TCP_MAX_IOV * 4 + 4];
+    struct iovec tmp[FY_TCP_IO_TMP];
     struct msghdr msg;
-    memset(&msg, 0, sizeof(msg));
-    msg.msg_iov = (struct iovec *)(uintptr_t)iov;
-    msg.msg_iovlen = iovcnt;
-    if (FY_UNLIKELY(fy_tcp_test_io_limit != 0)) {
-        msg.msg_iov = tmp;
-        msg.msg_iovlen =
-            clip_iov(iov, FY_MIN(iovcnt, FY_ARRAY_SIZE(tmp)), fy_tcp_test_io_limit, tmp);
-    }
+    io_msg(&msg, iov, iovcnt, tmp);
     ssize_t n;
     do {
         n = iovcnt == 1 && msg.msg_iovlen == 1

@@ -110,7 +110,8 @@ static void rx_main(int rfd, int wfd, void *arg)
 
 static const size_t sweep[] = {
     0,    1,    7,    8,    15,   16,    17,    64,      111,           112,     113,     1000,
-    4095, 4096, 8191, 8192, 8193, 12345, 65536, 1 << 20, (1 << 20) + 3, 4 << 20, 64 << 20};
+    4095, 4096, 8191, 8192, 8193, 12345, 65536, 1 << 20, (1 << 20) + 3, (2 << 20) - 64,
+    (2 << 20) + 1, 4 << 20, 64 << 20};
 
 /* Send sweep[] twice (natural op choice, then all zcopy); each zcopy waits for its
  * completion.  Returns the chunks the receiver got. */
@@ -222,11 +223,14 @@ static void zcopy_1gib(void)
  * message arrives once, intact, in order, and every completion fires once. */
 static const size_t mix[] = {8, 100, 3000, 20000, 50, 9000, 111, 70000, 8192, 0};
 
-static void mixed_order(void)
+static void run_mixed(uint64_t delay_ns)
 {
     static rx_args_t a;
-    const unsigned long total = 20000;
-    a = (rx_args_t){.check = {.sizes = mix, .nsizes = FY_ARRAY_SIZE(mix), .expected = total}};
+    const unsigned long total = delay_ns != 0 ? 4000 : 20000;
+    a = (rx_args_t){.check = {.sizes = mix,
+                              .nsizes = FY_ARRAY_SIZE(mix),
+                              .expected = total,
+                              .delay_ns = delay_ns}};
     tchild_t c = tc_spawn(rx_main, &a);
     tproc_t p;
     tp_open(&p, ev_cb, NULL);
@@ -254,6 +258,7 @@ static void mixed_order(void)
                                     len >= 9000, &comps[w].super, &nores);
         FY_ASSERT(st == FERRY_OK || st == FERRY_INPROGRESS);
         busy[w] = st == FERRY_INPROGRESS;
+        completions += st == FERRY_OK && len >= 9000; /* sent through the outbox */
     }
     tcomp_t fl;
     tcomp_init(&fl);
@@ -273,8 +278,37 @@ static void mixed_order(void)
     tc_get_u64(c.rfd);
     tc_put_u64(c.wfd, 1);
     tc_join(&c);
+    shm_iface_t *si = tp_shm(&p);
+    printf("  outbox: %llu sent through it, found full %llu times\n",
+           (unsigned long long)si->stats.tx_obox, (unsigned long long)si->stats.obox_full);
+    if (si->obox_max != 0)
+        FY_ASSERT_GT(si->stats.tx_obox, 0);
+    else
+        FY_ASSERT_EQ(si->stats.tx_obox, 0);
     p.ops->ep_destroy(ep);
     tp_close(&p);
+}
+
+/* Medium zero-copy messages go through the sender's outbox (complete at once). */
+static void mixed_order(void)
+{
+    run_mixed(0);
+}
+
+/* No outbox: every medium zero-copy message is pulled and completes later. */
+static void mixed_order_pull(void)
+{
+    setenv("FERRY_SHM_OUTBOX_SIZE", "0", 1);
+    run_mixed(0);
+}
+
+/* A small outbox and a slow receiver: slots wrap around, the outbox fills, and sends that
+ * find it full are pulled instead — still in order, nothing lost. */
+static void mixed_order_small_outbox(void)
+{
+    setenv("FERRY_SHM_OUTBOX_SIZE", "160k", 1);
+    setenv("FERRY_SHM_OUTBOX_MAX", "72k", 1);
+    run_mixed(2000);
 }
 
 /* ---- many senders to one receiver ---- */
@@ -519,4 +553,5 @@ static void loopback(void)
 
 FYTEST_MAIN(FYTEST_CASE(loopback), FYTEST_CASE(sweep_cma), FYTEST_CASE(sweep_no_cma),
             FYTEST_CASE(sweep_cma_denied), FYTEST_CASE(zcopy_1gib), FYTEST_CASE(mixed_order),
+            FYTEST_CASE(mixed_order_pull), FYTEST_CASE(mixed_order_small_outbox),
             FYTEST_CASE(many_senders), FYTEST_CASE(slow_receiver), FYTEST_CASE(event_wakeup))

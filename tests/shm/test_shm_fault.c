@@ -105,6 +105,7 @@ static void busy_receiver(int rfd, int wfd, void *arg)
 /* The receiver is SIGKILLed while 1 MiB zero-copy sends are in flight. */
 static void receiver_killed(void)
 {
+    setenv("FERRY_SHM_OUTBOX_SIZE", "0", 1); /* every send pulled: all are in flight */
     unsigned shm_before = dev_shm_entries();
     tproc_t p;
     tp_open(&p, count_cb, NULL);
@@ -348,6 +349,7 @@ static void stalled_receiver(int rfd, int wfd, void *arg)
 
 static void destroy_cancels(void)
 {
+    setenv("FERRY_SHM_OUTBOX_SIZE", "0", 1);
     tproc_t p;
     tp_open(&p, count_cb, NULL);
     tchild_t c = tc_spawn(stalled_receiver, NULL);
@@ -381,6 +383,60 @@ static void destroy_cancels(void)
     tp_close(&p);
 }
 
+/* A receiver that never progresses holds the outbox slots of the messages sent to it; once it
+ * is killed, its slots come back and the next receiver gets messages through the outbox. */
+static void outbox_receiver_killed(void)
+{
+    setenv("FERRY_SHM_OUTBOX_SIZE", "4m", 1);
+    setenv("FERRY_SHM_OUTBOX_MAX", "1m", 1);
+    tproc_t p;
+    rx_count = 0;
+    tp_open(&p, count_cb, NULL);
+    shm_iface_t *si = tp_shm(&p);
+    tchild_t a = tc_spawn(stalled_receiver, NULL);
+    taddr_t addr;
+    tc_read(a.rfd, &addr, sizeof(addr));
+    fy_tl_ep_t *ep = tp_ep(&p, &addr);
+    static char buf[1 << 20];
+    tcomp_t comp;
+    for (int i = 0; i < 3; i++) { /* three slots of 1 MiB + 64 B fit in 4 MiB */
+        tcomp_init(&comp);
+        struct iovec v = {buf, sizeof(buf)};
+        FY_ASSERT_OK(p.ops->am_zcopy(ep, 1, NULL, 0, &v, 1, &comp.super));
+    }
+    FY_ASSERT_EQ(si->stats.tx_obox, 3);
+    FY_ASSERT_EQ(si->obox_count, 3);
+    tcomp_init(&comp); /* the fourth finds the outbox full: a pull, which waits */
+    struct iovec v = {buf, sizeof(buf)};
+    FY_ASSERT_STATUS(p.ops->am_zcopy(ep, 1, NULL, 0, &v, 1, &comp.super), FERRY_INPROGRESS);
+    FY_ASSERT_EQ(si->stats.obox_full, 1);
+    FY_ASSERT(kill(a.pid, SIGKILL) == 0);
+    while (p.nfailed == 0)
+        p.ops->iface_progress(p.iface);
+    FY_ASSERT_EQ(comp.done, 1);
+    FY_ASSERT(comp.status != FERRY_OK);
+    int st;
+    waitpid(a.pid, &st, 0);
+    close(a.rfd);
+    close(a.wfd);
+    p.ops->ep_destroy(ep);
+
+    tchild_t b = tc_spawn(busy_receiver, (void *)(uintptr_t)3);
+    tc_read(b.rfd, &addr, sizeof(addr));
+    ep = tp_ep(&p, &addr);
+    for (int i = 0; i < 3; i++) { /* the dead receiver's slots are free again */
+        tcomp_init(&comp);
+        FY_ASSERT_OK(p.ops->am_zcopy(ep, 1, NULL, 0, &v, 1, &comp.super));
+    }
+    FY_ASSERT_EQ(si->stats.tx_obox, 6);
+    FY_ASSERT_EQ(si->stats.obox_full, 1);
+    FY_ASSERT_EQ(tc_get_u64(b.rfd), 3);
+    tc_put_u64(b.wfd, 1);
+    tc_join(&b);
+    p.ops->ep_destroy(ep);
+    tp_close(&p);
+}
+
 /* ep_destroy in the middle of a pushed message: the receiver is told to drop the part it has
  * (the abort waits for room in its ring like any control message). */
 static void frag_receiver(int rfd, int wfd, void *arg)
@@ -402,6 +458,7 @@ static void destroy_mid_push(void)
 {
     setenv("FERRY_SHM_CMA", "n", 1);
     setenv("FERRY_SHM_RING_SIZE", "8", 1);
+    setenv("FERRY_SHM_OUTBOX_SIZE", "0", 1);
     tproc_t p;
     tp_open(&p, count_cb, NULL);
     tchild_t c = tc_spawn(frag_receiver, NULL);
@@ -529,6 +586,7 @@ static void bad_config(void)
     tp_close(&p);
 }
 
-FYTEST_MAIN(FYTEST_CASE(receiver_killed), FYTEST_CASE(sender_killed), FYTEST_CASE(dead_claim),
+FYTEST_MAIN(FYTEST_CASE(receiver_killed), FYTEST_CASE(outbox_receiver_killed),
+            FYTEST_CASE(sender_killed), FYTEST_CASE(dead_claim),
             FYTEST_CASE(peer_closed), FYTEST_CASE(destroy_cancels), FYTEST_CASE(destroy_mid_push),
             FYTEST_CASE(addresses), FYTEST_CASE(bad_config))

@@ -30,11 +30,26 @@
  * atomically, so only a producer that finds S sends a wake-up datagram.
  *
  * CELL TYPES.  SHORT: data inline after the 16-byte header.  BCOPY: data in the cell's
- * buffer.  PULL: a zcopy descriptor in the buffer (sender pid, iov, reply address, header);
- * the receiver pulls the data with process_vm_readv and answers ZDONE through the sender's
- * ring.  FRAG: one chunk of a zcopy message pushed through the ring where cross-memory
- * attach is denied.  AMO_REQ / AMO_REP: an atomic on memory the initiator cannot map,
- * performed by the target's progress.
+ * buffer.  OUTBOX: a descriptor in the buffer naming a slot of the sender's outbox (below)
+ * that holds header and data.  PULL: a zcopy descriptor in the buffer (sender pid, iov, reply
+ * address, header); the receiver pulls the data with process_vm_readv and answers ZDONE
+ * through the sender's ring.  FRAG: one chunk of a zcopy message pushed through the ring
+ * where cross-memory attach is denied.  AMO_REQ / AMO_REP: an atomic on memory the initiator
+ * cannot map, performed by the target's progress.
+ *
+ * THE OUTBOX.  Behind its ring and cell buffers every segment has an outbox of
+ * FERRY_SHM_OUTBOX_SIZE bytes that only its owner allocates from and writes.  A zero-copy AM
+ * of medium size (above the cell buffer, up to FERRY_SHM_OUTBOX_MAX) is copied once by the
+ * sender into a slot of its own outbox and announced by an OUTBOX cell; the receiver, which
+ * maps the sender's segment anyway (answers go through it), hands the slot to the AM callback
+ * in place and then stores the slot's generation into the slot header's `done` word.  The send
+ * is complete when the copy is: no answer, no round trip, no system call on either side, and
+ * the copy runs at memcpy speed instead of process_vm_readv's.  Slots are taken in FIFO order
+ * from a byte ring; the sender reclaims a slot once `done` matches (or its receiver is dead)
+ * and restarts at offset 0 whenever all slots are back, so a stream of messages keeps writing
+ * the same cache-warm bytes.  When the outbox is full, or the message is larger, the send
+ * falls back to PULL.  A receiver trusts nothing in a descriptor: the slot must lie inside the
+ * outbox of the mapped segment.
  */
 #ifndef FY_TL_SHM_H
 #define FY_TL_SHM_H
@@ -80,6 +95,7 @@ enum shm_cell_type {
     SHM_CELL_ZDONE,
     SHM_CELL_AMO_REQ,
     SHM_CELL_AMO_REP,
+    SHM_CELL_OUTBOX,
 };
 
 /* A cell: 16-byte header, then inline data up to cell_size. */
@@ -104,6 +120,7 @@ typedef struct shm_seg_hdr {
     uint32_t cell_size;
     uint32_t bcopy_size;
     uint64_t cells_off, bufs_off, seg_size;
+    uint64_t obox_off, obox_size;      /* the outbox: [obox_off, obox_off + obox_size) */
     uint32_t closed;                   /* the owner closed the iface: its eps fail */
     _Alignas(128) uint32_t tail;       /* producers only */
     _Alignas(128) uint32_t nwaiters;   /* a hint: some slot is taken */
@@ -144,6 +161,22 @@ typedef struct shm_pull_desc {
         uint64_t addr, len;
     } iov[SHM_MAX_IOV];
 } shm_pull_desc_t;
+
+/* An OUTBOX descriptor, in the cell's buffer: header + data are at segment offset `off` of
+ * the sender `from`, `len` bytes; the slot header is the 64 bytes before `off`. */
+typedef struct shm_obox_desc {
+    shm_iface_addr_t from;
+    uint64_t off;
+    uint64_t len;
+    uint64_t gen;
+} shm_obox_desc_t;
+
+/* The header of an outbox slot (64 bytes before its data): the receiver stores the slot's
+ * generation into `done` when it no longer reads the slot. */
+#define SHM_OBOX_SLOT_HDR 64u
+typedef struct shm_obox_slot {
+    uint64_t done;
+} shm_obox_slot_t;
 
 /* A pushed chunk (FRAG): inline; the chunk itself is in the buffer.  cell flags: */
 #define SHM_FRAG_ABORT 1u /* the rest will never come: drop what arrived */
@@ -210,6 +243,8 @@ typedef struct shm_opts {
     int cma;
     uint64_t liveness_ns;
     size_t rx_keep;
+    size_t obox_size;
+    size_t obox_max;
 } shm_opts_t;
 
 typedef struct shm_md {
@@ -227,6 +262,7 @@ typedef struct shm_peer {
     uint32_t mask;
     unsigned cell_shift;
     uint32_t bcopy_size;
+    uint64_t obox_lo, obox_hi; /* its outbox, as segment offsets (checked when mapped) */
     int pidfd;
     ferry_status_t status; /* FERRY_OK while alive */
     int full;              /* a send found the ring full since the last arm */
@@ -303,6 +339,14 @@ struct shm_ep {
     ferry_ep_stats_t stats;
 };
 
+/* A slot of our outbox not yet given back (sender side). */
+#define SHM_OBOX_QMAX     64
+#define SHM_OBOX_WAIT_MIN (32u << 10) /* smaller messages never wait for a slot */
+typedef struct shm_obox_entry {
+    uint64_t off, size, gen; /* off: from the outbox start; size: header + data, aligned */
+    shm_peer_t *peer;        /* the receiver (its death frees the slot) */
+} shm_obox_entry_t;
+
 typedef struct shm_frag_rx {
     uint64_t token;
     char *buf;
@@ -345,13 +389,19 @@ struct shm_iface {
     uint64_t next_cookie;
     fy_mpool_t op_mp;
     fy_hash_t frags; /* token -> shm_frag_rx_t */
+    /* the outbox (sender side): slots in FIFO order */
+    char *obox;
+    uint64_t obox_off, obox_size, obox_max, obox_gen;
+    unsigned obox_first, obox_count, obox_nowait;
+    shm_obox_entry_t obox_q[SHM_OBOX_QMAX];
     char *rxbuf;
     size_t rxbuf_size;
     uint64_t next_check_ns;
     uint32_t stuck_ticket;
     int stuck_seen;
     struct {
-        uint64_t rx_msgs, rx_bytes, rx_pull, rx_frag, rx_amo, drops_malformed, drops_dead;
+        uint64_t rx_msgs, rx_bytes, rx_pull, rx_frag, rx_amo, rx_obox, drops_malformed, drops_dead;
+        uint64_t tx_obox, obox_full;
         uint64_t wakeups_sent, full, skipped_dead;
     } stats;
 };
@@ -361,6 +411,15 @@ struct shm_iface {
 static inline shm_cell_t *shm_cell_at(char *cells, unsigned shift, uint32_t mask, uint32_t t)
 {
     return (shm_cell_t *)(cells + ((size_t)(t & mask) << shift));
+}
+
+static inline void shm_cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ volatile("yield" ::: "memory");
+#endif
 }
 
 static inline void shm_prefetchw(const void *p)

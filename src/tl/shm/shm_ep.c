@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "tl/shm/shm.h"
+#include "util/clock.h"
 #include "util/log.h"
 
 static uint32_t shm_next_token; /* names eps of this process in pushed chunks */
@@ -417,6 +418,152 @@ again:
     return n;
 }
 
+/* ---- the outbox (shm.h) ------------------------------------------------------------------ */
+
+static inline shm_obox_slot_t *obox_slot(const shm_iface_t *iface, uint64_t off)
+{
+    return (shm_obox_slot_t *)(iface->obox + off);
+}
+
+/* Give back the slots at the head of the queue that their receivers are done with (or that
+ * a dead receiver will never give back). */
+static void obox_reclaim(shm_iface_t *iface)
+{
+    while (iface->obox_count != 0) {
+        const shm_obox_entry_t *e = &iface->obox_q[iface->obox_first];
+        if (__atomic_load_n(&obox_slot(iface, e->off)->done, __ATOMIC_ACQUIRE) != e->gen &&
+            e->peer->status == FERRY_OK)
+            break;
+        iface->obox_first = (iface->obox_first + 1) % SHM_OBOX_QMAX;
+        iface->obox_count--;
+    }
+}
+
+/*
+ * Wait a little for the last slot to come back when it is the only one out.  A receiver that
+ * polls gives a slot back within a microsecond or so of its announcement, and rewriting the
+ * same bytes, still in our cache, copies a large message about a third faster than writing
+ * cold ones (1 MiB: ~31 vs ~23 GB/s here).  The wait is bounded by a small share of the copy
+ * (need / 256 ns: 4 us for 1 MiB), skipped for our own process (nobody else would give the
+ * slot back) and, after a wait that went unanswered, for the next 64 messages.
+ */
+static void obox_wait_last(shm_iface_t *iface, uint64_t need)
+{
+    const shm_obox_entry_t *e = &iface->obox_q[iface->obox_first];
+    if (need < SHM_OBOX_WAIT_MIN || e->peer->addr.pid == iface->addr.pid)
+        return;
+    if (iface->obox_nowait != 0) {
+        iface->obox_nowait--;
+        return;
+    }
+    const shm_obox_slot_t *sl = obox_slot(iface, e->off);
+    uint64_t t0 = fy_time_ns(), budget = need >> 8;
+    for (unsigned i = 1; __atomic_load_n(&sl->done, __ATOMIC_ACQUIRE) != e->gen; i++) {
+        shm_cpu_relax();
+        if ((i & 15) == 0 && fy_time_ns() - t0 > budget) {
+            iface->obox_nowait = 64;
+            return;
+        }
+    }
+    obox_reclaim(iface);
+}
+
+/* Take a slot of `need` bytes (its header included, a multiple of 64) for a message to peer:
+ * its queue entry, or NULL when the outbox is full.  The lowest free offset wins, so a
+ * stream keeps rewriting the same few (cache-warm) bytes. */
+static shm_obox_entry_t *obox_alloc(shm_iface_t *iface, uint64_t need, shm_peer_t *peer)
+{
+    obox_reclaim(iface);
+    if (iface->obox_count == 1)
+        obox_wait_last(iface, need);
+    uint64_t start = 0; /* nothing outstanding: start over at the beginning */
+    if (iface->obox_count == SHM_OBOX_QMAX)
+        return NULL;
+    if (iface->obox_count != 0) {
+        const shm_obox_entry_t *first = &iface->obox_q[iface->obox_first];
+        const shm_obox_entry_t *last =
+            &iface->obox_q[(iface->obox_first + iface->obox_count - 1) % SHM_OBOX_QMAX];
+        uint64_t end = last->off + last->size;
+        if (end > first->off) { /* in use: [first, end); room before first, or after end */
+            if (need <= first->off)
+                start = 0;
+            else if (end + need <= iface->obox_size)
+                start = end;
+            else
+                return NULL;
+        } else if (end + need <= first->off) { /* wrapped: in use [first, size) + [0, end) */
+            start = end;
+        } else {
+            return NULL;
+        }
+    }
+    shm_obox_entry_t *e =
+        &iface->obox_q[(iface->obox_first + iface->obox_count) % SHM_OBOX_QMAX];
+    e->off = start;
+    e->size = need;
+    e->gen = ++iface->obox_gen;
+    e->peer = peer;
+    iface->obox_count++;
+    /* Stale bytes must never read as this generation's `done`. */
+    __atomic_store_n(&obox_slot(iface, start)->done, 0, __ATOMIC_RELAXED);
+    return e;
+}
+
+/*
+ * Send through the outbox: copy header and data into a slot, then announce it.  Returns 0 when
+ * the outbox has no room (the caller pulls instead); otherwise 1 with *st set: FERRY_OK (sent,
+ * and complete: the caller's memory is free) or the ring's back-pressure.
+ */
+static int obox_send(shm_ep_t *ep, uint8_t id, const void *hdr, size_t hdr_len,
+                     const struct iovec *iov, size_t iovcnt, size_t total, ferry_status_t *st)
+{
+    shm_iface_t *iface = ep->iface;
+    /* Copy first and claim after, so that no other sender's message waits behind our copy in
+     * the ring; a look at the tail cell first saves a copy that could not be announced. */
+    uint32_t pos = __atomic_load_n(ep->tail, __ATOMIC_RELAXED);
+    uint64_t state =
+        __atomic_load_n(&shm_cell_at(ep->cells, ep->cell_shift, ep->mask, pos)->state,
+                        __ATOMIC_RELAXED);
+    if ((int32_t)((uint32_t)state - pos) < 0) {
+        *st = ep_full(ep);
+        return 1;
+    }
+    shm_obox_entry_t *e =
+        obox_alloc(iface, SHM_OBOX_SLOT_HDR + FY_ALIGN_UP((uint64_t)total, 64), ep->peer);
+    if (e == NULL) {
+        iface->stats.obox_full++;
+        return 0;
+    }
+    char *data = iface->obox + e->off + SHM_OBOX_SLOT_HDR;
+    if (hdr_len != 0)
+        memcpy(data, hdr, hdr_len);
+    shm_iov_gather(data + hdr_len, iov, iovcnt);
+
+    uint32_t t;
+    int wake = 0;
+    shm_cell_t *c =
+        shm_ring_claim(ep->cells, ep->tail, ep->mask, ep->cell_shift, ep->owner, &t, &wake);
+    if (c == NULL) { /* others filled the ring meanwhile: the slot is the last one taken */
+        iface->obox_count--;
+        *st = ep_full(ep);
+        return 1;
+    }
+    shm_obox_desc_t *d = (shm_obox_desc_t *)cell_buf(ep, t);
+    d->from = iface->addr;
+    d->off = iface->obox_off + e->off + SHM_OBOX_SLOT_HDR;
+    d->len = total;
+    d->gen = e->gen;
+    shm_cell_hdr(c, SHM_CELL_OUTBOX, id, 0, sizeof(*d));
+    shm_ring_publish(c, ep->owner, t);
+    if (wake)
+        fy_shm_peer_wake(iface, ep->peer);
+    iface->stats.tx_obox++;
+    ep->stats.tx_msgs++;
+    ep->stats.tx_bytes += total;
+    *st = FERRY_OK;
+    return 1;
+}
+
 static void op_save_message(shm_op_t *op, uint8_t id, const void *hdr, size_t hdr_len,
                             const struct iovec *iov, size_t iovcnt)
 {
@@ -447,6 +594,9 @@ ferry_status_t fy_shm_am_zcopy(fy_tl_ep_t *tl_ep, uint8_t id, const void *hdr, s
         memcpy(&v[1], iov, iovcnt * sizeof(*iov));
         return fy_shm_am_bcopy(tl_ep, id, v, iovcnt + 1);
     }
+    ferry_status_t st;
+    if (total <= iface->obox_max && obox_send(ep, id, hdr, hdr_len, iov, iovcnt, total, &st))
+        return st;
     if (comp == NULL)
         return FERRY_ERR_INVALID_PARAM;
     shm_op_t *op = fy_shm_op_new(ep, SHM_OP_PULL, comp);

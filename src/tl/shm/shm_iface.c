@@ -63,7 +63,8 @@ ferry_status_t fy_shm_iface_open(fy_tl_md_t *tl_md, const fy_tl_iface_params_t *
     uint32_t n = (uint32_t)o->ring_size;
     size_t cells_off = FY_ALIGN_UP(sizeof(shm_seg_hdr_t), 128);
     size_t bufs_off = FY_ALIGN_UP(cells_off + (size_t)n * o->cell_size, 4096);
-    size_t seg_size = bufs_off + (size_t)n * o->bcopy_size;
+    size_t obox_off = FY_ALIGN_UP(bufs_off + (size_t)n * o->bcopy_size, 4096);
+    size_t seg_size = obox_off + o->obox_size;
     ferry_status_t st = fy_shmem_alloc(seg_size, "ferry-shm-ring", &iface->seg);
     if (st != FERRY_OK)
         goto err_free;
@@ -77,6 +78,10 @@ ferry_status_t fy_shm_iface_open(fy_tl_md_t *tl_md, const fy_tl_iface_params_t *
     iface->mask = n - 1;
     iface->cell_shift = (unsigned)__builtin_ctzl(o->cell_size);
     iface->bcopy_size = (uint32_t)o->bcopy_size;
+    iface->obox = (char *)iface->seg + obox_off;
+    iface->obox_off = obox_off;
+    iface->obox_size = o->obox_size;
+    iface->obox_max = o->obox_size != 0 ? o->obox_max : 0;
     for (uint32_t t = 0; t < n; t++)
         shm_cell_at(iface->cells, iface->cell_shift, iface->mask, t)->state =
             SHM_STATE(SHM_PHASE_FREE, t);
@@ -114,6 +119,8 @@ ferry_status_t fy_shm_iface_open(fy_tl_md_t *tl_md, const fy_tl_iface_params_t *
     h->bcopy_size = (uint32_t)o->bcopy_size;
     h->cells_off = cells_off;
     h->bufs_off = bufs_off;
+    h->obox_off = obox_off;
+    h->obox_size = o->obox_size;
     h->seg_size = ref.size;
     __atomic_store_n(&h->magic, SHM_SEG_MAGIC, __ATOMIC_RELEASE);
 
@@ -406,18 +413,25 @@ void fy_shm_iface_print(fy_tl_iface_t *tl_iface, FILE *f)
 {
     shm_iface_t *iface = (shm_iface_t *)tl_iface;
     const shm_opts_t *o = &iface->md->opts;
-    fprintf(f, "shm/%s id %016llx pid %d: ring %lu x %zu B cells + %zu B buffers, cma %s\n",
+    fprintf(f,
+            "shm/%s id %016llx pid %d: ring %lu x %zu B cells + %zu B buffers, outbox %zu B "
+            "(messages up to %zu B), cma %s\n",
             iface->super.dev_name, (unsigned long long)iface->id, (int)getpid(), o->ring_size,
-            o->cell_size, o->bcopy_size, iface->cma_ok ? "on" : "off");
-    fprintf(
-        f,
-        "  rx %llu msgs %llu B (pulled %llu, chunks %llu, atomics %llu), dropped %llu "
-        "malformed %llu from dead senders, %llu dead claims skipped\n",
-        (unsigned long long)iface->stats.rx_msgs, (unsigned long long)iface->stats.rx_bytes,
-        (unsigned long long)iface->stats.rx_pull, (unsigned long long)iface->stats.rx_frag,
-        (unsigned long long)iface->stats.rx_amo, (unsigned long long)iface->stats.drops_malformed,
-        (unsigned long long)iface->stats.drops_dead, (unsigned long long)iface->stats.skipped_dead);
-    fprintf(f, "  tx: ring full %llu times, %llu wake-ups sent; %zu peers, %u answers queued\n",
+            o->cell_size, o->bcopy_size, o->obox_size, (size_t)iface->obox_max,
+            iface->cma_ok ? "on" : "off");
+    fprintf(f,
+            "  rx %llu msgs %llu B (from outboxes %llu, pulled %llu, chunks %llu, atomics "
+            "%llu), dropped %llu malformed %llu from dead senders, %llu dead claims skipped\n",
+            (unsigned long long)iface->stats.rx_msgs, (unsigned long long)iface->stats.rx_bytes,
+            (unsigned long long)iface->stats.rx_obox, (unsigned long long)iface->stats.rx_pull,
+            (unsigned long long)iface->stats.rx_frag, (unsigned long long)iface->stats.rx_amo,
+            (unsigned long long)iface->stats.drops_malformed,
+            (unsigned long long)iface->stats.drops_dead,
+            (unsigned long long)iface->stats.skipped_dead);
+    fprintf(f,
+            "  tx: %llu through the outbox (found full %llu times), ring full %llu times, %llu "
+            "wake-ups sent; %zu peers, %u answers queued\n",
+            (unsigned long long)iface->stats.tx_obox, (unsigned long long)iface->stats.obox_full,
             (unsigned long long)iface->stats.full, (unsigned long long)iface->stats.wakeups_sent,
             fy_hash_count(&iface->peers), iface->nreplies);
     fy_list_t *pos;

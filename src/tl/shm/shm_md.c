@@ -55,8 +55,19 @@ const fy_config_table_t fy_shm_config_table = {
                         "A receive buffer for pulled zero-copy messages up to this size is "
                         "kept for reuse (larger ones are freed after delivery).",
                         FY_CFG_SIZE, shm_opts_t, rx_keep),
+        FY_CONFIG_FIELD("OUTBOX_SIZE", "8m",
+                        "Bytes of each interface's outbox (0: none): zero-copy messages above "
+                        "BCOPY_SIZE and up to OUTBOX_MAX are copied once by the sender into it "
+                        "and read in place by the receiver, with no round trip.  Pages are "
+                        "touched only when used.",
+                        FY_CFG_SIZE, shm_opts_t, obox_size),
+        FY_CONFIG_FIELD("OUTBOX_MAX", "2m",
+                        "The largest zero-copy message (header included) sent through the "
+                        "outbox; larger ones, and any that find the outbox full, are pulled "
+                        "by the receiver with cross-memory attach.",
+                        FY_CFG_SIZE, shm_opts_t, obox_max),
     },
-    7,
+    9,
 };
 
 /* One region table for every shm md of the process (atomic requests name a region). */
@@ -87,6 +98,17 @@ static ferry_status_t check_opts(const shm_opts_t *o)
     }
     if (o->bcopy_size < 4096 || o->bcopy_size > (1u << 20) || o->bcopy_size % 64 != 0) {
         fy_error("FERRY_SHM_BCOPY_SIZE=%zu: use a multiple of 64 from 4k to 1m", o->bcopy_size);
+        return FERRY_ERR_BAD_CONFIG;
+    }
+    if (o->obox_size > ((size_t)1 << 34) || o->obox_size % 4096 != 0) {
+        fy_error("FERRY_SHM_OUTBOX_SIZE=%zu: use a multiple of 4k up to 16g (0: no outbox)",
+                 o->obox_size);
+        return FERRY_ERR_BAD_CONFIG;
+    }
+    if (o->obox_size != 0 && o->obox_max + SHM_OBOX_SLOT_HDR > o->obox_size) {
+        fy_error("FERRY_SHM_OUTBOX_MAX=%zu does not fit FERRY_SHM_OUTBOX_SIZE=%zu (with its "
+                 "%u-byte slot header)",
+                 o->obox_max, o->obox_size, SHM_OBOX_SLOT_HDR);
         return FERRY_ERR_BAD_CONFIG;
     }
     return FERRY_OK;

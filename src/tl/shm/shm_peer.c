@@ -80,7 +80,10 @@ static ferry_status_t peer_map(shm_peer_t *peer)
         h->pid != (uint32_t)a->pid || n < 8 || (n & (n - 1)) != 0 || cs < 64 ||
         (cs & (cs - 1)) != 0 || h->bcopy_size < a->bcopy_size || h->cells_off % 128 != 0 ||
         h->cells_off < sizeof(shm_seg_hdr_t) || cells_end > h->bufs_off ||
-        h->bufs_off + (uint64_t)n * h->bcopy_size > a->size) {
+        h->bufs_off + (uint64_t)n * h->bcopy_size > a->size ||
+        (h->obox_size != 0 &&
+         (h->obox_off < h->bufs_off + (uint64_t)n * h->bcopy_size || h->obox_off % 64 != 0 ||
+          h->obox_size > a->size || h->obox_off > a->size - h->obox_size))) {
         fy_warn("process %d's shm segment does not look like a ferry ring: ignored", (int)a->pid);
         fy_shmem_detach(seg);
         return FERRY_ERR_INVALID_ADDR;
@@ -91,6 +94,8 @@ static ferry_status_t peer_map(shm_peer_t *peer)
     peer->mask = n - 1;
     peer->cell_shift = (unsigned)__builtin_ctz(cs);
     peer->bcopy_size = h->bcopy_size;
+    peer->obox_lo = h->obox_off;
+    peer->obox_hi = h->obox_size != 0 ? h->obox_off + h->obox_size : h->obox_off;
     return FERRY_OK;
 }
 

@@ -138,6 +138,27 @@ static void rx_pull(shm_iface_t *iface, uint8_t am_id, const char *buf, uint32_t
     rx_buffer_done(iface, dst, total);
 }
 
+/* A message in the sender's outbox: handed over in place, then its slot given back. */
+static void rx_outbox(shm_iface_t *iface, uint8_t am_id, const char *buf)
+{
+    shm_obox_desc_t d;
+    memcpy(&d, buf, sizeof(d));
+    shm_peer_t *peer;
+    if (fy_shm_peer_get(iface, &d.from, &peer) != FERRY_OK || d.off % 64 != 0 ||
+        d.off < peer->obox_lo + SHM_OBOX_SLOT_HDR || d.off > peer->obox_hi ||
+        d.len > peer->obox_hi - d.off) {
+        iface->stats.drops_malformed++;
+        return;
+    }
+    char *base = (char *)peer->hdr;
+    iface->stats.rx_obox++;
+    iface->stats.rx_msgs++;
+    iface->stats.rx_bytes += d.len;
+    iface->super.params.am_cb(iface->super.params.am_arg, am_id, base + d.off, (size_t)d.len);
+    shm_obox_slot_t *slot = (shm_obox_slot_t *)(base + d.off - SHM_OBOX_SLOT_HDR);
+    __atomic_store_n(&slot->done, d.gen, __ATOMIC_RELEASE);
+}
+
 static void rx_frag(shm_iface_t *iface, const shm_cell_t *c, uint8_t am_id, const char *chunk,
                     uint32_t len)
 {
@@ -213,6 +234,11 @@ void fy_shm_dispatch(shm_iface_t *iface, shm_cell_t *c, uint32_t ticket)
         if (len > iface->bcopy_size || am_id > FY_TL_AM_ID_MAX)
             break;
         rx_pull(iface, am_id, buf, len);
+        return;
+    case SHM_CELL_OUTBOX:
+        if (len != sizeof(shm_obox_desc_t) || am_id > FY_TL_AM_ID_MAX)
+            break;
+        rx_outbox(iface, am_id, buf);
         return;
     case SHM_CELL_FRAG:
         if (len > iface->bcopy_size || am_id > FY_TL_AM_ID_MAX ||

@@ -268,14 +268,17 @@ static inline char *cell_buf(const shm_ep_t *ep, uint32_t ticket)
     return ep->bufs + (size_t)(ticket & ep->mask) * ep->bcopy_size;
 }
 
-/* A stream of sends (nothing received since our last one): ask for a later cell's line now,
- * so the transfers overlap instead of each CAS waiting for its own.  Not in a ping-pong,
+/* A stream of sends (nothing received since our last one): ask for the line of the cell four
+ * ahead now, so that about four transfers are in flight instead of each CAS waiting for its
+ * own (8-byte rate here: two ahead 12-13 M/s, four ahead 19-22 M/s).  Not in a ping-pong,
  * where taking the line early only delays the peer. */
+#define SHM_STREAM_AHEAD 4
 static inline void stream_prefetch(shm_ep_t *ep, uint32_t ticket)
 {
     uint64_t rx = ep->iface->stats.rx_msgs;
     if (rx == ep->last_rx)
-        shm_prefetchw(shm_cell_at(ep->cells, ep->cell_shift, ep->mask, ticket + 2));
+        shm_prefetchw(
+            shm_cell_at(ep->cells, ep->cell_shift, ep->mask, ticket + SHM_STREAM_AHEAD));
     ep->last_rx = rx;
 }
 
@@ -298,6 +301,12 @@ ferry_status_t fy_shm_am_short(fy_tl_ep_t *tl_ep, uint8_t id, const struct iovec
     shm_iov_gather(c->data, iov, iovcnt);
     shm_ring_publish(c, ep->owner, t);
     stream_prefetch(ep, t);
+    /* A message that used the cell's second line: take the next cell's second line now (the
+     * receiver's adjacent-line prefetch may hold it), so the next send does not wait for it
+     * before its publish can be seen; no poll watches that line.  64 B one-way 0.40-0.44 ->
+     * 0.34-0.36 us here. */
+    if (len > 64 - SHM_CELL_HDR)
+        shm_prefetchw((char *)shm_cell_at(ep->cells, ep->cell_shift, ep->mask, t + 1) + 64);
     if (FY_UNLIKELY(wake))
         fy_shm_peer_wake(ep->iface, ep->peer);
     ep->stats.tx_msgs++;

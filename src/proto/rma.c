@@ -192,6 +192,16 @@ ferry_status_t ferry_get(ferry_ep_t *ep, void *buf, size_t len, uint64_t remote_
         return st;
     if (len == 0)
         return FERRY_OK;
+    if (ep->rma_native && rkey->tl_rkey != NULL) {
+        fy_lane_t *lane = &ep->lanes[FY_LANE_RMA];
+        const fy_tl_ops_t *ops = lane->iface->tl->ops;
+        if (len <= lane->iface->attr.max_get_short && ops->get_short != NULL &&
+            fy_queue_is_empty(&ep->pending)) {
+            st = ops->get_short(lane->tl_ep, buf, len, remote_addr, rkey->tl_rkey);
+            if (st != FERRY_ERR_NO_RESOURCE)
+                return st;
+        }
+    }
     ferry_request_t local;
     ferry_request_t *r = req;
     if (r == NULL) {

@@ -86,6 +86,7 @@ typedef struct fy_tl_iface_attr {
     size_t max_zcopy;        /* am_zcopy: header + data */
     size_t max_zcopy_hdr;    /* am_zcopy header */
     size_t max_put_short;    /* put_short */
+    size_t max_get_short;    /* get_short */
     size_t max_rma;          /* put_zcopy / get_zcopy, one call */
     size_t max_iov;          /* entries in an iov */
     size_t device_addr_len;  /* bytes of iface_get_address's dev_addr */
@@ -193,6 +194,10 @@ typedef struct fy_tl_ops {
     ferry_status_t (*atomic)(fy_tl_ep_t *ep, ferry_atomic_op_t op, size_t size,
                              uint64_t operand, uint64_t compare, void *result,
                              uint64_t remote_addr, const void *rkey, fy_tl_comp_t *comp);
+    /* optional: a small get that completes in the call (memory the transport can read at
+     * once), or FERRY_ERR_NO_RESOURCE when it cannot, and proto takes the get_zcopy path */
+    ferry_status_t (*get_short)(fy_tl_ep_t *ep, void *buf, size_t len, uint64_t remote_addr,
+                                const void *rkey);
 } fy_tl_ops_t;
 
 struct fy_tl_component {

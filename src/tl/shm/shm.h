@@ -595,6 +595,8 @@ ferry_status_t fy_shm_put_short(fy_tl_ep_t *ep, const void *buf, size_t len, uin
                                 const void *rkey);
 ferry_status_t fy_shm_put_zcopy(fy_tl_ep_t *ep, const struct iovec *iov, size_t iovcnt,
                                 uint64_t remote_addr, const void *rkey, fy_tl_comp_t *comp);
+ferry_status_t fy_shm_get_short(fy_tl_ep_t *ep, void *buf, size_t len, uint64_t remote_addr,
+                                const void *rkey);
 ferry_status_t fy_shm_get_zcopy(fy_tl_ep_t *ep, const struct iovec *iov, size_t iovcnt,
                                 uint64_t remote_addr, const void *rkey, fy_tl_comp_t *comp);
 ferry_status_t fy_shm_atomic(fy_tl_ep_t *ep, ferry_atomic_op_t op, size_t size, uint64_t operand,

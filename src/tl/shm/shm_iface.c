@@ -217,6 +217,7 @@ void fy_shm_iface_query(fy_tl_iface_t *tl_iface, fy_tl_iface_attr_t *attr)
     attr->max_zcopy = (size_t)1 << 40;
     attr->max_zcopy_hdr = SHM_MAX_ZCOPY_HDR;
     attr->max_put_short = o->bcopy_size;
+    attr->max_get_short = o->bcopy_size;
     attr->max_rma = (size_t)1 << 40;
     attr->max_iov = SHM_MAX_IOV;
     attr->device_addr_len = sizeof(shm_dev_addr_t);

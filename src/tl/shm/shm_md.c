@@ -323,6 +323,7 @@ static const fy_tl_ops_t shm_ops = {
     .am_bcopy = fy_shm_am_bcopy,
     .am_zcopy = fy_shm_am_zcopy,
     .put_short = fy_shm_put_short,
+    .get_short = fy_shm_get_short,
     .put_zcopy = fy_shm_put_zcopy,
     .get_zcopy = fy_shm_get_zcopy,
     .atomic = fy_shm_atomic,

@@ -96,9 +96,9 @@ static ferry_status_t rma(fy_tl_ep_t *tl_ep, const struct iovec *iov, size_t iov
     if (local != NULL) {
         for (size_t i = 0; i < iovcnt; i++) {
             if (write)
-                memcpy(local, iov[i].iov_base, iov[i].iov_len);
+                shm_copy(local, iov[i].iov_base, iov[i].iov_len);
             else
-                memcpy(iov[i].iov_base, local, iov[i].iov_len);
+                shm_copy(iov[i].iov_base, local, iov[i].iov_len);
             local += iov[i].iov_len;
         }
         ep->stats.tx_bytes += len;
@@ -142,6 +142,17 @@ ferry_status_t fy_shm_put_zcopy(fy_tl_ep_t *ep, const struct iovec *iov, size_t 
                                 uint64_t remote_addr, const void *rkey, fy_tl_comp_t *comp)
 {
     return rma(ep, iov, iovcnt, remote_addr, rkey, 1);
+}
+
+/* Mapped memory only: a small get through CMA is better left to get_zcopy's accounting. */
+ferry_status_t fy_shm_get_short(fy_tl_ep_t *ep, void *buf, size_t len, uint64_t remote_addr,
+                                const void *rkey)
+{
+    const shm_rkey_t *rk = rkey;
+    if (rk->mapped == NULL)
+        return FERRY_ERR_NO_RESOURCE;
+    struct iovec v = {buf, len};
+    return rma(ep, &v, 1, remote_addr, rkey, 0);
 }
 
 ferry_status_t fy_shm_get_zcopy(fy_tl_ep_t *ep, const struct iovec *iov, size_t iovcnt,

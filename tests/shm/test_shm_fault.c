@@ -559,7 +559,9 @@ static void bad_config(void)
                                            {"FERRY_SHM_RING_SIZE", "4"},
                                            {"FERRY_SHM_CELL_SIZE", "96"},
                                            {"FERRY_SHM_BCOPY_SIZE", "1k"},
-                                           {"FERRY_SHM_CMA", "maybe"}};
+                                           {"FERRY_SHM_CMA", "maybe"},
+                                           {"FERRY_SHM_OUTBOX_SIZE", "5000"},
+                                           {"FERRY_SHM_OUTBOX_MAX", "8m"}};
     for (size_t i = 0; i < FY_ARRAY_SIZE(cases); i++) {
         setenv(cases[i][0], cases[i][1], 1);
         fy_tl_md_t *md = NULL;
@@ -579,7 +581,8 @@ static void bad_config(void)
     fy_tl_ep_t *ep = tp_ep(&p, &addr);
     p.ops->iface_print(p.iface, f);
     fclose(f);
-    FY_ASSERT_MSG(strstr(text, "ring 64 x 256 B") != NULL && strstr(text, "ep -> pid") != NULL,
+    FY_ASSERT_MSG(strstr(text, "ring 64 x 256 B") != NULL && strstr(text, "ep -> pid") != NULL &&
+                      strstr(text, "outbox 8388608 B") != NULL,
                   "iface_print said: %s", text);
     free(text);
     p.ops->ep_destroy(ep);

@@ -92,6 +92,8 @@ ferry_status_t fy_op_start(fy_op_t *op)
     case FY_OP_FLUSH:
     case FY_OP_CLOSE:
         return fy_ep_flush_start(op);
+    case FY_OP_TAG_GET:
+        return fy_tag_get_retry(op);
     default:
         return fy_rma_start(op);
     }

@@ -18,6 +18,7 @@
 #include "proto/proto_int.h"
 
 static const char *const wait_modes[] = {"spin", "adaptive", "block", NULL};
+static const char *const rndv_schemes[] = {"auto", "get", "am", NULL}; /* FY_TAG_SCHEME_* */
 
 static const fy_config_field_t ctx_fields[] = {
     FY_CONFIG_FIELD("TLS", "all",
@@ -40,10 +41,18 @@ static const fy_config_field_t ctx_fields[] = {
                     "Emulate put, get and atomics over active messages even where a transport "
                     "does them natively (for testing and comparison).",
                     FY_CFG_BOOL, fy_ctx_opts_t, rma_emulate),
-    FY_CONFIG_FIELD("TAG_RNDV_THRESH", "64k",
-                    "Tagged messages larger than this use rendezvous (RTS/CTS, then the data "
-                    "from the sender's memory); smaller ones go eager.",
-                    FY_CFG_SIZE, fy_ctx_opts_t, tag_rndv_thresh),
+    FY_CONFIG_FIELD("TAG_RNDV_THRESH", "auto",
+                    "Tagged messages larger than this use rendezvous (the data moves only once "
+                    "the receiver has matched it); smaller ones go eager.  auto: per endpoint, "
+                    "the largest message its lane sends in one buffered copy (at most 64k) "
+                    "where the rendezvous reads by get at memory speed (shm: 8k), 64k elsewhere.",
+                    FY_CFG_STRING, fy_ctx_opts_t, tag_rndv_thresh_str),
+    FY_CONFIG_ENUM_FIELD("TAG_RNDV_SCHEME", "auto",
+                         "How a rendezvous moves the data: get (the receiver reads the sender's "
+                         "memory straight into its buffer, where the transport can), am (the "
+                         "sender sends it as a message after the receiver's CTS), or auto (get, "
+                         "and am to a peer that once could not read us).",
+                         fy_ctx_opts_t, tag_rndv_scheme, rndv_schemes),
     FY_CONFIG_FIELD("JOB_KEY", "",
                     "A job key carried by network transports; datagrams and connections with "
                     "another key are refused.  Set by the launcher; empty = a fixed default.",
@@ -129,6 +138,15 @@ ferry_status_t ferry_context_create(const ferry_context_params_t *params,
     st = check_tls(&ctx->opts.tls);
     if (st != FERRY_OK)
         goto err_opts;
+    ctx->opts.tag_rndv_thresh = FY_TAG_THRESH_AUTO;
+    if (strcasecmp(ctx->opts.tag_rndv_thresh_str, "auto") != 0 &&
+        fy_config_parse_size(ctx->opts.tag_rndv_thresh_str, &ctx->opts.tag_rndv_thresh) !=
+            FERRY_OK) {
+        fy_error("FERRY_TAG_RNDV_THRESH=%s: use auto or a size (64k, 1m, inf)",
+                 ctx->opts.tag_rndv_thresh_str);
+        st = FERRY_ERR_BAD_CONFIG;
+        goto err_opts;
+    }
     ctx->job_key = (ctx->opts.job_key != NULL && ctx->opts.job_key[0] != '\0')
                        ? hash_string(ctx->opts.job_key)
                        : 0x66657272794b3031ull;

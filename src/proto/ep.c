@@ -41,6 +41,7 @@ ferry_status_t fy_ep_create_internal(ferry_worker_t *w, const void *addr, size_t
         fy_worker_ep_free(w, ep);
         return st;
     }
+    fy_tag_ep_init(ep);
     if (!is_reply) {
         /* Introduce ourselves: the first message on the AM lane, so everything after it is
          * known at the peer. */
@@ -136,7 +137,7 @@ ferry_status_t ferry_ep_get_stats(const ferry_ep_t *ep, ferry_ep_stats_t *stats)
 /* Submission and the pending queue                                                            */
 /* ------------------------------------------------------------------------------------------ */
 
-static void ep_add_pending(ferry_ep_t *ep, fy_op_t *op)
+void fy_ep_add_pending(ferry_ep_t *ep, fy_op_t *op)
 {
     fy_queue_push(&ep->pending, &op->q);
     if (!fy_list_is_linked(&ep->pending_link))
@@ -178,7 +179,7 @@ ferry_status_t fy_ep_submit(ferry_ep_t *ep, fy_op_t *op)
         return op->req != NULL ? FERRY_INPROGRESS : FERRY_OK;
     case FERRY_ERR_NO_RESOURCE:
         op_count(op);
-        ep_add_pending(ep, op);
+        fy_ep_add_pending(ep, op);
         return op->req != NULL ? FERRY_INPROGRESS : FERRY_OK;
     default:
         fy_op_put(op);
@@ -373,6 +374,8 @@ void fy_ep_fail(ferry_ep_t *ep, ferry_status_t st)
     if (ep->state == FY_EP_FAILED || ep->state == FY_EP_CLOSED)
         return;
     ferry_worker_t *w = ep->worker;
+    if (st == FERRY_ERR_CANCELED)
+        fy_tag_ep_closing(ep); /* closed on this side: the peer can still hear it */
     ep->state = FY_EP_FAILED;
     ep->failure = st;
     fy_qelem_t *e;

@@ -72,6 +72,10 @@ typedef struct fy_wireup_msg {
     uint32_t reserved;
 } fy_wireup_msg_t;
 
+/* FERRY_TAG_RNDV_SCHEME: how a rendezvous moves the data (tag.c). */
+enum { FY_TAG_SCHEME_AUTO, FY_TAG_SCHEME_GET, FY_TAG_SCHEME_AM };
+#define FY_TAG_THRESH_AUTO (SIZE_MAX - 1)
+
 /* Context configuration (FERRY_*). */
 typedef struct fy_ctx_opts {
     fy_config_list_t tls;
@@ -80,7 +84,9 @@ typedef struct fy_ctx_opts {
     uint64_t yield_ns; /* then yield this long, then sleep */
     int stats;
     int rma_emulate;
-    size_t tag_rndv_thresh;
+    char *tag_rndv_thresh_str; /* "auto" or a size */
+    size_t tag_rndv_thresh;    /* parsed; FY_TAG_THRESH_AUTO: per endpoint (tag.c) */
+    int tag_rndv_scheme; /* index into auto, get, am (FY_TAG_SCHEME_*) */
     char *job_key;
 } fy_ctx_opts_t;
 
@@ -143,6 +149,8 @@ struct ferry_ep {
     fy_tl_ep_t *tl_eps[FY_MAX_IFACES]; /* distinct tl eps, for flush/destroy */
     unsigned ntl_eps;
     int rma_native, amo_native;
+    int tag_no_get;         /* the peer cannot read our memory: offer it no get rendezvous */
+    size_t tag_rndv_thresh; /* tagged messages above this size use rendezvous */
     fy_queue_t pending;     /* ops waiting for resources, in order */
     fy_list_t pending_link; /* on worker->pending_eps when pending is not empty */
     uint64_t outstanding;   /* ops started and not completed (for flush/close) */
@@ -201,9 +209,11 @@ typedef enum fy_op_type {
     FY_OP_RMA_EMU, /* an emulated RMA/AMO waiting for its reply */
     FY_OP_TAG_SEND, /* a rendezvous send waiting for the receiver's CTS */
     FY_OP_TAG_RECV, /* a posted receive, or one waiting for rendezvous DATA */
+    FY_OP_TAG_GET,  /* a matched receive reading a rendezvous message from the sender */
 } fy_op_type_t;
 
-typedef struct fy_op {
+typedef struct fy_op fy_op_t;
+struct fy_op {
     fy_qelem_t q;
     fy_tl_comp_t comp;
     fy_list_t wait_link;
@@ -231,11 +241,17 @@ typedef struct fy_op {
     size_t len;
     uint64_t wait_id;
     unsigned mode; /* close mode */
+    /* tag rendezvous by get: the sender's wait id, the message's length, bytes asked so far;
+     * the transport whose registration (sender) or unpacked key (receiver) `copy` holds */
+    uint64_t peer_wait_id;
+    size_t msg_len, offset;
+    fy_ctx_tl_t *reg_tl;
+    void (*release)(fy_op_t *op); /* called by fy_op_put before `copy` is freed */
     /* fy_op_get() clears everything before iov; iov[0..iovcnt) and hdr[0..hdr_len) are
      * written before use */
     struct iovec iov[FY_MAX_IOV + 2];
     uint8_t hdr[16 + FERRY_AM_HEADER_MAX]; /* proto header + user header */
-} fy_op_t;
+};
 
 struct ferry_mem {
     void *address;
@@ -278,6 +294,7 @@ void fy_wireup_forget(ferry_ep_t *ep);
 ferry_status_t fy_ep_create_internal(ferry_worker_t *w, const void *addr, size_t len,
                                      int is_reply, ferry_ep_t **ep_p);
 void fy_ep_fail(ferry_ep_t *ep, ferry_status_t st);
+void fy_ep_add_pending(ferry_ep_t *ep, fy_op_t *op); /* retried by fy_op_start from progress */
 void fy_ep_op_done(ferry_ep_t *ep);
 void fy_ep_tl_err_cb(void *arg, fy_tl_ep_t *tl_ep, ferry_status_t status);
 void fy_ep_destroy_now(ferry_ep_t *ep);
@@ -292,6 +309,9 @@ ferry_status_t fy_ep_submit(ferry_ep_t *ep, fy_op_t *op);
 /* tag.c */
 void fy_tag_init_worker(ferry_worker_t *w);
 void fy_tag_cleanup_worker(ferry_worker_t *w);
+ferry_status_t fy_tag_get_retry(fy_op_t *op); /* fy_op_start of an FY_OP_TAG_GET */
+void fy_tag_ep_init(ferry_ep_t *ep);    /* its lanes are chosen: pick its rendezvous threshold */
+void fy_tag_ep_closing(ferry_ep_t *ep); /* closed here: tell the peer of cancelled sends */
 /* rma.c */
 void fy_rma_init_worker(ferry_worker_t *w);
 ferry_status_t fy_rma_start(fy_op_t *op);

@@ -257,6 +257,8 @@ void fy_op_put(fy_op_t *op)
 {
     if (op->req != NULL)
         op->req->priv[0] = 0;
+    if (op->release != NULL)
+        op->release(op);
     free(op->copy);
     fy_mpool_put(&op->worker->ops, op);
 }

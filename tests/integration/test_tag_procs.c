@@ -1,0 +1,728 @@
+/*
+ * test_tag_procs.c - tagged rendezvous between two processes through the public API, over
+ * whatever FERRY_TLS selects (CTest runs it over shm, tcp and udp, and over shm with each
+ * FERRY_TAG_RNDV_SCHEME and with FERRY_SHM_CMA=n).  Each case forks its peer; the two
+ * exchange worker addresses and step through the case over a pair of pipes, progressing while
+ * they wait, never sleeping.
+ *
+ *   sizes            0 B .. 64 MiB both ways, receives posted before and after the message;
+ *                    the scheme that carried the data is checked on the sender's counters
+ *   late_match       RTSs left unexpected while the senders wait; matched in reverse order
+ *   many_outstanding 128 large sends in flight, received in another order
+ *   truncation       large messages into a smaller and into an empty buffer
+ *   cma_off_peer     FERRY_SHM_CMA=n in the peer only: both directions fall back to am on shm
+ *   cma_denied_peer  the peer's process_vm_readv is refused (seccomp): its reads fail with
+ *                    FERRY_ERR_UNSUPPORTED and the message comes by am instead
+ *   receiver_dies    the receiver is killed holding an unmatched RTS: the send fails, no hang
+ *   sender_dies      the sender is killed before its RTS is matched: the receive fails
+ *   sender_closes    the sender closes by force: its send is cancelled, the receiver forgets it
+ *   sender_flush_close  close with flush waits until the receiver has read the message
+ *
+ * FYTEST_TAG_SCHEME (get or am) says which scheme should carry rendezvous data in this run.
+ */
+#include <fcntl.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+#include <poll.h>
+#include <signal.h>
+#include <stddef.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+
+#include "fytest.h"
+
+/* The peer's own alarm: below the case's (FYTEST_TIMEOUT, 60 s unless set). */
+static unsigned peer_timeout(void)
+{
+    const char *e = getenv("FYTEST_TIMEOUT");
+    int t = e != NULL ? atoi(e) : 60;
+    return t > 10 ? (unsigned)t - 5 : 55;
+}
+
+typedef struct end {
+    ferry_context_t *ctx;
+    ferry_worker_t *w;
+    ferry_ep_t *ep;
+    int rfd, wfd;
+} end_t;
+
+typedef struct done {
+    int calls;
+    ferry_status_t st;
+} done_t;
+
+static void req_cb(ferry_request_t *req, ferry_status_t st)
+{
+    done_t *d = req->user_data;
+    d->calls++;
+    d->st = st;
+}
+
+static void pattern(void *buf, size_t len, unsigned seed)
+{
+    uint32_t x = seed * 2654435761u + 1;
+    unsigned char *b = buf;
+    for (size_t i = 0; i < len; i++) {
+        if ((i & 3) == 0)
+            x = x * 1664525u + 1013904223u;
+        b[i] = (unsigned char)(x >> ((i & 3) * 8));
+    }
+}
+
+static int pattern_ok(const void *buf, size_t len, unsigned seed)
+{
+    uint32_t x = seed * 2654435761u + 1;
+    const unsigned char *b = buf;
+    for (size_t i = 0; i < len; i++) {
+        if ((i & 3) == 0)
+            x = x * 1664525u + 1013904223u;
+        if (b[i] != (unsigned char)(x >> ((i & 3) * 8)))
+            return 0;
+    }
+    return 1;
+}
+
+/* ---- the pipes ---------------------------------------------------------------------------- */
+
+static void pipe_write(int fd, const void *buf, size_t len)
+{
+    const char *p = buf;
+    while (len > 0) {
+        ssize_t n = write(fd, p, len);
+        if (n < 0 && errno == EINTR)
+            continue;
+        FY_ASSERT_MSG(n > 0, "pipe write failed: %s", strerror(errno));
+        p += n;
+        len -= (size_t)n;
+    }
+}
+
+/* Read len bytes, progressing the worker (if any) while none are there: the peer may need
+ * our answers before it can write. */
+static void pipe_read(end_t *e, void *buf, size_t len)
+{
+    char *p = buf;
+    while (len > 0) {
+        struct pollfd pfd = {e->rfd, POLLIN, 0};
+        if (e->w != NULL && poll(&pfd, 1, 0) == 0) {
+            ferry_worker_wait(e->w, 1);
+            continue;
+        }
+        ssize_t n = read(e->rfd, p, len);
+        if (n < 0 && errno == EINTR)
+            continue;
+        FY_ASSERT_MSG(n > 0, "the peer process went away (pipe %s)", n == 0 ? "EOF" : "error");
+        p += n;
+        len -= (size_t)n;
+    }
+}
+
+static void tell(end_t *e, char step)
+{
+    pipe_write(e->wfd, &step, 1);
+}
+
+static void await(end_t *e, char step)
+{
+    char c = 0;
+    pipe_read(e, &c, 1);
+    FY_ASSERT_EQ(c, step);
+}
+
+/* ---- the two ends ------------------------------------------------------------------------- */
+
+#define HELLO_TAG 0xfeedull
+
+static void end_open(end_t *e)
+{
+    FY_ASSERT_OK(ferry_context_create(NULL, &e->ctx));
+    FY_ASSERT_OK(ferry_worker_create(e->ctx, NULL, &e->w));
+    char addr[4096];
+    size_t len = sizeof(addr);
+    FY_ASSERT_OK(ferry_worker_get_address(e->w, addr, &len));
+    uint64_t n = len;
+    pipe_write(e->wfd, &n, sizeof(n));
+    pipe_write(e->wfd, addr, len);
+    pipe_read(e, &n, sizeof(n));
+    FY_ASSERT(n > 0 && n <= sizeof(addr));
+    pipe_read(e, addr, n);
+    ferry_ep_params_t ep = {
+        .field_mask = FERRY_EP_FIELD_ADDRESS, .address = addr, .address_len = n};
+    FY_ASSERT_OK(ferry_ep_create(e->w, &ep, &e->ep));
+    /* A hello each way: both ends have handled the other's wireup before the case starts. */
+    uint64_t hello = 0;
+    FY_ASSERT_OK(ferry_tag_send(e->ep, HELLO_TAG, &hello, sizeof(hello), NULL));
+    FY_ASSERT_OK(ferry_tag_recv(e->w, &hello, sizeof(hello), HELLO_TAG, ~0ull, NULL));
+}
+
+/* Both ends close their endpoint (progressing: the other's flush may need us), then meet,
+ * then tear down. */
+static void end_close(end_t *e)
+{
+    if (e->ep != NULL) {
+        done_t d = {0, 0};
+        ferry_request_t r = {.cb = req_cb, .user_data = &d};
+        ferry_status_t st = ferry_ep_close(e->ep, FERRY_EP_CLOSE_FLUSH, &r);
+        while (st == FERRY_INPROGRESS && d.calls == 0)
+            ferry_worker_wait(e->w, 100);
+        e->ep = NULL;
+    }
+    tell(e, 'z');
+    await(e, 'z');
+    ferry_worker_destroy(e->w);
+    ferry_context_destroy(e->ctx);
+    e->w = NULL;
+}
+
+static void wait_done(end_t *e, done_t *d)
+{
+    while (d->calls == 0)
+        ferry_worker_wait(e->w, 100);
+    FY_ASSERT_EQ(d->calls, 1);
+}
+
+/* Post-or-complete: the status of a request-taking call, once it has completed. */
+static ferry_status_t complete(end_t *e, ferry_status_t st, done_t *d)
+{
+    if (st != FERRY_INPROGRESS) {
+        FY_ASSERT_EQ(d->calls, 0);
+        return st;
+    }
+    wait_done(e, d);
+    return d->st;
+}
+
+static void wait_probe(end_t *e, uint64_t tag, size_t len)
+{
+    ferry_tag_info_t info;
+    while (ferry_tag_probe(e->w, tag, ~0ull, &info) != FERRY_OK)
+        ferry_worker_wait(e->w, 100);
+    FY_ASSERT_EQ(info.length, len);
+}
+
+static uint64_t tx_bytes(end_t *e)
+{
+    ferry_ep_stats_t st;
+    FY_ASSERT_OK(ferry_ep_get_stats(e->ep, &st));
+    return st.tx_bytes;
+}
+
+typedef void (*role_fn_t)(end_t *e);
+
+/* Run parent() here and child() in a forked peer (after setup(), which may change its
+ * environment); join it unless the parent reaped (killed) it itself. */
+static pid_t peer_pid;
+static int peer_reaped;
+
+static void run_pair(role_fn_t parent, role_fn_t child, void (*setup)(void))
+{
+    int down[2], up[2];
+    FY_ASSERT(pipe2(down, O_CLOEXEC) == 0 && pipe2(up, O_CLOEXEC) == 0);
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    FY_ASSERT(pid >= 0);
+    if (pid == 0) {
+        alarm(peer_timeout());
+        close(down[1]);
+        close(up[0]);
+        if (setup != NULL)
+            setup();
+        end_t e = {.rfd = down[0], .wfd = up[1]};
+        end_open(&e);
+        child(&e);
+        end_close(&e);
+        fflush(stdout);
+        _exit(0);
+    }
+    close(down[0]);
+    close(up[1]);
+    peer_pid = pid;
+    peer_reaped = 0;
+    end_t e = {.rfd = up[0], .wfd = down[1]};
+    end_open(&e);
+    parent(&e);
+    if (!peer_reaped) {
+        end_close(&e);
+        int st = 0;
+        while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {
+        }
+        FY_ASSERT_MSG(WIFEXITED(st) && WEXITSTATUS(st) == 0, "peer ended badly: %s %d",
+                      WIFSIGNALED(st) ? "signal" : "exit status",
+                      WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st));
+    } else {
+        ferry_worker_destroy(e.w);
+        ferry_context_destroy(e.ctx);
+    }
+    close(e.rfd);
+    close(e.wfd);
+}
+
+static void kill_peer(void)
+{
+    kill(peer_pid, SIGKILL);
+    int st = 0;
+    while (waitpid(peer_pid, &st, 0) < 0 && errno == EINTR) {
+    }
+    FY_ASSERT(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL);
+    peer_reaped = 1;
+}
+
+/* ---- what the run expects ----------------------------------------------------------------- */
+
+static int scheme_get(void)
+{
+    const char *s = getenv("FYTEST_TAG_SCHEME");
+    return s == NULL || strcmp(s, "am") != 0;
+}
+
+static int on_tl(const char *name)
+{
+    const char *s = getenv("FERRY_TLS");
+    return s != NULL && strcmp(s, name) == 0;
+}
+
+static int on_shm(void)
+{
+    return on_tl("shm");
+}
+
+/* ---- sizes -------------------------------------------------------------------------------- */
+
+static const size_t sizes[] = {0,     1,      4095,    8176,          8177,    65536,
+                               65537, 300001, 1 << 20, (1 << 20) + 7, 4 << 20, 64 << 20};
+#define NSIZES     (sizeof(sizes) / sizeof(sizes[0]))
+#define RNDV_ABOVE 65536          /* every message larger than this goes by rendezvous here */
+static int sizes_expect_get = -1; /* -1: scheme_get() */
+
+static void send_sizes(end_t *e)
+{
+    static ferry_request_t r[NSIZES];
+    static done_t d[NSIZES];
+    ferry_status_t st[NSIZES];
+    char *buf[NSIZES];
+    size_t eager = 0, rndv = 0;
+    for (size_t i = 0; i < NSIZES; i++) {
+        buf[i] = malloc(sizes[i] + 1);
+        pattern(buf[i], sizes[i], (unsigned)i + 1);
+        *(sizes[i] > RNDV_ABOVE ? &rndv : &eager) += sizes[i];
+    }
+    await(e, 'r'); /* the receiver has posted the even ones */
+    uint64_t before = tx_bytes(e);
+    for (size_t i = 0; i < NSIZES; i++) {
+        d[i] = (done_t){0, 0};
+        r[i] = (ferry_request_t){.cb = req_cb, .user_data = &d[i]};
+        st[i] = ferry_tag_send(e->ep, 1000 + i, buf[i], sizes[i], &r[i]);
+        FY_ASSERT(st[i] == FERRY_OK || st[i] == FERRY_INPROGRESS);
+    }
+    for (size_t i = 0; i < NSIZES; i++)
+        FY_ASSERT_OK(complete(e, st[i], &d[i]));
+    uint64_t sent = tx_bytes(e) - before;
+    int get = sizes_expect_get >= 0 ? sizes_expect_get : scheme_get();
+    if (get)
+        FY_ASSERT_LT(sent, eager + 64 * 1024); /* the large ones were read, not sent */
+    else
+        FY_ASSERT_GE(sent, eager + rndv);
+    for (size_t i = 0; i < NSIZES; i++)
+        free(buf[i]);
+    await(e, 'v'); /* the receiver has checked them */
+}
+
+static void recv_sizes(end_t *e)
+{
+    static ferry_request_t r[NSIZES];
+    static done_t d[NSIZES];
+    ferry_status_t st[NSIZES];
+    char *buf[NSIZES];
+    for (size_t i = 0; i < NSIZES; i++) {
+        buf[i] = malloc(sizes[i] + 1);
+        memset(buf[i], 0xa5, sizes[i] + 1);
+        d[i] = (done_t){0, 0};
+        r[i] = (ferry_request_t){.cb = req_cb, .user_data = &d[i]};
+    }
+    for (size_t i = 0; i < NSIZES; i += 2)
+        st[i] = ferry_tag_recv(e->w, buf[i], sizes[i], 1000 + i, ~0ull, &r[i]);
+    tell(e, 'r');
+    for (size_t i = 1; i < NSIZES; i += 2) { /* these arrive unexpected */
+        wait_probe(e, 1000 + i, sizes[i]);
+        st[i] = ferry_tag_recv(e->w, buf[i], sizes[i], 1000 + i, ~0ull, &r[i]);
+    }
+    for (size_t i = 0; i < NSIZES; i++) {
+        FY_ASSERT_OK(complete(e, st[i], &d[i]));
+        FY_ASSERT_EQ(r[i].length, sizes[i]);
+        FY_ASSERT_U64_EQ(r[i].tag, 1000 + i);
+        FY_ASSERT_MSG(pattern_ok(buf[i], sizes[i], (unsigned)i + 1), "message %zu (%zu B) corrupt",
+                      i, sizes[i]);
+        FY_ASSERT_EQ((unsigned char)buf[i][sizes[i]], 0xa5);
+        free(buf[i]);
+    }
+    tell(e, 'v');
+}
+
+static void sizes_a(end_t *e)
+{
+    recv_sizes(e);
+    send_sizes(e);
+}
+
+static void sizes_b(end_t *e)
+{
+    send_sizes(e);
+    recv_sizes(e);
+}
+
+static void sizes_case(void)
+{
+    sizes_expect_get = -1; /* cases may run in one process (FYTEST_NOFORK) */
+    run_pair(sizes_a, sizes_b, NULL);
+}
+
+/* ---- late match and many outstanding ------------------------------------------------------ */
+
+enum { LATE_N = 8, MANY_N = 128 };
+#define LATE_LEN ((1 << 20) + 11)
+#define MANY_LEN (256 * 1024)
+
+static void late_sender(end_t *e)
+{
+    static ferry_request_t r[LATE_N];
+    static done_t d[LATE_N];
+    char *buf = malloc((size_t)LATE_N * LATE_LEN);
+    for (int i = 0; i < LATE_N; i++) {
+        pattern(buf + (size_t)i * LATE_LEN, LATE_LEN, 50 + (unsigned)i);
+        d[i] = (done_t){0, 0};
+        r[i] = (ferry_request_t){.cb = req_cb, .user_data = &d[i]};
+        FY_ASSERT_STATUS(
+            ferry_tag_send(e->ep, 50 + (uint64_t)i, buf + (size_t)i * LATE_LEN, LATE_LEN, &r[i]),
+            FERRY_INPROGRESS);
+    }
+    await(e, 'a'); /* every RTS is in the receiver's unexpected queue */
+    for (int k = 0; k < 20000; k++)
+        ferry_worker_progress(e->w);
+    for (int i = 0; i < LATE_N; i++)
+        FY_ASSERT_EQ(d[i].calls, 0); /* nothing matched yet: every send still holds its buffer */
+    tell(e, 'c');
+    for (int i = 0; i < LATE_N; i++) {
+        wait_done(e, &d[i]);
+        FY_ASSERT_OK(d[i].st);
+    }
+    free(buf);
+}
+
+static void late_receiver(end_t *e)
+{
+    for (int i = 0; i < LATE_N; i++)
+        wait_probe(e, 50 + (uint64_t)i, LATE_LEN);
+    tell(e, 'a');
+    await(e, 'c');
+    char *buf = malloc(LATE_LEN);
+    for (int i = LATE_N - 1; i >= 0; i--) {
+        done_t d = {0, 0};
+        ferry_request_t r = {.cb = req_cb, .user_data = &d};
+        memset(buf, 0, LATE_LEN);
+        ferry_status_t st = ferry_tag_recv(e->w, buf, LATE_LEN, 50 + (uint64_t)i, ~0ull, &r);
+        FY_ASSERT_OK(complete(e, st, &d));
+        FY_ASSERT_EQ(r.length, LATE_LEN);
+        FY_ASSERT(pattern_ok(buf, LATE_LEN, 50 + (unsigned)i));
+    }
+    free(buf);
+}
+
+static void late_match(void)
+{
+    run_pair(late_receiver, late_sender, NULL);
+}
+
+static void many_sender(end_t *e)
+{
+    static ferry_request_t r[MANY_N];
+    static done_t d[MANY_N];
+    char *buf = malloc((size_t)MANY_N * MANY_LEN);
+    for (int i = 0; i < MANY_N; i++) {
+        pattern(buf + (size_t)i * MANY_LEN, MANY_LEN, 300 + (unsigned)i);
+        d[i] = (done_t){0, 0};
+        r[i] = (ferry_request_t){.cb = req_cb, .user_data = &d[i]};
+        FY_ASSERT_STATUS(
+            ferry_tag_send(e->ep, 300 + (uint64_t)i, buf + (size_t)i * MANY_LEN, MANY_LEN, &r[i]),
+            FERRY_INPROGRESS);
+    }
+    for (int i = 0; i < MANY_N; i++) {
+        wait_done(e, &d[i]);
+        FY_ASSERT_OK(d[i].st);
+    }
+    free(buf);
+}
+
+static void many_receiver(end_t *e)
+{
+    static ferry_request_t r[MANY_N];
+    static done_t d[MANY_N];
+    ferry_status_t st[MANY_N];
+    char *buf = calloc(MANY_N, MANY_LEN);
+    /* odd tags first, then even, each in reverse: nothing in sending order */
+    for (int pass = 1; pass >= 0; pass--)
+        for (int i = MANY_N - 1 - (1 - pass); i >= 0; i -= 2) {
+            d[i] = (done_t){0, 0};
+            r[i] = (ferry_request_t){.cb = req_cb, .user_data = &d[i]};
+            st[i] = ferry_tag_recv(e->w, buf + (size_t)i * MANY_LEN, MANY_LEN, 300 + (uint64_t)i,
+                                   ~0ull, &r[i]);
+            ferry_worker_progress(e->w);
+        }
+    for (int i = 0; i < MANY_N; i++) {
+        FY_ASSERT_OK(complete(e, st[i], &d[i]));
+        FY_ASSERT(pattern_ok(buf + (size_t)i * MANY_LEN, MANY_LEN, 300 + (unsigned)i));
+    }
+    free(buf);
+}
+
+static void many_outstanding(void)
+{
+    run_pair(many_receiver, many_sender, NULL);
+}
+
+/* ---- truncation --------------------------------------------------------------------------- */
+
+static void trunc_sender(end_t *e)
+{
+    size_t len = 2 << 20;
+    char *buf = malloc(len);
+    pattern(buf, len, 9);
+    await(e, 'p');
+    for (uint64_t t = 0; t < 2; t++) {
+        done_t d = {0, 0};
+        ferry_request_t r = {.cb = req_cb, .user_data = &d};
+        FY_ASSERT_OK(complete(e, ferry_tag_send(e->ep, 70 + t, buf, len, &r), &d));
+    }
+    free(buf);
+}
+
+static void trunc_receiver(end_t *e)
+{
+    size_t len = 2 << 20, small = 100003;
+    char *buf = malloc(small + 1);
+    memset(buf, 0x5a, small + 1);
+    done_t d = {0, 0};
+    ferry_request_t r = {.cb = req_cb, .user_data = &d};
+    ferry_status_t st = ferry_tag_recv(e->w, buf, small, 70, ~0ull, &r); /* expected */
+    tell(e, 'p');
+    FY_ASSERT_STATUS(complete(e, st, &d), FERRY_ERR_MESSAGE_TRUNCATED);
+    FY_ASSERT_EQ(r.length, small);
+    FY_ASSERT(pattern_ok(buf, small, 9));
+    FY_ASSERT_EQ((unsigned char)buf[small], 0x5a);
+    wait_probe(e, 71, len); /* unexpected, into no buffer at all */
+    d = (done_t){0, 0};
+    st = ferry_tag_recv(e->w, NULL, 0, 71, ~0ull, &r);
+    FY_ASSERT_STATUS(complete(e, st, &d), FERRY_ERR_MESSAGE_TRUNCATED);
+    FY_ASSERT_EQ(r.length, 0);
+    free(buf);
+}
+
+static void truncation(void)
+{
+    run_pair(trunc_receiver, trunc_sender, NULL);
+}
+
+/* ---- cross-memory attach off or refused in one process ------------------------------------ */
+
+static void cma_off(void)
+{
+    FY_ASSERT(setenv("FERRY_SHM_CMA", "n", 1) == 0);
+}
+
+static void cma_off_peer(void)
+{
+    /* On shm neither direction can read: the peer does not offer gets (no GET without CMA)
+     * and declines ours. */
+    sizes_expect_get = on_shm() ? 0 : scheme_get();
+    run_pair(sizes_a, sizes_b, cma_off);
+    sizes_expect_get = -1;
+}
+
+/* Refuse process_vm_readv/writev in this process: what a kernel with Yama ptrace_scope=3 or
+ * a container's seccomp profile does.  (The filter does not check the architecture: it only
+ * has to stop ferry's own calls, not an adversary.) */
+static void deny_cma(void)
+{
+    struct sock_filter f[] = {
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_process_vm_readv, 2, 0),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_process_vm_writev, 1, 0),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (EPERM & SECCOMP_RET_DATA)),
+    };
+    struct sock_fprog prog = {(unsigned short)(sizeof(f) / sizeof(f[0])), f};
+    FY_ASSERT(prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0);
+    FY_ASSERT(prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog) == 0);
+    char c;
+    struct iovec l = {&c, 1}, r = {&c, 1};
+    FY_ASSERT(syscall(__NR_process_vm_readv, getppid(), &l, 1, &r, 1, 0) < 0 && errno == EPERM);
+}
+
+/* parent -> peer: the peer's reads are refused, it asks for the data instead (am); peer ->
+ * parent: the parent reads the peer as usual. */
+static void cma_denied_parent(end_t *e)
+{
+    sizes_expect_get = on_shm() ? 0 : scheme_get();
+    send_sizes(e);
+    sizes_expect_get = -1;
+    recv_sizes(e);
+}
+
+static void cma_denied_child(end_t *e)
+{
+    recv_sizes(e);
+    send_sizes(e);
+}
+
+static void cma_denied_peer(void)
+{
+    sizes_expect_get = -1; /* the peer's sends: the parent reads them as usual */
+    run_pair(cma_denied_parent, cma_denied_child, deny_cma);
+}
+
+/* ---- failures ----------------------------------------------------------------------------- */
+
+#define FAIL_LEN (4 << 20)
+
+static void idle_child(end_t *e)
+{
+    await(e, 'x'); /* killed before this comes */
+}
+
+static void receiver_dies_parent(end_t *e)
+{
+    char *buf = malloc(FAIL_LEN);
+    pattern(buf, FAIL_LEN, 1);
+    done_t d = {0, 0};
+    ferry_request_t r = {.cb = req_cb, .user_data = &d};
+    FY_ASSERT_STATUS(ferry_tag_send(e->ep, 5, buf, FAIL_LEN, &r), FERRY_INPROGRESS);
+    await(e, 'u'); /* the RTS waits unexpected at the peer */
+    kill_peer();
+    if (on_tl("udp")) {
+        /* udp presumes a peer dead only when data waits for its ACK (it has no keepalive):
+         * give this connection something to wait for. */
+        uint64_t poke = 0;
+        (void)ferry_tag_send(e->ep, 99, &poke, sizeof(poke), NULL);
+    }
+    wait_done(e, &d);
+    FY_ASSERT_MSG(d.st < 0, "the send to a dead receiver ended with %d", d.st);
+    FY_ASSERT_OK(ferry_ep_close(e->ep, FERRY_EP_CLOSE_FORCE, NULL));
+    e->ep = NULL;
+    free(buf);
+}
+
+static void holds_rts_child(end_t *e)
+{
+    wait_probe(e, 5, FAIL_LEN);
+    tell(e, 'u');
+    await(e, 'x');
+}
+
+static void receiver_dies(void)
+{
+    run_pair(receiver_dies_parent, holds_rts_child, NULL);
+}
+
+static void sender_dies_parent(end_t *e)
+{
+    wait_probe(e, 6, FAIL_LEN);
+    kill_peer();
+    char *buf = malloc(FAIL_LEN);
+    done_t d = {0, 0};
+    ferry_request_t r = {.cb = req_cb, .user_data = &d};
+    ferry_status_t st = complete(e, ferry_tag_recv(e->w, buf, FAIL_LEN, 6, ~0ull, &r), &d);
+    FY_ASSERT_MSG(st < 0, "a receive from a dead sender ended with %d", st);
+    FY_ASSERT_OK(ferry_ep_close(e->ep, FERRY_EP_CLOSE_FORCE, NULL));
+    e->ep = NULL;
+    free(buf);
+}
+
+static void sends_then_idles(end_t *e)
+{
+    char *buf = malloc(FAIL_LEN);
+    pattern(buf, FAIL_LEN, 2);
+    done_t d = {0, 0};
+    ferry_request_t r = {.cb = req_cb, .user_data = &d};
+    FY_ASSERT_STATUS(ferry_tag_send(e->ep, 6, buf, FAIL_LEN, &r), FERRY_INPROGRESS);
+    idle_child(e);
+}
+
+static void sender_dies(void)
+{
+    run_pair(sender_dies_parent, sends_then_idles, NULL);
+}
+
+/* The sender force-closes with its RTS unmatched: the send is cancelled and the receiver
+ * drops the RTS (it is told; it never reads the buffer, freed right after). */
+static void closes_sender(end_t *e)
+{
+    char *buf = malloc(FAIL_LEN);
+    pattern(buf, FAIL_LEN, 3);
+    done_t d = {0, 0};
+    ferry_request_t r = {.cb = req_cb, .user_data = &d};
+    FY_ASSERT_STATUS(ferry_tag_send(e->ep, 7, buf, FAIL_LEN, &r), FERRY_INPROGRESS);
+    await(e, 'u');
+    FY_ASSERT_OK(ferry_ep_close(e->ep, FERRY_EP_CLOSE_FORCE, NULL));
+    e->ep = NULL;
+    wait_done(e, &d);
+    FY_ASSERT_STATUS(d.st, FERRY_ERR_CANCELED);
+    free(buf);
+    tell(e, 'k');
+}
+
+static void closes_receiver(end_t *e)
+{
+    wait_probe(e, 7, FAIL_LEN);
+    tell(e, 'u');
+    await(e, 'k');
+    ferry_tag_info_t info;
+    while (ferry_tag_probe(e->w, 7, ~0ull, &info) == FERRY_OK)
+        ferry_worker_wait(e->w, 100);
+}
+
+static void sender_closes(void)
+{
+    run_pair(closes_receiver, closes_sender, NULL);
+}
+
+/* Close with flush: it waits for the receiver, which reads the whole message afterwards. */
+static void flush_close_sender(end_t *e)
+{
+    char *buf = malloc(FAIL_LEN);
+    pattern(buf, FAIL_LEN, 4);
+    done_t d = {0, 0}, dc = {0, 0};
+    ferry_request_t r = {.cb = req_cb, .user_data = &d}, rc = {.cb = req_cb, .user_data = &dc};
+    FY_ASSERT_STATUS(ferry_tag_send(e->ep, 8, buf, FAIL_LEN, &r), FERRY_INPROGRESS);
+    FY_ASSERT_STATUS(ferry_ep_close(e->ep, FERRY_EP_CLOSE_FLUSH, &rc), FERRY_INPROGRESS);
+    e->ep = NULL;
+    for (int k = 0; k < 20000; k++)
+        ferry_worker_progress(e->w);
+    FY_ASSERT_EQ(dc.calls, 0); /* the receiver has not matched */
+    tell(e, 'm');
+    wait_done(e, &dc);
+    FY_ASSERT_OK(dc.st);
+    FY_ASSERT_EQ(d.calls, 1); /* the send completed first */
+    FY_ASSERT_OK(d.st);
+    free(buf);
+}
+
+static void flush_close_receiver(end_t *e)
+{
+    await(e, 'm');
+    char *buf = malloc(FAIL_LEN);
+    done_t d = {0, 0};
+    ferry_request_t r = {.cb = req_cb, .user_data = &d};
+    FY_ASSERT_OK(complete(e, ferry_tag_recv(e->w, buf, FAIL_LEN, 8, ~0ull, &r), &d));
+    FY_ASSERT(pattern_ok(buf, FAIL_LEN, 4));
+    free(buf);
+}
+
+static void sender_flush_close(void)
+{
+    run_pair(flush_close_receiver, flush_close_sender, NULL);
+}
+
+FYTEST_MAIN(FYTEST_CASE(sizes_case), FYTEST_CASE(late_match), FYTEST_CASE(many_outstanding),
+            FYTEST_CASE(truncation), FYTEST_CASE(cma_off_peer), FYTEST_CASE(cma_denied_peer),
+            FYTEST_CASE(receiver_dies), FYTEST_CASE(sender_dies), FYTEST_CASE(sender_closes),
+            FYTEST_CASE(sender_flush_close))

@@ -221,27 +221,53 @@ static ferry_status_t shm_query_devices(fy_tl_md_t *md, fy_tl_device_t *devs, un
     return FERRY_OK;
 }
 
+/* getpid() is a system call (glibc caches nothing): remember it, forgotten in a forked
+ * child. */
+static int32_t cached_pid;
+static void forget_pid(void) { cached_pid = 0; }
+static void fy_shm_atfork_init(void) { pthread_atfork(NULL, NULL, forget_pid); }
+static int32_t shm_self_pid(void)
+{
+    if (FY_UNLIKELY(cached_pid == 0)) {
+        static pthread_once_t once = PTHREAD_ONCE_INIT;
+        pthread_once(&once, fy_shm_atfork_init);
+        cached_pid = (int32_t)getpid();
+    }
+    return cached_pid;
+}
+
 static ferry_status_t shm_mem_reg(fy_tl_md_t *md, void *addr, size_t len, unsigned access,
                                   void *memh_p)
 {
     shm_memh_t *memh = memh_p;
     memset(memh, 0, sizeof(*memh));
-    ferry_status_t st = fy_region_add(&region_table, addr, len, access, &memh->region);
-    if (st != FERRY_OK)
-        return st;
+    if (access & FERRY_MEM_REMOTE_ATOMIC) {
+        ferry_status_t st = fy_region_add(&region_table, addr, len, access, &memh->region);
+        if (st != FERRY_OK)
+            return st;
+    } else {
+        /* Put and get never ask the target: only atomics it serves need the region table
+         * (id 0 names no region, so an atomic through this key is refused there too).  A
+         * registration per rendezvous message stays a few stores. */
+        uintptr_t base = (uintptr_t)addr;
+        if ((addr == NULL && len != 0) || len > UINTPTR_MAX - base)
+            return FERRY_ERR_INVALID_PARAM;
+        memh->region = (fy_region_t){.base = base, .length = len, .access = access};
+    }
     size_t off = 0;
     if (fy_shmem_find(addr, len, &memh->shm, &off))
         memh->shm_offset = off;
     else
         memh->shm.fd = -1;
-    memh->shm.pid = (int32_t)getpid();
+    memh->shm.pid = shm_self_pid();
     return FERRY_OK;
 }
 
 static void shm_mem_dereg(fy_tl_md_t *md, void *memh_p)
 {
     shm_memh_t *memh = memh_p;
-    fy_region_remove(&region_table, memh->region.id);
+    if (memh->region.id != 0)
+        fy_region_remove(&region_table, memh->region.id);
 }
 
 static ferry_status_t shm_rkey_pack(fy_tl_md_t *md, const void *memh_p, void *buf)

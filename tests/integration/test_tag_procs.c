@@ -30,6 +30,7 @@
 #include <sys/syscall.h>
 
 #include "fytest.h"
+#include "fytest_util.h"
 
 /* The peer's own alarm: below the case's (FYTEST_TIMEOUT, 60 s unless set). */
 static unsigned peer_timeout(void)
@@ -56,30 +57,6 @@ static void req_cb(ferry_request_t *req, ferry_status_t st)
     done_t *d = req->user_data;
     d->calls++;
     d->st = st;
-}
-
-static void pattern(void *buf, size_t len, unsigned seed)
-{
-    uint32_t x = seed * 2654435761u + 1;
-    unsigned char *b = buf;
-    for (size_t i = 0; i < len; i++) {
-        if ((i & 3) == 0)
-            x = x * 1664525u + 1013904223u;
-        b[i] = (unsigned char)(x >> ((i & 3) * 8));
-    }
-}
-
-static int pattern_ok(const void *buf, size_t len, unsigned seed)
-{
-    uint32_t x = seed * 2654435761u + 1;
-    const unsigned char *b = buf;
-    for (size_t i = 0; i < len; i++) {
-        if ((i & 3) == 0)
-            x = x * 1664525u + 1013904223u;
-        if (b[i] != (unsigned char)(x >> ((i & 3) * 8)))
-            return 0;
-    }
-    return 1;
 }
 
 /* ---- the pipes ---------------------------------------------------------------------------- */
@@ -304,7 +281,7 @@ static void send_sizes(end_t *e)
     size_t eager = 0, rndv = 0;
     for (size_t i = 0; i < NSIZES; i++) {
         buf[i] = malloc(sizes[i] + 1);
-        pattern(buf[i], sizes[i], (unsigned)i + 1);
+        fy_pattern(buf[i], sizes[i], (unsigned)i + 1);
         *(sizes[i] > RNDV_ABOVE ? &rndv : &eager) += sizes[i];
     }
     await(e, 'r'); /* the receiver has posted the even ones */
@@ -351,8 +328,8 @@ static void recv_sizes(end_t *e)
         FY_ASSERT_OK(complete(e, st[i], &d[i]));
         FY_ASSERT_EQ(r[i].length, sizes[i]);
         FY_ASSERT_U64_EQ(r[i].tag, 1000 + i);
-        FY_ASSERT_MSG(pattern_ok(buf[i], sizes[i], (unsigned)i + 1), "message %zu (%zu B) corrupt",
-                      i, sizes[i]);
+        FY_ASSERT_MSG(fy_pattern_ok(buf[i], sizes[i], (unsigned)i + 1),
+                      "message %zu (%zu B) corrupt", i, sizes[i]);
         FY_ASSERT_EQ((unsigned char)buf[i][sizes[i]], 0xa5);
         free(buf[i]);
     }
@@ -389,7 +366,7 @@ static void late_sender(end_t *e)
     static done_t d[LATE_N];
     char *buf = malloc((size_t)LATE_N * LATE_LEN);
     for (int i = 0; i < LATE_N; i++) {
-        pattern(buf + (size_t)i * LATE_LEN, LATE_LEN, 50 + (unsigned)i);
+        fy_pattern(buf + (size_t)i * LATE_LEN, LATE_LEN, 50 + (unsigned)i);
         d[i] = (done_t){0, 0};
         r[i] = (ferry_request_t){.cb = req_cb, .user_data = &d[i]};
         FY_ASSERT_STATUS(
@@ -423,7 +400,7 @@ static void late_receiver(end_t *e)
         ferry_status_t st = ferry_tag_recv(e->w, buf, LATE_LEN, 50 + (uint64_t)i, ~0ull, &r);
         FY_ASSERT_OK(complete(e, st, &d));
         FY_ASSERT_EQ(r.length, LATE_LEN);
-        FY_ASSERT(pattern_ok(buf, LATE_LEN, 50 + (unsigned)i));
+        FY_ASSERT(fy_pattern_ok(buf, LATE_LEN, 50 + (unsigned)i));
     }
     free(buf);
 }
@@ -439,7 +416,7 @@ static void many_sender(end_t *e)
     static done_t d[MANY_N];
     char *buf = malloc((size_t)MANY_N * MANY_LEN);
     for (int i = 0; i < MANY_N; i++) {
-        pattern(buf + (size_t)i * MANY_LEN, MANY_LEN, 300 + (unsigned)i);
+        fy_pattern(buf + (size_t)i * MANY_LEN, MANY_LEN, 300 + (unsigned)i);
         d[i] = (done_t){0, 0};
         r[i] = (ferry_request_t){.cb = req_cb, .user_data = &d[i]};
         FY_ASSERT_STATUS(
@@ -470,7 +447,7 @@ static void many_receiver(end_t *e)
         }
     for (int i = 0; i < MANY_N; i++) {
         FY_ASSERT_OK(complete(e, st[i], &d[i]));
-        FY_ASSERT(pattern_ok(buf + (size_t)i * MANY_LEN, MANY_LEN, 300 + (unsigned)i));
+        FY_ASSERT(fy_pattern_ok(buf + (size_t)i * MANY_LEN, MANY_LEN, 300 + (unsigned)i));
     }
     free(buf);
 }
@@ -486,7 +463,7 @@ static void trunc_sender(end_t *e)
 {
     size_t len = 2 << 20;
     char *buf = malloc(len);
-    pattern(buf, len, 9);
+    fy_pattern(buf, len, 9);
     await(e, 'p');
     for (uint64_t t = 0; t < 2; t++) {
         done_t d = {0, 0};
@@ -507,7 +484,7 @@ static void trunc_receiver(end_t *e)
     tell(e, 'p');
     FY_ASSERT_STATUS(complete(e, st, &d), FERRY_ERR_MESSAGE_TRUNCATED);
     FY_ASSERT_EQ(r.length, small);
-    FY_ASSERT(pattern_ok(buf, small, 9));
+    FY_ASSERT(fy_pattern_ok(buf, small, 9));
     FY_ASSERT_EQ((unsigned char)buf[small], 0x5a);
     wait_probe(e, 71, len); /* unexpected, into no buffer at all */
     d = (done_t){0, 0};
@@ -538,26 +515,6 @@ static void cma_off_peer(void)
     sizes_expect_get = -1;
 }
 
-/* Refuse process_vm_readv/writev in this process: what a kernel with Yama ptrace_scope=3 or
- * a container's seccomp profile does.  (The filter does not check the architecture: it only
- * has to stop ferry's own calls, not an adversary.) */
-static void deny_cma(void)
-{
-    struct sock_filter f[] = {
-        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
-        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_process_vm_readv, 2, 0),
-        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_process_vm_writev, 1, 0),
-        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
-        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (EPERM & SECCOMP_RET_DATA)),
-    };
-    struct sock_fprog prog = {(unsigned short)(sizeof(f) / sizeof(f[0])), f};
-    FY_ASSERT(prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0);
-    FY_ASSERT(prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog) == 0);
-    char c;
-    struct iovec l = {&c, 1}, r = {&c, 1};
-    FY_ASSERT(syscall(__NR_process_vm_readv, getppid(), &l, 1, &r, 1, 0) < 0 && errno == EPERM);
-}
-
 /* parent -> peer: the peer's reads are refused, it asks for the data instead (am); peer ->
  * parent: the parent reads the peer as usual. */
 static void cma_denied_parent(end_t *e)
@@ -577,7 +534,7 @@ static void cma_denied_child(end_t *e)
 static void cma_denied_peer(void)
 {
     sizes_expect_get = -1; /* the peer's sends: the parent reads them as usual */
-    run_pair(cma_denied_parent, cma_denied_child, deny_cma);
+    run_pair(cma_denied_parent, cma_denied_child, fy_deny_cma);
 }
 
 /* ---- failures ----------------------------------------------------------------------------- */
@@ -592,7 +549,7 @@ static void idle_child(end_t *e)
 static void receiver_dies_parent(end_t *e)
 {
     char *buf = malloc(FAIL_LEN);
-    pattern(buf, FAIL_LEN, 1);
+    fy_pattern(buf, FAIL_LEN, 1);
     done_t d = {0, 0};
     ferry_request_t r = {.cb = req_cb, .user_data = &d};
     FY_ASSERT_STATUS(ferry_tag_send(e->ep, 5, buf, FAIL_LEN, &r), FERRY_INPROGRESS);
@@ -640,7 +597,7 @@ static void sender_dies_parent(end_t *e)
 static void sends_then_idles(end_t *e)
 {
     char *buf = malloc(FAIL_LEN);
-    pattern(buf, FAIL_LEN, 2);
+    fy_pattern(buf, FAIL_LEN, 2);
     done_t d = {0, 0};
     ferry_request_t r = {.cb = req_cb, .user_data = &d};
     FY_ASSERT_STATUS(ferry_tag_send(e->ep, 6, buf, FAIL_LEN, &r), FERRY_INPROGRESS);
@@ -657,7 +614,7 @@ static void sender_dies(void)
 static void closes_sender(end_t *e)
 {
     char *buf = malloc(FAIL_LEN);
-    pattern(buf, FAIL_LEN, 3);
+    fy_pattern(buf, FAIL_LEN, 3);
     done_t d = {0, 0};
     ferry_request_t r = {.cb = req_cb, .user_data = &d};
     FY_ASSERT_STATUS(ferry_tag_send(e->ep, 7, buf, FAIL_LEN, &r), FERRY_INPROGRESS);
@@ -689,7 +646,7 @@ static void sender_closes(void)
 static void flush_close_sender(end_t *e)
 {
     char *buf = malloc(FAIL_LEN);
-    pattern(buf, FAIL_LEN, 4);
+    fy_pattern(buf, FAIL_LEN, 4);
     done_t d = {0, 0}, dc = {0, 0};
     ferry_request_t r = {.cb = req_cb, .user_data = &d}, rc = {.cb = req_cb, .user_data = &dc};
     FY_ASSERT_STATUS(ferry_tag_send(e->ep, 8, buf, FAIL_LEN, &r), FERRY_INPROGRESS);
@@ -713,7 +670,7 @@ static void flush_close_receiver(end_t *e)
     done_t d = {0, 0};
     ferry_request_t r = {.cb = req_cb, .user_data = &d};
     FY_ASSERT_OK(complete(e, ferry_tag_recv(e->w, buf, FAIL_LEN, 8, ~0ull, &r), &d));
-    FY_ASSERT(pattern_ok(buf, FAIL_LEN, 4));
+    FY_ASSERT(fy_pattern_ok(buf, FAIL_LEN, 4));
     free(buf);
 }
 

@@ -17,6 +17,7 @@
 
 #include "fytest.h"
 #include "ferry.h"
+#include "fytest_util.h"
 
 enum { AM_DATA = 10, AM_RKEY = 11 };
 
@@ -29,30 +30,6 @@ typedef struct peer_rx {
     unsigned count, bad, next_seq;
 } peer_rx_t;
 static peer_rx_t *rx; /* per sender */
-
-static void pattern(void *buf, size_t len, unsigned seed)
-{
-    uint32_t x = seed * 2654435761u + 1;
-    unsigned char *b = buf;
-    for (size_t i = 0; i < len; i++) {
-        if ((i & 3) == 0)
-            x = x * 1664525u + 1013904223u;
-        b[i] = (unsigned char)(x >> ((i & 3) * 8));
-    }
-}
-
-static int pattern_ok(const void *buf, size_t len, unsigned seed)
-{
-    uint32_t x = seed * 2654435761u + 1;
-    const unsigned char *b = buf;
-    for (size_t i = 0; i < len; i++) {
-        if ((i & 3) == 0)
-            x = x * 1664525u + 1013904223u;
-        if (b[i] != (unsigned char)(x >> ((i & 3) * 8)))
-            return 0;
-    }
-    return 1;
-}
 
 typedef struct hdr {
     int32_t src;
@@ -72,9 +49,10 @@ static ferry_status_t on_data(void *arg, const void *header, size_t header_len, 
     if (h.src < 0 || h.src >= size)
         FYTEST_FAIL("bad source rank %d", h.src);
     peer_rx_t *p = &rx[h.src];
-    if (h.seq != p->next_seq || !pattern_ok(data, len, h.seed)) {
+    if (h.seq != p->next_seq || !fy_pattern_ok(data, len, h.seed)) {
         fprintf(stderr, "rank %d: from %d seq %u (expected %u) len %zu: %s\n", rank, h.src,
-                h.seq, p->next_seq, len, pattern_ok(data, len, h.seed) ? "out of order" : "corrupt");
+                h.seq, p->next_seq, len,
+                fy_pattern_ok(data, len, h.seed) ? "out of order" : "corrupt");
         p->bad++;
     }
     p->next_seq = h.seq + 1;
@@ -99,7 +77,7 @@ static ferry_ep_t *ep_to(int r)
 static void send_msg(int to, uint32_t seq, uint32_t slow, void *buf, size_t len)
 {
     hdr_t h = {rank, seq, (uint32_t)(rank * 100000 + to * 1000) + seq, slow};
-    pattern(buf, len, h.seed);
+    fy_pattern(buf, len, h.seed);
     ferry_status_t st;
     while ((st = ferry_am_send(ep_to(to), AM_DATA, &h, sizeof(h), buf, len, NULL)) ==
            FERRY_ERR_NO_RESOURCE)
@@ -263,7 +241,7 @@ static void put_get_ring(void)
     ferry_rkey_t *rk;
     FY_ASSERT_OK(ferry_rkey_unpack(ep, rkey_buf[right], rkey_len[right], &rk));
     char *src = malloc(len), *back = malloc(len);
-    pattern(src, len, (unsigned)rank + 7);
+    fy_pattern(src, len, (unsigned)rank + 7);
     static const size_t pieces[] = {1, 8, 100, 4096, 65536, 1 << 20};
     size_t off = 0;
     for (size_t i = 0; i < sizeof(pieces) / sizeof(pieces[0]); i++) {
@@ -274,7 +252,7 @@ static void put_get_ring(void)
     FY_ASSERT_OK(ferry_ep_flush(ep, NULL));
     FY_ASSERT_OK(ferry_world_barrier(world));
     int left = (rank + size - 1) % size;
-    FY_ASSERT(pattern_ok(addr, len, (unsigned)left + 7)); /* verified at the target */
+    FY_ASSERT(fy_pattern_ok(addr, len, (unsigned)left + 7)); /* verified at the target */
     memset(back, 0, len);
     FY_ASSERT_OK(ferry_get(ep, back, len, raddr[right], rk, NULL));
     FY_ASSERT_MEM_EQ(back, src, len);
@@ -300,7 +278,7 @@ static void tags(void)
     char *bufs[3];
     for (int k = 0; k < 3; k++) {
         bufs[k] = malloc(lens[k] + 1);
-        pattern(bufs[k], lens[k], (unsigned)(rank * 10 + k));
+        fy_pattern(bufs[k], lens[k], (unsigned)(rank * 10 + k));
     }
     int nreq = 0;
     for (int d = 1; d < size; d++) {
@@ -331,7 +309,7 @@ static void tags(void)
         FY_ASSERT_EQ(k, next_k[src]); /* per-sender order */
         next_k[src]++;
         FY_ASSERT_EQ(r.length, lens[k]);
-        FY_ASSERT(pattern_ok(in, lens[k], (unsigned)(src * 10 + k)));
+        FY_ASSERT(fy_pattern_ok(in, lens[k], (unsigned)(src * 10 + k)));
     }
     for (int i = 0; i < nreq; i++)
         while (sreq[i].status == FERRY_INPROGRESS)

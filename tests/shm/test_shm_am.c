@@ -14,6 +14,7 @@
 
 #include "shm_test.h"
 #include "util/clock.h"
+#include "fytest_util.h"
 
 static unsigned long ev_count; /* messages to a process that expects none but events */
 static void ev_cb(void *arg, uint8_t id, const void *data, size_t len)
@@ -72,27 +73,13 @@ typedef struct rx_args {
     int deny_cma; /* install a seccomp filter: process_vm_readv/writev fail with EPERM */
 } rx_args_t;
 
-static void deny_cma(void)
-{
-    struct sock_filter f[] = {
-        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
-        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_process_vm_readv, 2, 0),
-        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_process_vm_writev, 1, 0),
-        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
-        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EPERM),
-    };
-    struct sock_fprog prog = {.len = (unsigned short)FY_ARRAY_SIZE(f), .filter = f};
-    FY_ASSERT(prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0);
-    FY_ASSERT(prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog) == 0);
-}
-
 /* The receiving peer: open, send the address, take `expected` messages, report
  * (count, errors, chunks received), wait for the go-ahead to close. */
 static void rx_main(int rfd, int wfd, void *arg)
 {
     rx_args_t *a = arg;
     if (a->deny_cma)
-        deny_cma();
+        fy_deny_cma();
     tproc_t p;
     tp_open(&p, rxcheck_cb, &a->check);
     p.sleepy = a->sleepy;

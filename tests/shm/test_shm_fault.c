@@ -485,6 +485,81 @@ static void destroy_mid_push(void)
     tp_close(&p);
 }
 
+/* Write one crafted cell into ep's ring: header fields, inline bytes, buffer bytes. */
+static void inject(fy_tl_ep_t *tl_ep, uint8_t type, uint8_t id, uint32_t len, const void *in,
+                   size_t in_len, const void *buf, size_t buf_len)
+{
+    shm_ep_t *ep = (shm_ep_t *)tl_ep;
+    uint32_t t;
+    int wake = 0;
+    shm_cell_t *c =
+        shm_ring_claim(ep->cells, ep->tail, ep->mask, ep->cell_shift, ep->owner, &t, &wake);
+    FY_ASSERT(c != NULL);
+    shm_cell_hdr(c, type, id, 0, len);
+    if (in_len != 0)
+        memcpy(c->data, in, in_len);
+    if (buf_len != 0)
+        memcpy(ep->bufs + (size_t)(t & ep->mask) * ep->bcopy_size, buf, buf_len);
+    shm_ring_publish(c, ep->owner, t);
+}
+
+/* Cells no honest sender writes: each is counted and dropped, nothing is delivered, nothing
+ * outside the bounds is read or written, and the ring goes on. */
+static void malformed_cells(void)
+{
+    tproc_t p;
+    rx_count = 0;
+    tp_open(&p, count_cb, NULL);
+    shm_iface_t *si = tp_shm(&p);
+    taddr_t addr = tp_addr(&p);
+    fy_tl_ep_t *ep = tp_ep(&p, &addr); /* to our own ring */
+    uint8_t junk[64];
+    memset(junk, 0xab, sizeof(junk));
+    shm_obox_desc_t d = {.from = si->addr, .len = 100, .gen = 1};
+    unsigned n = 0;
+    inject(ep, 99, 0, 8, junk, 8, NULL, 0), n++;                         /* unknown type */
+    inject(ep, SHM_CELL_SHORT, FY_TL_AM_ID_MAX + 1, 8, junk, 8, NULL, 0), n++; /* bad id */
+    inject(ep, SHM_CELL_SHORT, 1, 4096, junk, 8, NULL, 0), n++;          /* over the cell */
+    inject(ep, SHM_CELL_BCOPY, 1, si->bcopy_size + 1, NULL, 0, NULL, 0), n++;
+    inject(ep, SHM_CELL_PULL, 1, 8, NULL, 0, junk, 8), n++;              /* short descriptor */
+    inject(ep, SHM_CELL_OUTBOX, 1, sizeof(d) - 1, NULL, 0, &d, sizeof(d)), n++;
+    d.off = si->obox_off + si->obox_size; /* past the outbox */
+    inject(ep, SHM_CELL_OUTBOX, 1, sizeof(d), NULL, 0, &d, sizeof(d)), n++;
+    d.off = si->obox_off; /* no room for the slot header before it */
+    inject(ep, SHM_CELL_OUTBOX, 1, sizeof(d), NULL, 0, &d, sizeof(d)), n++;
+    d.off = si->obox_off + 128 + 8; /* not on a 64-byte boundary */
+    inject(ep, SHM_CELL_OUTBOX, 1, sizeof(d), NULL, 0, &d, sizeof(d)), n++;
+    d.off = si->obox_off + 128;
+    d.len = si->obox_size; /* runs past the end */
+    inject(ep, SHM_CELL_OUTBOX, 1, sizeof(d), NULL, 0, &d, sizeof(d)), n++;
+    d.len = 100;
+    d.from.id ^= 1; /* a sender that does not exist */
+    inject(ep, SHM_CELL_OUTBOX, 1, sizeof(d), NULL, 0, &d, sizeof(d)), n++;
+    d.from = si->addr;
+    d.from.ino ^= 1; /* our id with another segment's inode */
+    inject(ep, SHM_CELL_OUTBOX, 1, sizeof(d), NULL, 0, &d, sizeof(d)), n++;
+    for (int i = 0; i < 100; i++)
+        p.ops->iface_progress(p.iface);
+    FY_ASSERT_EQ(si->stats.drops_malformed, n);
+    FY_ASSERT_EQ(rx_count, 0);
+    /* the ring still works, and so does the outbox */
+    uint64_t v8 = 7;
+    struct iovec iov = {&v8, 8};
+    FY_ASSERT_OK(p.ops->am_short(ep, 3, &iov, 1));
+    static char big[100000];
+    tcomp_t comp;
+    tcomp_init(&comp);
+    struct iovec bv = {big, sizeof(big)};
+    FY_ASSERT_OK(p.ops->am_zcopy(ep, 4, NULL, 0, &bv, 1, &comp.super));
+    while (rx_count < 2)
+        p.ops->iface_progress(p.iface);
+    FY_ASSERT_EQ(rx_last_id, 4);
+    FY_ASSERT_EQ(si->stats.rx_obox, 1);
+    FY_ASSERT_EQ(si->stats.drops_malformed, n);
+    p.ops->ep_destroy(ep);
+    tp_close(&p);
+}
+
 /* Addresses: other host or namespace, malformed, of a process that has exited. */
 static void exiting_peer(int rfd, int wfd, void *arg)
 {
@@ -592,4 +667,4 @@ static void bad_config(void)
 FYTEST_MAIN(FYTEST_CASE(receiver_killed), FYTEST_CASE(outbox_receiver_killed),
             FYTEST_CASE(sender_killed), FYTEST_CASE(dead_claim),
             FYTEST_CASE(peer_closed), FYTEST_CASE(destroy_cancels), FYTEST_CASE(destroy_mid_push),
-            FYTEST_CASE(addresses), FYTEST_CASE(bad_config))
+            FYTEST_CASE(malformed_cells), FYTEST_CASE(addresses), FYTEST_CASE(bad_config))

@@ -39,7 +39,7 @@
  *
  * THE OUTBOX.  Behind its ring and cell buffers every segment has an outbox of
  * FERRY_SHM_OUTBOX_SIZE bytes that only its owner allocates from and writes.  A zero-copy AM
- * of medium size (above the cell buffer, up to FERRY_SHM_OUTBOX_MAX) is copied once by the
+ * of medium size (above the cell buffer, data up to FERRY_SHM_OUTBOX_MAX) is copied once by the
  * sender into a slot of its own outbox and announced by an OUTBOX cell; the receiver, which
  * maps the sender's segment anyway (answers go through it), hands the slot to the AM callback
  * in place and then stores the slot's generation into the slot header's `done` word.  The send

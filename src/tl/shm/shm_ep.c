@@ -604,7 +604,7 @@ ferry_status_t fy_shm_am_zcopy(fy_tl_ep_t *tl_ep, uint8_t id, const void *hdr, s
         return fy_shm_am_bcopy(tl_ep, id, v, iovcnt + 1);
     }
     ferry_status_t st;
-    if (total <= iface->obox_max && obox_send(ep, id, hdr, hdr_len, iov, iovcnt, total, &st))
+    if (data_len <= iface->obox_max && obox_send(ep, id, hdr, hdr_len, iov, iovcnt, total, &st))
         return st;
     if (comp == NULL)
         return FERRY_ERR_INVALID_PARAM;

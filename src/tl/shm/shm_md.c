@@ -62,9 +62,9 @@ const fy_config_table_t fy_shm_config_table = {
                         "touched only when used.",
                         FY_CFG_SIZE, shm_opts_t, obox_size),
         FY_CONFIG_FIELD("OUTBOX_MAX", "2m",
-                        "The largest zero-copy message (header included) sent through the "
-                        "outbox; larger ones, and any that find the outbox full, are pulled "
-                        "by the receiver with cross-memory attach.",
+                        "The largest zero-copy message (its data, headers aside) sent through "
+                        "the outbox; larger ones, and any that find the outbox full, are "
+                        "pulled by the receiver with cross-memory attach.",
                         FY_CFG_SIZE, shm_opts_t, obox_max),
     },
     9,
@@ -105,10 +105,11 @@ static ferry_status_t check_opts(const shm_opts_t *o)
                  o->obox_size);
         return FERRY_ERR_BAD_CONFIG;
     }
-    if (o->obox_size != 0 && o->obox_max + SHM_OBOX_SLOT_HDR > o->obox_size) {
-        fy_error("FERRY_SHM_OUTBOX_MAX=%zu does not fit FERRY_SHM_OUTBOX_SIZE=%zu (with its "
-                 "%u-byte slot header)",
-                 o->obox_max, o->obox_size, SHM_OBOX_SLOT_HDR);
+    if (o->obox_size != 0 &&
+        o->obox_max > o->obox_size - SHM_OBOX_SLOT_HDR - SHM_MAX_ZCOPY_HDR - 64) {
+        fy_error("FERRY_SHM_OUTBOX_MAX=%zu does not fit FERRY_SHM_OUTBOX_SIZE=%zu with a "
+                 "%u-byte slot header and up to %u bytes of message header",
+                 o->obox_max, o->obox_size, SHM_OBOX_SLOT_HDR, SHM_MAX_ZCOPY_HDR);
         return FERRY_ERR_BAD_CONFIG;
     }
     return FERRY_OK;

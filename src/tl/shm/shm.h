@@ -60,6 +60,7 @@
 #include <sys/un.h>
 
 #include "tl/tl.h"
+#include "util/copy.h"
 #include "util/hash.h"
 #include "util/list.h"
 #include "util/mpool.h"
@@ -482,38 +483,11 @@ static inline void shm_ring_publish(shm_cell_t *c, uint64_t owner, uint32_t tick
     __atomic_store_n(&c->state, owner | SHM_STATE(SHM_PHASE_READY, ticket), __ATOMIC_RELEASE);
 }
 
-/* memcpy, with the sizes of small messages done inline (a libc call costs more than the
- * copy of a few bytes). */
-static inline void shm_copy(void *dst, const void *src, size_t n)
-{
-    char *d = dst;
-    const char *s = src;
-    if (n > 16) {
-        memcpy(d, s, n);
-    } else if (n >= 8) { /* two overlapping 8-byte moves */
-        uint64_t a, b;
-        memcpy(&a, s, 8);
-        memcpy(&b, s + n - 8, 8);
-        memcpy(d, &a, 8);
-        memcpy(d + n - 8, &b, 8);
-    } else if (n >= 4) {
-        uint32_t a, b;
-        memcpy(&a, s, 4);
-        memcpy(&b, s + n - 4, 4);
-        memcpy(d, &a, 4);
-        memcpy(d + n - 4, &b, 4);
-    } else if (n > 0) {
-        d[0] = s[0];
-        d[n / 2] = s[n / 2];
-        d[n - 1] = s[n - 1];
-    }
-}
-
 static inline void shm_iov_gather(void *dst, const struct iovec *iov, size_t iovcnt)
 {
     char *p = dst;
     for (size_t i = 0; i < iovcnt; i++) {
-        shm_copy(p, iov[i].iov_base, iov[i].iov_len);
+        fy_copy(p, iov[i].iov_base, iov[i].iov_len);
         p += iov[i].iov_len;
     }
 }

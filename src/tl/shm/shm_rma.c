@@ -96,9 +96,9 @@ static ferry_status_t rma(fy_tl_ep_t *tl_ep, const struct iovec *iov, size_t iov
     if (local != NULL) {
         for (size_t i = 0; i < iovcnt; i++) {
             if (write)
-                shm_copy(local, iov[i].iov_base, iov[i].iov_len);
+                fy_copy(local, iov[i].iov_base, iov[i].iov_len);
             else
-                shm_copy(iov[i].iov_base, local, iov[i].iov_len);
+                fy_copy(iov[i].iov_base, local, iov[i].iov_len);
             local += iov[i].iov_len;
         }
         ep->stats.tx_bytes += len;

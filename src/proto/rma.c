@@ -138,16 +138,25 @@ static void emu_init(fy_rma_msg_t *m, int op, ferry_rkey_t *rk, uint64_t addr, s
     m->len = len;
 }
 
+/* The checks every put and get starts with.  0: the call is over, with *st its result (a
+ * zero-length transfer is done at once); 1: go on. */
+static int rma_begin(ferry_ep_t *ep, const void *buf, size_t len, ferry_rkey_t *rkey,
+                     uint64_t remote_addr, unsigned access, ferry_status_t *st)
+{
+    if (buf == NULL && len != 0) {
+        *st = FERRY_ERR_INVALID_PARAM;
+        return 0;
+    }
+    *st = check_rkey(ep, rkey, remote_addr, len, access);
+    return *st == FERRY_OK && len != 0;
+}
+
 ferry_status_t ferry_put(ferry_ep_t *ep, const void *buf, size_t len, uint64_t remote_addr,
                          ferry_rkey_t *rkey, ferry_request_t *req)
 {
-    if (buf == NULL && len != 0)
-        return FERRY_ERR_INVALID_PARAM;
-    ferry_status_t st = check_rkey(ep, rkey, remote_addr, len, FERRY_MEM_REMOTE_WRITE);
-    if (st != FERRY_OK)
+    ferry_status_t st;
+    if (!rma_begin(ep, buf, len, rkey, remote_addr, FERRY_MEM_REMOTE_WRITE, &st))
         return st;
-    if (len == 0)
-        return FERRY_OK;
     if (ep->rma_native && rkey->tl_rkey != NULL) {
         fy_lane_t *lane = &ep->lanes[FY_LANE_RMA];
         if (len <= lane->iface->attr.max_put_short && fy_queue_is_empty(&ep->pending) &&
@@ -185,13 +194,9 @@ ferry_status_t ferry_put(ferry_ep_t *ep, const void *buf, size_t len, uint64_t r
 ferry_status_t ferry_get(ferry_ep_t *ep, void *buf, size_t len, uint64_t remote_addr,
                          ferry_rkey_t *rkey, ferry_request_t *req)
 {
-    if (buf == NULL && len != 0)
-        return FERRY_ERR_INVALID_PARAM;
-    ferry_status_t st = check_rkey(ep, rkey, remote_addr, len, FERRY_MEM_REMOTE_READ);
-    if (st != FERRY_OK)
+    ferry_status_t st;
+    if (!rma_begin(ep, buf, len, rkey, remote_addr, FERRY_MEM_REMOTE_READ, &st))
         return st;
-    if (len == 0)
-        return FERRY_OK;
     if (ep->rma_native && rkey->tl_rkey != NULL) {
         fy_lane_t *lane = &ep->lanes[FY_LANE_RMA];
         const fy_tl_ops_t *ops = lane->iface->tl->ops;

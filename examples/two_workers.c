@@ -91,7 +91,8 @@ int main(void)
     char addr[8192];
     size_t len = sizeof(addr);
     ferry_worker_get_address(b.w, addr, &len);
-    ferry_ep_params_t p = {.field_mask = FERRY_EP_FIELD_ADDRESS, .address = addr, .address_len = len};
+    ferry_ep_params_t p = {
+        .field_mask = FERRY_EP_FIELD_ADDRESS, .address = addr, .address_len = len};
     if ((st = ferry_ep_create(a.w, &p, &a.ep)) != FERRY_OK)
         return die("endpoint", st);
     ferry_worker_set_am_handler(b.w, AM_PING, on_ping, &b);

@@ -56,31 +56,31 @@ extern "C" {
 /* ---------------------------------------------------------------------------------------- */
 
 typedef enum ferry_status {
-    FERRY_OK = 0,                    /* done */
-    FERRY_INPROGRESS = 1,            /* started; exactly one callback later */
-    FERRY_ERR_NO_MESSAGE = -1,       /* nothing matched (probe) */
-    FERRY_ERR_NO_RESOURCE = -2,      /* temporarily out of resources: retry after progress */
-    FERRY_ERR_NO_MEMORY = -3,        /* allocation failed */
-    FERRY_ERR_INVALID_PARAM = -4,    /* a bad argument: NULL handle, bad mask, bad size */
-    FERRY_ERR_UNSUPPORTED = -5,      /* not implemented, or not by the chosen transports */
-    FERRY_ERR_UNREACHABLE = -6,      /* no transport reaches the peer */
-    FERRY_ERR_INVALID_ADDR = -7,     /* a malformed or foreign worker address */
-    FERRY_ERR_TIMED_OUT = -8,        /* a wait or a peer's answer took too long */
-    FERRY_ERR_CANCELED = -9,         /* the operation was canceled */
-    FERRY_ERR_TRUNCATED = -10,       /* buffer too small; the needed size is reported */
-    FERRY_ERR_CONNECTION_RESET = -11,/* the peer closed or reset the connection */
-    FERRY_ERR_ENDPOINT_TIMEOUT = -12,/* the peer stopped answering: presumed dead */
-    FERRY_ERR_ACCESS_DENIED = -13,   /* wrong remote key or outside a registered region */
-    FERRY_ERR_IO = -14,              /* an operating system call failed */
-    FERRY_ERR_BUSY = -15,            /* there are events pending (arm), or object in use */
-    FERRY_ERR_EXISTS = -16,          /* already registered */
-    FERRY_ERR_NO_ELEM = -17,         /* no such element (unknown AM id, handler, device) */
-    FERRY_ERR_BAD_CONFIG = -18,      /* a FERRY_* variable has a value that is not accepted */
-    FERRY_ERR_NO_DEVICE = -19,       /* no usable device or transport */
-    FERRY_ERR_PROTOCOL = -20,        /* a peer sent something malformed */
-    FERRY_ERR_BOOTSTRAP = -21,       /* the launcher's key-value service failed */
+    FERRY_OK = 0,                      /* done */
+    FERRY_INPROGRESS = 1,              /* started; exactly one callback later */
+    FERRY_ERR_NO_MESSAGE = -1,         /* nothing matched (probe) */
+    FERRY_ERR_NO_RESOURCE = -2,        /* temporarily out of resources: retry after progress */
+    FERRY_ERR_NO_MEMORY = -3,          /* allocation failed */
+    FERRY_ERR_INVALID_PARAM = -4,      /* a bad argument: NULL handle, bad mask, bad size */
+    FERRY_ERR_UNSUPPORTED = -5,        /* not implemented, or not by the chosen transports */
+    FERRY_ERR_UNREACHABLE = -6,        /* no transport reaches the peer */
+    FERRY_ERR_INVALID_ADDR = -7,       /* a malformed or foreign worker address */
+    FERRY_ERR_TIMED_OUT = -8,          /* a wait or a peer's answer took too long */
+    FERRY_ERR_CANCELED = -9,           /* the operation was canceled */
+    FERRY_ERR_TRUNCATED = -10,         /* buffer too small; the needed size is reported */
+    FERRY_ERR_CONNECTION_RESET = -11,  /* the peer closed or reset the connection */
+    FERRY_ERR_ENDPOINT_TIMEOUT = -12,  /* the peer stopped answering: presumed dead */
+    FERRY_ERR_ACCESS_DENIED = -13,     /* wrong remote key or outside a registered region */
+    FERRY_ERR_IO = -14,                /* an operating system call failed */
+    FERRY_ERR_BUSY = -15,              /* there are events pending (arm), or object in use */
+    FERRY_ERR_EXISTS = -16,            /* already registered */
+    FERRY_ERR_NO_ELEM = -17,           /* no such element (unknown AM id, handler, device) */
+    FERRY_ERR_BAD_CONFIG = -18,        /* a FERRY_* variable has a value that is not accepted */
+    FERRY_ERR_NO_DEVICE = -19,         /* no usable device or transport */
+    FERRY_ERR_PROTOCOL = -20,          /* a peer sent something malformed */
+    FERRY_ERR_BOOTSTRAP = -21,         /* the launcher's key-value service failed */
     FERRY_ERR_MESSAGE_TRUNCATED = -22, /* a received message was longer than the buffer */
-    FERRY_ERR_NOT_CONNECTED = -23,   /* endpoint closed or failed */
+    FERRY_ERR_NOT_CONNECTED = -23,     /* endpoint closed or failed */
     FERRY_ERR_LAST = -24
 } ferry_status_t;
 
@@ -215,8 +215,7 @@ FERRY_API ferry_status_t ferry_worker_signal(ferry_worker_t *worker);
  * Copy the worker's address blob into buf.  On entry *len is the size of buf; on return, the
  * size of the address.  If buf is NULL or too small, FERRY_ERR_TRUNCATED and *len = needed.
  */
-FERRY_API ferry_status_t ferry_worker_get_address(ferry_worker_t *worker, void *buf,
-                                                  size_t *len);
+FERRY_API ferry_status_t ferry_worker_get_address(ferry_worker_t *worker, void *buf, size_t *len);
 
 /** Flush: complete every operation of every endpoint of the worker remotely. */
 FERRY_API ferry_status_t ferry_worker_flush(ferry_worker_t *worker, ferry_request_t *req);
@@ -232,7 +231,7 @@ FERRY_API void ferry_worker_print_info(const ferry_worker_t *worker, void *file 
 typedef void (*ferry_ep_err_cb_t)(void *arg, ferry_ep_t *ep, ferry_status_t status);
 
 enum ferry_ep_field {
-    FERRY_EP_FIELD_ADDRESS = 1u << 0,  /* address + address_len: a peer's worker address */
+    FERRY_EP_FIELD_ADDRESS = 1u << 0, /* address + address_len: a peer's worker address */
     FERRY_EP_FIELD_ERR_HANDLER = 1u << 1,
     FERRY_EP_FIELD_USER_DATA = 1u << 2,
 };
@@ -276,7 +275,7 @@ typedef struct ferry_ep_stats {
     uint64_t tx_msgs, tx_bytes, rx_msgs, rx_bytes;
     uint64_t retransmits, dup_acks, fast_retransmits, timeouts;
     uint64_t drops_bad_key, drops_malformed, drops_duplicate, drops_unknown_ep;
-    uint64_t rtt_ns, rto_ns;       /* current estimates (reliable transports) */
+    uint64_t rtt_ns, rto_ns; /* current estimates (reliable transports) */
     uint64_t window_used, window_max;
 } ferry_ep_stats_t;
 
@@ -315,8 +314,8 @@ FERRY_API ferry_status_t ferry_am_send(ferry_ep_t *ep, unsigned id, const void *
 
 /** The same with the data gathered from an iovec. */
 FERRY_API ferry_status_t ferry_am_sendv(ferry_ep_t *ep, unsigned id, const void *header,
-                                        size_t header_len, const struct iovec *iov,
-                                        size_t iovcnt, ferry_request_t *req);
+                                        size_t header_len, const struct iovec *iov, size_t iovcnt,
+                                        ferry_request_t *req);
 
 /* ---------------------------------------------------------------------------------------- */
 /* Tagged messages                                                                            */
@@ -328,11 +327,11 @@ typedef struct ferry_tag_info {
 } ferry_tag_info_t;
 
 /** Send a tagged message; matched at the receiver by tag & mask, in order per sender. */
-FERRY_API ferry_status_t ferry_tag_send(ferry_ep_t *ep, uint64_t tag, const void *buf,
-                                        size_t len, ferry_request_t *req);
+FERRY_API ferry_status_t ferry_tag_send(ferry_ep_t *ep, uint64_t tag, const void *buf, size_t len,
+                                        ferry_request_t *req);
 /** Post a receive; req->tag and req->length say what arrived. */
-FERRY_API ferry_status_t ferry_tag_recv(ferry_worker_t *worker, void *buf, size_t len,
-                                        uint64_t tag, uint64_t tag_mask, ferry_request_t *req);
+FERRY_API ferry_status_t ferry_tag_recv(ferry_worker_t *worker, void *buf, size_t len, uint64_t tag,
+                                        uint64_t tag_mask, ferry_request_t *req);
 /** Is a matching message waiting?  FERRY_OK and *info, or FERRY_ERR_NO_MESSAGE. */
 FERRY_API ferry_status_t ferry_tag_probe(ferry_worker_t *worker, uint64_t tag, uint64_t tag_mask,
                                          ferry_tag_info_t *info);
@@ -377,7 +376,8 @@ FERRY_API ferry_status_t ferry_mem_map(ferry_context_t *context, const ferry_mem
                                        ferry_mem_t **mem_p);
 FERRY_API ferry_status_t ferry_mem_unmap(ferry_context_t *context, ferry_mem_t *mem);
 /** Where a registered region is. */
-FERRY_API ferry_status_t ferry_mem_query(const ferry_mem_t *mem, void **address_p, size_t *length_p);
+FERRY_API ferry_status_t ferry_mem_query(const ferry_mem_t *mem, void **address_p,
+                                         size_t *length_p);
 
 /** Pack a remote key for a peer (same size/TRUNCATED convention as the worker address). */
 FERRY_API ferry_status_t ferry_rkey_pack(ferry_context_t *context, const ferry_mem_t *mem,
@@ -395,7 +395,7 @@ FERRY_API ferry_status_t ferry_get(ferry_ep_t *ep, void *buf, size_t len, uint64
                                    ferry_rkey_t *rkey, ferry_request_t *req);
 
 typedef enum ferry_atomic_op {
-    FERRY_ATOMIC_ADD,   /* *r += operand */
+    FERRY_ATOMIC_ADD, /* *r += operand */
     FERRY_ATOMIC_AND,
     FERRY_ATOMIC_OR,
     FERRY_ATOMIC_XOR,

@@ -5,7 +5,7 @@ set -eu
 pkgs=(build-essential cmake pkg-config gcc clang
       libfabric-dev libfabric-bin libpmix-dev
       openmpi-bin libopenmpi-dev mpich libmpich-dev ucx-utils
-      libclang-rt-14-dev libnetfilter-queue-dev iptables iproute2 gnuplot-nox procps)
+      libclang-rt-14-dev libnetfilter-queue-dev iptables nftables iproute2 gnuplot-nox procps)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

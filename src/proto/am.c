@@ -72,7 +72,8 @@ ferry_status_t fy_op_start(fy_op_t *op)
             iov[0].iov_len = op->hdr_len - op->proto_len;
             struct iovec *zi = iov;
             size_t zn = n;
-            if (iov[0].iov_len == 0) { /* no user header: do not hand the transport an empty piece */
+            if (iov[0].iov_len ==
+                0) { /* no user header: do not hand the transport an empty piece */
                 zi++;
                 zn--;
             }
@@ -99,8 +100,8 @@ ferry_status_t fy_op_start(fy_op_t *op)
     }
 }
 
-static ferry_status_t check_send(ferry_ep_t *ep, unsigned id, const void *header,
-                                 size_t header_len, size_t iovcnt)
+static ferry_status_t check_send(ferry_ep_t *ep, unsigned id, const void *header, size_t header_len,
+                                 size_t iovcnt)
 {
     if (FY_UNLIKELY(ep == NULL || id >= FY_AM_ID_TOTAL || header_len > FERRY_AM_HEADER_MAX ||
                     (header == NULL && header_len != 0) || iovcnt > FY_MAX_IOV)) {

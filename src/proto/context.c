@@ -64,9 +64,9 @@ const fy_config_table_t fy_ctx_config_table = {"context", "", ctx_fields,
 
 /* Variables read outside any table (logging, bootstrap, launcher, tests). */
 static const char *const extra_names[] = {
-    "FERRY_LOG_LEVEL", "FERRY_LOG_FILE", "FERRY_BOOT", "FERRY_BOOT_ADDR", "FERRY_BOOT_TIMEOUT",
-    "FERRY_RANK", "FERRY_SIZE", "FERRY_LOCAL_RANK", "FERRY_LOCAL_SIZE", "FERRY_BOOT_ID",
-    "FERRY_HOSTNAME", NULL};
+    "FERRY_LOG_LEVEL",    "FERRY_LOG_FILE", "FERRY_BOOT",     "FERRY_BOOT_ADDR",
+    "FERRY_BOOT_TIMEOUT", "FERRY_RANK",     "FERRY_SIZE",     "FERRY_LOCAL_RANK",
+    "FERRY_LOCAL_SIZE",   "FERRY_BOOT_ID",  "FERRY_HOSTNAME", NULL};
 
 static uint64_t hash_string(const char *s)
 {
@@ -233,9 +233,15 @@ void ferry_config_print(const ferry_context_t *ctx, void *file)
         }
 }
 
-uint64_t fy_context_job_key(const ferry_context_t *ctx) { return ctx->job_key; }
+uint64_t fy_context_job_key(const ferry_context_t *ctx)
+{
+    return ctx->job_key;
+}
 
-const char *ferry_version(void) { return "0.1.0"; }
+const char *ferry_version(void)
+{
+    return "0.1.0";
+}
 
 /* ------------------------------------------------------------------------------------------ */
 /* Memory                                                                                       */
@@ -257,12 +263,12 @@ ferry_status_t ferry_mem_map(ferry_context_t *ctx, const ferry_mem_params_t *par
     int alloc = (flags & FERRY_MEM_ALLOCATE) != 0;
     if (!alloc && (!(params->field_mask & FERRY_MEM_FIELD_ADDRESS) || params->address == NULL))
         return FERRY_ERR_INVALID_PARAM;
-    unsigned access = (params->field_mask & FERRY_MEM_FIELD_ACCESS)
-                          ? params->access
-                          : (FERRY_MEM_REMOTE_READ | FERRY_MEM_REMOTE_WRITE |
-                             FERRY_MEM_REMOTE_ATOMIC);
-    if (access & ~(unsigned)(FERRY_MEM_REMOTE_READ | FERRY_MEM_REMOTE_WRITE |
-                             FERRY_MEM_REMOTE_ATOMIC))
+    unsigned access =
+        (params->field_mask & FERRY_MEM_FIELD_ACCESS)
+            ? params->access
+            : (FERRY_MEM_REMOTE_READ | FERRY_MEM_REMOTE_WRITE | FERRY_MEM_REMOTE_ATOMIC);
+    if (access &
+        ~(unsigned)(FERRY_MEM_REMOTE_READ | FERRY_MEM_REMOTE_WRITE | FERRY_MEM_REMOTE_ATOMIC))
         return FERRY_ERR_INVALID_PARAM;
 
     ferry_mem_t *mem = calloc(1, sizeof(*mem));
@@ -358,8 +364,7 @@ typedef struct __attribute__((packed)) fy_rkey_wire {
     uint8_t ntl;
 } fy_rkey_wire_t;
 
-ferry_status_t ferry_rkey_pack(ferry_context_t *ctx, const ferry_mem_t *mem, void *buf,
-                               size_t *len)
+ferry_status_t ferry_rkey_pack(ferry_context_t *ctx, const ferry_mem_t *mem, void *buf, size_t *len)
 {
     if (ctx == NULL || mem == NULL || len == NULL)
         return FERRY_ERR_INVALID_PARAM;
@@ -374,8 +379,13 @@ ferry_status_t ferry_rkey_pack(ferry_context_t *ctx, const ferry_mem_t *mem, voi
         *len = need;
         return FERRY_ERR_TRUNCATED;
     }
-    fy_rkey_wire_t w = {FY_RKEY_MAGIC, mem->access, mem->region.id, mem->region.key,
-                        (uint64_t)(uintptr_t)mem->address, mem->length, (uint8_t)ntl};
+    fy_rkey_wire_t w = {FY_RKEY_MAGIC,
+                        mem->access,
+                        mem->region.id,
+                        mem->region.key,
+                        (uint64_t)(uintptr_t)mem->address,
+                        mem->length,
+                        (uint8_t)ntl};
     uint8_t *p = buf;
     memcpy(p, &w, sizeof(w));
     p += sizeof(w);
@@ -399,8 +409,7 @@ ferry_status_t ferry_rkey_pack(ferry_context_t *ctx, const ferry_mem_t *mem, voi
     return FERRY_OK;
 }
 
-ferry_status_t ferry_rkey_unpack(ferry_ep_t *ep, const void *buf, size_t len,
-                                 ferry_rkey_t **rkey_p)
+ferry_status_t ferry_rkey_unpack(ferry_ep_t *ep, const void *buf, size_t len, ferry_rkey_t **rkey_p)
 {
     if (ep == NULL || buf == NULL || rkey_p == NULL)
         return FERRY_ERR_INVALID_PARAM;

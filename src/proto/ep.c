@@ -101,8 +101,14 @@ ferry_status_t ferry_ep_create(ferry_worker_t *w, const ferry_ep_params_t *param
     return FERRY_OK;
 }
 
-void *ferry_ep_get_user_data(const ferry_ep_t *ep) { return ep != NULL ? ep->user_data : NULL; }
-ferry_worker_t *ferry_ep_get_worker(const ferry_ep_t *ep) { return ep != NULL ? ep->worker : NULL; }
+void *ferry_ep_get_user_data(const ferry_ep_t *ep)
+{
+    return ep != NULL ? ep->user_data : NULL;
+}
+ferry_worker_t *ferry_ep_get_worker(const ferry_ep_t *ep)
+{
+    return ep != NULL ? ep->worker : NULL;
+}
 
 ferry_status_t ferry_ep_get_stats(const ferry_ep_t *ep, ferry_ep_stats_t *stats)
 {

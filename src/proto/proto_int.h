@@ -20,16 +20,16 @@
 #include "util/region.h"
 #include "util/status.h"
 
-#define FY_MAX_TLS 8
-#define FY_MAX_DEVS 8
+#define FY_MAX_TLS    8
+#define FY_MAX_DEVS   8
 #define FY_MAX_IFACES 16
-#define FY_MAX_IOV 16
+#define FY_MAX_IOV    16
 /* An interface with no endpoint (it can only receive a newcomer's wireup) is polled every
  * FY_IDLE_POLL-th progress call: a socket poll is a system call, which the shared-memory
  * fast path must not pay on every pass. */
-#define FY_IDLE_POLL 1024
-#define FY_ADDR_MAGIC 0x41575946u /* "FYWA" */
-#define FY_RKEY_MAGIC 0x4b525946u /* "FYRK" */
+#define FY_IDLE_POLL    1024
+#define FY_ADDR_MAGIC   0x41575946u /* "FYWA" */
+#define FY_RKEY_MAGIC   0x4b525946u /* "FYRK" */
 #define FY_ADDR_VERSION 1
 
 /* Transport-level AM ids ferry uses (tl ids are 0..FY_TL_AM_ID_MAX). */
@@ -61,7 +61,7 @@ typedef struct fy_am_hdr {
 } fy_am_hdr_t;
 
 #define FY_AM_ID_MASK 0x1ffu
-#define FY_AM_F_SRC (1u << 9)
+#define FY_AM_F_SRC   (1u << 9)
 
 typedef struct fy_wireup_msg {
     uint64_t src_uuid;
@@ -86,7 +86,7 @@ typedef struct fy_ctx_opts {
     int rma_emulate;
     char *tag_rndv_thresh_str; /* "auto" or a size */
     size_t tag_rndv_thresh;    /* parsed; FY_TAG_THRESH_AUTO: per endpoint (tag.c) */
-    int tag_rndv_scheme; /* index into auto, get, am (FY_TAG_SCHEME_*) */
+    int tag_rndv_scheme;       /* index into auto, get, am (FY_TAG_SCHEME_*) */
     char *job_key;
 } fy_ctx_opts_t;
 
@@ -128,7 +128,7 @@ typedef struct fy_lane {
 } fy_lane_t;
 
 enum fy_ep_state {
-    FY_EP_WIREUP,    /* sending with FY_AM_F_SRC until the peer's ep id is known */
+    FY_EP_WIREUP, /* sending with FY_AM_F_SRC until the peer's ep id is known */
     FY_EP_CONNECTED,
     FY_EP_FAILED,
     FY_EP_CLOSED,
@@ -143,9 +143,9 @@ struct ferry_ep {
     uint32_t remote_id; /* valid when CONNECTED */
     uint64_t remote_uuid;
     int state;
-    int is_reply;       /* created by the library on a peer's wireup */
+    int is_reply; /* created by the library on a peer's wireup */
     ferry_status_t failure;
-    fy_lane_t lanes[FY_LANE_COUNT]; /* lanes may share an iface/tl ep */
+    fy_lane_t lanes[FY_LANE_COUNT];    /* lanes may share an iface/tl ep */
     fy_tl_ep_t *tl_eps[FY_MAX_IFACES]; /* distinct tl eps, for flush/destroy */
     unsigned ntl_eps;
     int rma_native, amo_native;
@@ -181,12 +181,12 @@ struct ferry_worker {
     fy_am_entry_t am[FY_AM_ID_TOTAL];
     ferry_ep_t **eps;
     uint32_t eps_cap;
-    fy_hash_t by_src;     /* (peer uuid, peer ep id) -> ep, for FY_AM_F_SRC messages */
+    fy_hash_t by_src; /* (peer uuid, peer ep id) -> ep, for FY_AM_F_SRC messages */
     fy_list_t pending_eps;
     fy_queue_t completed; /* ops whose callback runs at the next progress */
     fy_mpool_t ops;
     uint64_t drops_no_handler, drops_unknown_ep, drops_malformed;
-    int closing; /* being destroyed: arriving messages are dropped */
+    int closing;         /* being destroyed: arriving messages are dropped */
     unsigned poll_count; /* progress calls, to poll idle interfaces every FY_IDLE_POLL */
     int poll_all;        /* poll every interface at the next progress (after a wake-up) */
     uint8_t *address;
@@ -206,7 +206,7 @@ typedef enum fy_op_type {
     FY_OP_AMO,
     FY_OP_FLUSH,
     FY_OP_CLOSE,
-    FY_OP_RMA_EMU, /* an emulated RMA/AMO waiting for its reply */
+    FY_OP_RMA_EMU,  /* an emulated RMA/AMO waiting for its reply */
     FY_OP_TAG_SEND, /* a rendezvous send waiting for the receiver's CTS */
     FY_OP_TAG_RECV, /* a posted receive, or one waiting for rendezvous DATA */
     FY_OP_TAG_GET,  /* a matched receive reading a rendezvous message from the sender */
@@ -226,7 +226,7 @@ struct fy_op {
     int nsub;    /* sub-operations still running (flush of several lanes) */
     /* arguments, kept for a retry after NO_RESOURCE */
     unsigned am_id;
-    void *copy;  /* owned copy of header+data when the caller gave no request */
+    void *copy; /* owned copy of header+data when the caller gave no request */
     size_t iovcnt;
     size_t hdr_len;   /* proto header + user header */
     size_t proto_len; /* proto header alone */
@@ -291,8 +291,8 @@ void fy_wireup_am_cb(void *arg, uint8_t am_id, const void *data, size_t len);
 ferry_ep_t *fy_wireup_find_src(ferry_worker_t *w, uint64_t uuid, uint32_t ep_id);
 void fy_wireup_forget(ferry_ep_t *ep);
 /* ep.c */
-ferry_status_t fy_ep_create_internal(ferry_worker_t *w, const void *addr, size_t len,
-                                     int is_reply, ferry_ep_t **ep_p);
+ferry_status_t fy_ep_create_internal(ferry_worker_t *w, const void *addr, size_t len, int is_reply,
+                                     ferry_ep_t **ep_p);
 void fy_ep_fail(ferry_ep_t *ep, ferry_status_t st);
 void fy_ep_add_pending(ferry_ep_t *ep, fy_op_t *op); /* retried by fy_op_start from progress */
 void fy_ep_op_done(ferry_ep_t *ep);
@@ -317,6 +317,9 @@ void fy_rma_init_worker(ferry_worker_t *w);
 ferry_status_t fy_rma_start(fy_op_t *op);
 ferry_status_t fy_rma_flush_ping(fy_op_t *flush_op);
 
-static inline fy_op_t *fy_op_of_req(ferry_request_t *req) { return (fy_op_t *)req->priv[0]; }
+static inline fy_op_t *fy_op_of_req(ferry_request_t *req)
+{
+    return (fy_op_t *)req->priv[0];
+}
 
 #endif

@@ -44,14 +44,14 @@ ferry_status_t fy_rma_start(fy_op_t *op)
     if (op->type == FY_OP_AMO) {
         fy_lane_t *lane = &ep->lanes[FY_LANE_AMO];
         return lane->iface->tl->ops->atomic(lane->tl_ep, op->amo_op, op->amo_size, op->operand,
-                                            op->compare, op->result, op->remote_addr,
-                                            rk->tl_rkey, &op->comp);
+                                            op->compare, op->result, op->remote_addr, rk->tl_rkey,
+                                            &op->comp);
     }
     fy_lane_t *lane = &ep->lanes[FY_LANE_RMA];
     struct iovec iov = {op->buf, op->len};
     if (op->type == FY_OP_PUT)
-        return lane->iface->tl->ops->put_zcopy(lane->tl_ep, &iov, 1, op->remote_addr,
-                                               rk->tl_rkey, &op->comp);
+        return lane->iface->tl->ops->put_zcopy(lane->tl_ep, &iov, 1, op->remote_addr, rk->tl_rkey,
+                                               &op->comp);
     return lane->iface->tl->ops->get_zcopy(lane->tl_ep, &iov, 1, op->remote_addr, rk->tl_rkey,
                                            &op->comp);
 }
@@ -161,8 +161,7 @@ ferry_status_t ferry_put(ferry_ep_t *ep, const void *buf, size_t len, uint64_t r
         fy_lane_t *lane = &ep->lanes[FY_LANE_RMA];
         if (len <= lane->iface->attr.max_put_short && fy_queue_is_empty(&ep->pending) &&
             lane->iface->tl->ops->put_short != NULL) {
-            st = lane->iface->tl->ops->put_short(lane->tl_ep, buf, len, remote_addr,
-                                                 rkey->tl_rkey);
+            st = lane->iface->tl->ops->put_short(lane->tl_ep, buf, len, remote_addr, rkey->tl_rkey);
             if (st != FERRY_ERR_NO_RESOURCE)
                 return st;
         }
@@ -213,9 +212,8 @@ ferry_status_t ferry_get(ferry_ep_t *ep, void *buf, size_t len, uint64_t remote_
         memset(&local, 0, sizeof(local));
         r = &local;
     }
-    fy_op_t *op = fy_op_get(ep->worker, ep, ep->rma_native && rkey->tl_rkey ? FY_OP_GET
-                                                                             : FY_OP_RMA_EMU,
-                            r);
+    fy_op_t *op =
+        fy_op_get(ep->worker, ep, ep->rma_native && rkey->tl_rkey ? FY_OP_GET : FY_OP_RMA_EMU, r);
     if (op == NULL)
         return FERRY_ERR_NO_MEMORY;
     op->rkey = rkey;
@@ -282,22 +280,32 @@ ferry_status_t ferry_atomic(ferry_ep_t *ep, ferry_atomic_op_t aop, size_t size, 
 /* The emulation protocol's handler (both sides)                                               */
 /* ------------------------------------------------------------------------------------------ */
 
-#define AMO_APPLY(T, ptr, m, old)                                                              \
-    do {                                                                                       \
-        T *p_ = (T *)(ptr);                                                                    \
-        T v_ = (T)(m)->operand;                                                                \
-        switch ((m)->amo_op) {                                                                 \
-        case FERRY_ATOMIC_ADD: old = __atomic_fetch_add(p_, v_, __ATOMIC_SEQ_CST); break;      \
-        case FERRY_ATOMIC_AND: old = __atomic_fetch_and(p_, v_, __ATOMIC_SEQ_CST); break;      \
-        case FERRY_ATOMIC_OR: old = __atomic_fetch_or(p_, v_, __ATOMIC_SEQ_CST); break;        \
-        case FERRY_ATOMIC_XOR: old = __atomic_fetch_xor(p_, v_, __ATOMIC_SEQ_CST); break;      \
-        case FERRY_ATOMIC_SWAP: old = __atomic_exchange_n(p_, v_, __ATOMIC_SEQ_CST); break;    \
-        default: {                                                                             \
-            T c_ = (T)(m)->compare;                                                            \
-            __atomic_compare_exchange_n(p_, &c_, v_, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);   \
-            old = c_;                                                                          \
-        }                                                                                      \
-        }                                                                                      \
+#define AMO_APPLY(T, ptr, m, old)                                                                  \
+    do {                                                                                           \
+        T *p_ = (T *)(ptr);                                                                        \
+        T v_ = (T)(m)->operand;                                                                    \
+        switch ((m)->amo_op) {                                                                     \
+        case FERRY_ATOMIC_ADD:                                                                     \
+            old = __atomic_fetch_add(p_, v_, __ATOMIC_SEQ_CST);                                    \
+            break;                                                                                 \
+        case FERRY_ATOMIC_AND:                                                                     \
+            old = __atomic_fetch_and(p_, v_, __ATOMIC_SEQ_CST);                                    \
+            break;                                                                                 \
+        case FERRY_ATOMIC_OR:                                                                      \
+            old = __atomic_fetch_or(p_, v_, __ATOMIC_SEQ_CST);                                     \
+            break;                                                                                 \
+        case FERRY_ATOMIC_XOR:                                                                     \
+            old = __atomic_fetch_xor(p_, v_, __ATOMIC_SEQ_CST);                                    \
+            break;                                                                                 \
+        case FERRY_ATOMIC_SWAP:                                                                    \
+            old = __atomic_exchange_n(p_, v_, __ATOMIC_SEQ_CST);                                   \
+            break;                                                                                 \
+        default: {                                                                                 \
+            T c_ = (T)(m)->compare;                                                                \
+            __atomic_compare_exchange_n(p_, &c_, v_, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);       \
+            old = c_;                                                                              \
+        }                                                                                          \
+        }                                                                                          \
     } while (0)
 
 static void reply(ferry_ep_t *ep, fy_rma_msg_t *m, int op, ferry_status_t st, const void *data,
@@ -348,10 +356,9 @@ static ferry_status_t rma_handler(void *arg, const void *header, size_t header_l
         break;
     case RMA_AMO: {
         uint64_t old = 0;
-        st = (m.size == 4 || m.size == 8) && m.amo_op <= FERRY_ATOMIC_CSWAP &&
-                     m.addr % m.size == 0
-                 ? fy_region_check(rt, m.region_id, m.key, m.addr, m.size,
-                                   FERRY_MEM_REMOTE_ATOMIC, &local)
+        st = (m.size == 4 || m.size == 8) && m.amo_op <= FERRY_ATOMIC_CSWAP && m.addr % m.size == 0
+                 ? fy_region_check(rt, m.region_id, m.key, m.addr, m.size, FERRY_MEM_REMOTE_ATOMIC,
+                                   &local)
                  : FERRY_ERR_PROTOCOL;
         if (st == FERRY_OK) {
             if (m.size == 8)
@@ -410,4 +417,7 @@ static ferry_status_t rma_handler(void *arg, const void *header, size_t header_l
     return FERRY_OK;
 }
 
-void fy_rma_init_worker(ferry_worker_t *w) { fy_am_set_handler(w, FY_AM_ID_RMA, rma_handler, w); }
+void fy_rma_init_worker(ferry_worker_t *w)
+{
+    fy_am_set_handler(w, FY_AM_ID_RMA, rma_handler, w);
+}

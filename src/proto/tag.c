@@ -152,8 +152,12 @@ static ferry_status_t recv_rts(fy_op_t *op, ferry_ep_t *ep, uint64_t tag, size_t
     op->operand = tag;
     op->msg_len = len;
     op->peer_wait_id = sender_wait_id; /* for an ABORT */
-    fy_tag_msg_t m = {.type = TAG_CTS, .flags = (uint8_t)flags, .tag = tag, .len = len,
-                      .wait_id = sender_wait_id, .arg = op->wait_id};
+    fy_tag_msg_t m = {.type = TAG_CTS,
+                      .flags = (uint8_t)flags,
+                      .tag = tag,
+                      .len = len,
+                      .wait_id = sender_wait_id,
+                      .arg = op->wait_id};
     st = send_ctl(ep, &m);
     if (st < 0) {
         fy_hash_del(&w->waiting, op->wait_id);
@@ -209,7 +213,10 @@ static void op_unhold(fy_op_t *op)
 
 static void send_ats(fy_op_t *op, ferry_status_t status)
 {
-    fy_tag_msg_t m = {.type = TAG_ATS, .status = status, .tag = op->operand, .len = op->msg_len,
+    fy_tag_msg_t m = {.type = TAG_ATS,
+                      .status = status,
+                      .tag = op->operand,
+                      .len = op->msg_len,
                       .wait_id = op->peer_wait_id};
     ferry_status_t st = send_ctl(op->ep, &m);
     if (st < 0)
@@ -452,8 +459,7 @@ static size_t offer_get(ferry_ep_t *ep, fy_op_t *op, fy_tag_msg_t *m, uint8_t *k
     size_t nl = strlen(tl->name);
     if (scheme == FY_TAG_SCHEME_AM || (scheme == FY_TAG_SCHEME_AUTO && ep->tag_no_get) ||
         !(fi->attr.caps & FY_TL_CAP_GET) || fi->attr.max_rma == 0 || tl->ops->mem_reg == NULL ||
-        tl->ops->rkey_pack == NULL || tl->memh_size == 0 ||
-        nl + tl->rkey_packed_size > TAG_KEY_MAX)
+        tl->ops->rkey_pack == NULL || tl->memh_size == 0 || nl + tl->rkey_packed_size > TAG_KEY_MAX)
         return 0;
     void *memh = calloc(1, tl->memh_size);
     if (memh == NULL)
@@ -472,8 +478,7 @@ static size_t offer_get(ferry_ep_t *ep, fy_op_t *op, fy_tag_msg_t *m, uint8_t *k
     memcpy(key, tl->name, nl);
     st = tl->ops->rkey_pack(fi->ctl->md, memh, key + nl);
     if (st != FERRY_OK) {
-        fy_debug("%s cannot pack a key (%s): rendezvous by am", tl->name,
-                 ferry_status_string(st));
+        fy_debug("%s cannot pack a key (%s): rendezvous by am", tl->name, ferry_status_string(st));
         op_release(op);
         return 0;
     }
@@ -770,8 +775,8 @@ static void abort_send(uint64_t key, void *value, void *arg)
  * 64k stays.  The sign that reads are memory copies, not requests over a network, is the
  * lane's latency.
  */
-#define TAG_THRESH_DEFAULT  (64 * 1024)
-#define TAG_MEMORY_LATENCY  1000.0 /* ns: below this, the lane is a memory transport */
+#define TAG_THRESH_DEFAULT (64 * 1024)
+#define TAG_MEMORY_LATENCY 1000.0 /* ns: below this, the lane is a memory transport */
 
 void fy_tag_ep_init(ferry_ep_t *ep)
 {

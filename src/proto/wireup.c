@@ -168,8 +168,8 @@ static ferry_status_t lane_ep(ferry_ep_t *ep, fy_iface_t *fi, const fy_remote_if
 {
     if (pair_ep_idx[pair] < 0) {
         fy_tl_ep_t *tl_ep;
-        ferry_status_t st = fi->tl->ops->ep_create(fi->tl_iface, ri->dev_addr, ri->iface_addr,
-                                                   &tl_ep);
+        ferry_status_t st =
+            fi->tl->ops->ep_create(fi->tl_iface, ri->dev_addr, ri->iface_addr, &tl_ep);
         if (st != FERRY_OK)
             return st;
         tl_ep->owner = ep;
@@ -206,8 +206,7 @@ ferry_status_t fy_ep_connect(ferry_ep_t *ep, const void *addr, size_t len)
         fy_iface_t *fi = &w->ifaces[i];
         for (unsigned j = 0; j < ra->niface; j++) {
             fy_remote_iface_t *ri = &ra->ifaces[j];
-            if (strcmp(ri->tl, fi->tl->name) != 0 ||
-                ri->dev_addr_len != fi->attr.device_addr_len ||
+            if (strcmp(ri->tl, fi->tl->name) != 0 || ri->dev_addr_len != fi->attr.device_addr_len ||
                 ri->iface_addr_len != fi->attr.iface_addr_len ||
                 !fi->tl->ops->iface_is_reachable(fi->tl_iface, ri->dev_addr, ri->iface_addr))
                 continue;
@@ -251,10 +250,10 @@ ferry_status_t fy_ep_connect(ferry_ep_t *ep, const void *addr, size_t len)
         if (c == FY_LANE_AMO)
             ep->amo_native = 1;
     }
-    fy_debug("ep %u -> %016llx: am %s, rma %s%s, amo %s%s", ep->id,
-             (unsigned long long)ra->uuid, ep->lanes[FY_LANE_AM].iface->tl->name,
-             ep->lanes[FY_LANE_RMA].iface->tl->name, ep->rma_native ? "" : " (emulated)",
-             ep->lanes[FY_LANE_AMO].iface->tl->name, ep->amo_native ? "" : " (emulated)");
+    fy_debug("ep %u -> %016llx: am %s, rma %s%s, amo %s%s", ep->id, (unsigned long long)ra->uuid,
+             ep->lanes[FY_LANE_AM].iface->tl->name, ep->lanes[FY_LANE_RMA].iface->tl->name,
+             ep->rma_native ? "" : " (emulated)", ep->lanes[FY_LANE_AMO].iface->tl->name,
+             ep->amo_native ? "" : " (emulated)");
 out:
     free(ra);
     return st;

@@ -286,8 +286,7 @@ void fy_op_finish(fy_op_t *op, ferry_status_t st)
             req->cb(req, st);
     } else if (st != FERRY_OK && st != FERRY_ERR_CANCELED && ep != NULL && ep->err_cb != NULL &&
                ep->state != FY_EP_FAILED) {
-        fy_warn("operation without request failed on ep %u: %s", ep->id,
-                ferry_status_string(st));
+        fy_warn("operation without request failed on ep %u: %s", ep->id, ferry_status_string(st));
     }
     if (counted && ep != NULL)
         fy_ep_op_done(ep);
@@ -391,7 +390,8 @@ ferry_status_t ferry_worker_wait(ferry_worker_t *w, int timeout_ms)
     if (w == NULL)
         return FERRY_ERR_INVALID_PARAM;
     uint64_t start = fy_time_ns();
-    uint64_t deadline = timeout_ms < 0 ? UINT64_MAX : start + (uint64_t)timeout_ms * FY_NSEC_PER_MSEC;
+    uint64_t deadline =
+        timeout_ms < 0 ? UINT64_MAX : start + (uint64_t)timeout_ms * FY_NSEC_PER_MSEC;
     uint64_t spin_until = start + w->ctx->opts.spin_ns;
     uint64_t yield_until = spin_until + w->ctx->opts.yield_ns;
     int mode = w->wait_mode;
@@ -446,7 +446,10 @@ ferry_status_t ferry_worker_get_address(ferry_worker_t *w, void *buf, size_t *le
     return FERRY_OK;
 }
 
-ferry_context_t *fy_worker_context(ferry_worker_t *w) { return w->ctx; }
+ferry_context_t *fy_worker_context(ferry_worker_t *w)
+{
+    return w->ctx;
+}
 
 static const char *lane_names[FY_LANE_COUNT] = {"am", "rma", "amo"};
 
@@ -462,8 +465,9 @@ void ferry_worker_print_info(const ferry_worker_t *w, void *file)
                                                   : "block");
     for (unsigned i = 0; i < w->nifaces; i++) {
         const fy_iface_t *fi = &w->ifaces[i];
-        fprintf(f, "  [%u] %-5s %-10s latency %7.0f ns  bandwidth %7.2f GB/s  short %zu  "
-                   "bcopy %zu  zcopy %zu  caps 0x%llx\n",
+        fprintf(f,
+                "  [%u] %-5s %-10s latency %7.0f ns  bandwidth %7.2f GB/s  short %zu  "
+                "bcopy %zu  zcopy %zu  caps 0x%llx\n",
                 i, fi->tl->name, fi->tl_iface->dev_name, fi->attr.latency_ns,
                 fi->attr.bandwidth / 1e9, fi->attr.max_short, fi->attr.max_bcopy,
                 fi->attr.max_zcopy, (unsigned long long)fi->attr.caps);

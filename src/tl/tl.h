@@ -72,26 +72,26 @@ enum fy_tl_cap {
     FY_TL_CAP_AMO32 = 1u << 5,
     FY_TL_CAP_AMO64 = 1u << 6,
     FY_TL_CAP_AM_ORDERED = 1u << 7,
-    FY_TL_CAP_EVENT_FD = 1u << 8,    /* the iface can wake a sleeping worker */
+    FY_TL_CAP_EVENT_FD = 1u << 8, /* the iface can wake a sleeping worker */
     FY_TL_CAP_CONNECT_TO_IFACE = 1u << 9,
 };
 
 typedef struct fy_tl_iface_attr {
-    uint64_t caps;           /* fy_tl_cap bits */
-    double latency_ns;       /* one-way, small message */
-    double bandwidth;        /* bytes per second, large messages */
-    double overhead_ns;      /* CPU time per send */
-    size_t max_short;        /* am_short: iov total, including proto's header */
-    size_t max_bcopy;        /* am_bcopy */
-    size_t max_zcopy;        /* am_zcopy: header + data */
-    size_t max_zcopy_hdr;    /* am_zcopy header */
-    size_t max_put_short;    /* put_short */
-    size_t max_get_short;    /* get_short */
-    size_t max_rma;          /* put_zcopy / get_zcopy, one call */
-    size_t max_iov;          /* entries in an iov */
-    size_t device_addr_len;  /* bytes of iface_get_address's dev_addr */
-    size_t iface_addr_len;   /* bytes of iface_get_address's iface_addr */
-    int priority;            /* tie-breaker in lane selection, higher wins */
+    uint64_t caps;          /* fy_tl_cap bits */
+    double latency_ns;      /* one-way, small message */
+    double bandwidth;       /* bytes per second, large messages */
+    double overhead_ns;     /* CPU time per send */
+    size_t max_short;       /* am_short: iov total, including proto's header */
+    size_t max_bcopy;       /* am_bcopy */
+    size_t max_zcopy;       /* am_zcopy: header + data */
+    size_t max_zcopy_hdr;   /* am_zcopy header */
+    size_t max_put_short;   /* put_short */
+    size_t max_get_short;   /* get_short */
+    size_t max_rma;         /* put_zcopy / get_zcopy, one call */
+    size_t max_iov;         /* entries in an iov */
+    size_t device_addr_len; /* bytes of iface_get_address's dev_addr */
+    size_t iface_addr_len;  /* bytes of iface_get_address's iface_addr */
+    int priority;           /* tie-breaker in lane selection, higher wins */
 } fy_tl_iface_attr_t;
 
 typedef struct fy_tl_device {
@@ -100,7 +100,7 @@ typedef struct fy_tl_device {
 } fy_tl_device_t;
 
 typedef struct fy_tl_iface_params {
-    const char *device;   /* a name from query_devices */
+    const char *device; /* a name from query_devices */
     fy_tl_am_cb_t am_cb;
     void *am_arg;
     fy_tl_err_cb_t err_cb;
@@ -139,8 +139,7 @@ typedef struct fy_tl_ops {
     ferry_status_t (*query_devices)(fy_tl_md_t *md, fy_tl_device_t *devs, unsigned max,
                                     unsigned *count);
     /* memh is memh_size bytes of caller storage */
-    ferry_status_t (*mem_reg)(fy_tl_md_t *md, void *addr, size_t len, unsigned access,
-                              void *memh);
+    ferry_status_t (*mem_reg)(fy_tl_md_t *md, void *addr, size_t len, unsigned access, void *memh);
     void (*mem_dereg)(fy_tl_md_t *md, void *memh);
     ferry_status_t (*rkey_pack)(fy_tl_md_t *md, const void *memh, void *buf);
     ferry_status_t (*rkey_unpack)(fy_tl_md_t *md, const void *buf, void *rkey);
@@ -152,8 +151,7 @@ typedef struct fy_tl_ops {
     void (*iface_close)(fy_tl_iface_t *iface);
     void (*iface_query)(fy_tl_iface_t *iface, fy_tl_iface_attr_t *attr);
     ferry_status_t (*iface_get_address)(fy_tl_iface_t *iface, void *dev_addr, void *iface_addr);
-    int (*iface_is_reachable)(fy_tl_iface_t *iface, const void *dev_addr,
-                              const void *iface_addr);
+    int (*iface_is_reachable)(fy_tl_iface_t *iface, const void *dev_addr, const void *iface_addr);
     /* Poll: deliver received AMs, complete operations, run timers.  Returns events done. */
     unsigned (*iface_progress)(fy_tl_iface_t *iface);
     /* A file descriptor that becomes readable when progress has work; -1 if none. */
@@ -165,8 +163,8 @@ typedef struct fy_tl_ops {
     void (*iface_print)(fy_tl_iface_t *iface, FILE *f);
 
     /* endpoint */
-    ferry_status_t (*ep_create)(fy_tl_iface_t *iface, const void *dev_addr,
-                                const void *iface_addr, fy_tl_ep_t **ep_p);
+    ferry_status_t (*ep_create)(fy_tl_iface_t *iface, const void *dev_addr, const void *iface_addr,
+                                fy_tl_ep_t **ep_p);
     /* Destroy at once: outstanding operations complete with FERRY_ERR_CANCELED. */
     void (*ep_destroy)(fy_tl_ep_t *ep);
     /* All earlier operations remotely complete: OK now, or INPROGRESS + comp later. */
@@ -174,26 +172,24 @@ typedef struct fy_tl_ops {
     ferry_status_t (*ep_get_stats)(fy_tl_ep_t *ep, ferry_ep_stats_t *stats);
 
     /* active messages; iov gathers proto's header + user header + data */
-    ferry_status_t (*am_short)(fy_tl_ep_t *ep, uint8_t id, const struct iovec *iov,
-                               size_t iovcnt);
-    ferry_status_t (*am_bcopy)(fy_tl_ep_t *ep, uint8_t id, const struct iovec *iov,
-                               size_t iovcnt);
+    ferry_status_t (*am_short)(fy_tl_ep_t *ep, uint8_t id, const struct iovec *iov, size_t iovcnt);
+    ferry_status_t (*am_bcopy)(fy_tl_ep_t *ep, uint8_t id, const struct iovec *iov, size_t iovcnt);
     /* hdr (<= max_zcopy_hdr) is copied; iov is sent from user memory, which stays
      * untouched until comp. The receiver sees hdr followed by the data, contiguous. */
     ferry_status_t (*am_zcopy)(fy_tl_ep_t *ep, uint8_t id, const void *hdr, size_t hdr_len,
                                const struct iovec *iov, size_t iovcnt, fy_tl_comp_t *comp);
 
     /* RMA (remote_addr is in the target's address space, inside the rkey's region) */
-    ferry_status_t (*put_short)(fy_tl_ep_t *ep, const void *buf, size_t len,
-                                uint64_t remote_addr, const void *rkey);
+    ferry_status_t (*put_short)(fy_tl_ep_t *ep, const void *buf, size_t len, uint64_t remote_addr,
+                                const void *rkey);
     ferry_status_t (*put_zcopy)(fy_tl_ep_t *ep, const struct iovec *iov, size_t iovcnt,
                                 uint64_t remote_addr, const void *rkey, fy_tl_comp_t *comp);
     ferry_status_t (*get_zcopy)(fy_tl_ep_t *ep, const struct iovec *iov, size_t iovcnt,
                                 uint64_t remote_addr, const void *rkey, fy_tl_comp_t *comp);
     /* size 4 or 8; result NULL = non-fetching */
-    ferry_status_t (*atomic)(fy_tl_ep_t *ep, ferry_atomic_op_t op, size_t size,
-                             uint64_t operand, uint64_t compare, void *result,
-                             uint64_t remote_addr, const void *rkey, fy_tl_comp_t *comp);
+    ferry_status_t (*atomic)(fy_tl_ep_t *ep, ferry_atomic_op_t op, size_t size, uint64_t operand,
+                             uint64_t compare, void *result, uint64_t remote_addr, const void *rkey,
+                             fy_tl_comp_t *comp);
     /* optional: a small get that completes in the call (memory the transport can read at
      * once), or FERRY_ERR_NO_RESOURCE when it cannot, and proto takes the get_zcopy path */
     ferry_status_t (*get_short)(fy_tl_ep_t *ep, void *buf, size_t len, uint64_t remote_addr,
@@ -201,11 +197,11 @@ typedef struct fy_tl_ops {
 } fy_tl_ops_t;
 
 struct fy_tl_component {
-    const char *name;                 /* "self", "shm", "udp", "tcp", "ofi" */
+    const char *name; /* "self", "shm", "udp", "tcp", "ofi" */
     const char *description;
     const fy_tl_ops_t *ops;
-    const fy_config_table_t *config;  /* may be NULL */
-    size_t memh_size;                 /* 0 if no RMA */
+    const fy_config_table_t *config; /* may be NULL */
+    size_t memh_size;                /* 0 if no RMA */
     size_t rkey_packed_size;
     size_t rkey_size;
 };

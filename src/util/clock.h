@@ -13,7 +13,7 @@
 
 #define FY_NSEC_PER_USEC 1000ull
 #define FY_NSEC_PER_MSEC 1000000ull
-#define FY_NSEC_PER_SEC 1000000000ull
+#define FY_NSEC_PER_SEC  1000000000ull
 
 static inline uint64_t fy_time_ns(void)
 {
@@ -22,6 +22,9 @@ static inline uint64_t fy_time_ns(void)
     return (uint64_t)ts.tv_sec * FY_NSEC_PER_SEC + (uint64_t)ts.tv_nsec;
 }
 
-static inline double fy_time_sec(void) { return (double)fy_time_ns() / 1e9; }
+static inline double fy_time_sec(void)
+{
+    return (double)fy_time_ns() / 1e9;
+}
 
 #endif

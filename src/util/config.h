@@ -51,25 +51,29 @@ typedef struct fy_config_list {
 } fy_config_list_t;
 
 typedef struct fy_config_field {
-    const char *name;          /* e.g. "WINDOW": the variable is FERRY_<prefix>WINDOW */
-    const char *dflt;          /* default value, in the same syntax as the environment */
-    const char *doc;           /* one or two sentences: what it does, units, range */
+    const char *name; /* e.g. "WINDOW": the variable is FERRY_<prefix>WINDOW */
+    const char *dflt; /* default value, in the same syntax as the environment */
+    const char *doc;  /* one or two sentences: what it does, units, range */
     fy_config_type_t type;
-    size_t offset;             /* into the options struct */
-    const char *const *choices;/* FY_CFG_ENUM: NULL-terminated */
+    size_t offset;              /* into the options struct */
+    const char *const *choices; /* FY_CFG_ENUM: NULL-terminated */
 } fy_config_field_t;
 
 typedef struct fy_config_table {
-    const char *component;     /* "context", "udp", ... (for printing) */
-    const char *prefix;        /* "" or "UDP_" */
+    const char *component; /* "context", "udp", ... (for printing) */
+    const char *prefix;    /* "" or "UDP_" */
     const fy_config_field_t *fields;
     size_t nfields;
 } fy_config_table_t;
 
-#define FY_CONFIG_FIELD(_name, _dflt, _doc, _type, _struct, _member)                           \
-    { _name, _dflt, _doc, _type, offsetof(_struct, _member), NULL }
-#define FY_CONFIG_ENUM_FIELD(_name, _dflt, _doc, _struct, _member, _choices)                   \
-    { _name, _dflt, _doc, FY_CFG_ENUM, offsetof(_struct, _member), _choices }
+#define FY_CONFIG_FIELD(_name, _dflt, _doc, _type, _struct, _member)                               \
+    {                                                                                              \
+        _name, _dflt, _doc, _type, offsetof(_struct, _member), NULL                                \
+    }
+#define FY_CONFIG_ENUM_FIELD(_name, _dflt, _doc, _struct, _member, _choices)                       \
+    {                                                                                              \
+        _name, _dflt, _doc, FY_CFG_ENUM, offsetof(_struct, _member), _choices                      \
+    }
 
 /* Fill opts from the environment (defaults for unset variables).  On failure nothing is left
  * allocated in opts; on success the caller ends with fy_config_release(). */

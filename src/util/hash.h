@@ -20,7 +20,7 @@ typedef struct fy_hash_slot {
 
 typedef struct fy_hash {
     fy_hash_slot_t *slots;
-    size_t mask;  /* capacity - 1 */
+    size_t mask; /* capacity - 1 */
     size_t count;
 } fy_hash_t;
 
@@ -33,9 +33,13 @@ ferry_status_t fy_hash_put(fy_hash_t *h, uint64_t key, void *value);
 void *fy_hash_get(const fy_hash_t *h, uint64_t key);
 /* Remove and return the value, or NULL if absent. */
 void *fy_hash_del(fy_hash_t *h, uint64_t key);
-static inline size_t fy_hash_count(const fy_hash_t *h) { return h->count; }
+static inline size_t fy_hash_count(const fy_hash_t *h)
+{
+    return h->count;
+}
 /* Visit every entry (do not modify the map from cb). */
-void fy_hash_foreach(const fy_hash_t *h, void (*cb)(uint64_t key, void *value, void *arg), void *arg);
+void fy_hash_foreach(const fy_hash_t *h, void (*cb)(uint64_t key, void *value, void *arg),
+                     void *arg);
 /* A good 64-bit mixer, for building keys from several fields. */
 static inline uint64_t fy_hash_mix64(uint64_t x)
 {

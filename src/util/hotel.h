@@ -17,8 +17,8 @@
 #include "util/list.h"
 
 typedef struct fy_hotel_room {
-    fy_list_t link;   /* self-linked when not checked in */
-    uint64_t expiry;  /* absolute, ns */
+    fy_list_t link;  /* self-linked when not checked in */
+    uint64_t expiry; /* absolute, ns */
 } fy_hotel_room_t;
 
 struct fy_hotel;
@@ -30,9 +30,9 @@ typedef void (*fy_hotel_expire_cb_t)(struct fy_hotel *hotel, fy_hotel_room_t *ro
 
 typedef struct fy_hotel {
     fy_list_t *slots;
-    unsigned nslots;      /* power of two */
+    unsigned nslots; /* power of two */
     uint64_t tick_ns;
-    uint64_t current_tick;/* the next tick to process */
+    uint64_t current_tick; /* the next tick to process */
     size_t occupancy;
     fy_hotel_expire_cb_t expire_cb;
     void *arg;
@@ -41,14 +41,23 @@ typedef struct fy_hotel {
 ferry_status_t fy_hotel_init(fy_hotel_t *h, uint64_t tick_ns, unsigned nslots,
                              fy_hotel_expire_cb_t cb, void *arg, uint64_t now_ns);
 void fy_hotel_destroy(fy_hotel_t *h);
-static inline void fy_hotel_room_init(fy_hotel_room_t *r) { fy_list_init(&r->link); }
-static inline int fy_hotel_is_checked_in(const fy_hotel_room_t *r) { return fy_list_is_linked(&r->link); }
+static inline void fy_hotel_room_init(fy_hotel_room_t *r)
+{
+    fy_list_init(&r->link);
+}
+static inline int fy_hotel_is_checked_in(const fy_hotel_room_t *r)
+{
+    return fy_list_is_linked(&r->link);
+}
 /* Check in for stay_ns from now (re-check-in of a room moves it). */
 void fy_hotel_checkin(fy_hotel_t *h, fy_hotel_room_t *r, uint64_t stay_ns, uint64_t now_ns);
 /* Check out before expiry (no-op if not checked in). */
 void fy_hotel_checkout(fy_hotel_t *h, fy_hotel_room_t *r);
 /* Expire every room due at now_ns (expiry <= now_ns: never early); returns how many expired. */
 unsigned fy_hotel_run(fy_hotel_t *h, uint64_t now_ns);
-static inline size_t fy_hotel_occupancy(const fy_hotel_t *h) { return h->occupancy; }
+static inline size_t fy_hotel_occupancy(const fy_hotel_t *h)
+{
+    return h->occupancy;
+}
 
 #endif

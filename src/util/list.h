@@ -16,8 +16,14 @@ typedef struct fy_list {
     struct fy_list *prev, *next;
 } fy_list_t;
 
-static inline void fy_list_init(fy_list_t *head) { head->prev = head->next = head; }
-static inline int fy_list_is_empty(const fy_list_t *head) { return head->next == head; }
+static inline void fy_list_init(fy_list_t *head)
+{
+    head->prev = head->next = head;
+}
+static inline int fy_list_is_empty(const fy_list_t *head)
+{
+    return head->next == head;
+}
 
 static inline void fy_list_insert_between(fy_list_t *e, fy_list_t *prev, fy_list_t *next)
 {
@@ -41,7 +47,10 @@ static inline void fy_list_del(fy_list_t *e)
     e->next->prev = e->prev;
     e->prev = e->next = e;
 }
-static inline int fy_list_is_linked(const fy_list_t *e) { return e->next != e; }
+static inline int fy_list_is_linked(const fy_list_t *e)
+{
+    return e->next != e;
+}
 static inline fy_list_t *fy_list_pop_head(fy_list_t *head)
 {
     fy_list_t *e = head->next;
@@ -60,8 +69,9 @@ static inline size_t fy_list_length(const fy_list_t *head)
 
 #define fy_list_for_each(pos, head) for ((pos) = (head)->next; (pos) != (head); (pos) = (pos)->next)
 /* Safe against removal of pos during the walk. */
-#define fy_list_for_each_safe(pos, tmp, head)                                                  \
-    for ((pos) = (head)->next, (tmp) = (pos)->next; (pos) != (head); (pos) = (tmp), (tmp) = (pos)->next)
+#define fy_list_for_each_safe(pos, tmp, head)                                                      \
+    for ((pos) = (head)->next, (tmp) = (pos)->next; (pos) != (head);                               \
+         (pos) = (tmp), (tmp) = (pos)->next)
 
 /* A singly linked FIFO queue: O(1) push at tail, pop at head. */
 typedef struct fy_qelem {
@@ -78,7 +88,10 @@ static inline void fy_queue_init(fy_queue_t *q)
     q->head = NULL;
     q->ptail = &q->head;
 }
-static inline int fy_queue_is_empty(const fy_queue_t *q) { return q->head == NULL; }
+static inline int fy_queue_is_empty(const fy_queue_t *q)
+{
+    return q->head == NULL;
+}
 static inline void fy_queue_push(fy_queue_t *q, fy_qelem_t *e)
 {
     e->next = NULL;
@@ -102,6 +115,9 @@ static inline fy_qelem_t *fy_queue_pop(fy_queue_t *q)
     }
     return e;
 }
-static inline fy_qelem_t *fy_queue_peek(const fy_queue_t *q) { return q->head; }
+static inline fy_qelem_t *fy_queue_peek(const fy_queue_t *q)
+{
+    return q->head;
+}
 
 #endif

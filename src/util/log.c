@@ -72,9 +72,15 @@ static void log_init_once(void)
     }
 }
 
-void fy_log_init(void) { pthread_once(&log_once, log_init_once); }
+void fy_log_init(void)
+{
+    pthread_once(&log_once, log_init_once);
+}
 
-void fy_log_set_rank(int rank) { log_rank = rank; }
+void fy_log_set_rank(int rank)
+{
+    log_rank = rank;
+}
 
 void fy_log_emit(fy_log_level_t level, const char *file, int line, const char *fmt, ...)
 {

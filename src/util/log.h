@@ -30,15 +30,15 @@ void fy_log_emit(fy_log_level_t level, const char *file, int line, const char *f
 /* Tag every line with a rank (set by the bootstrap once known; -1 = none). */
 void fy_log_set_rank(int rank);
 
-#define fy_log(level, ...)                                                                     \
-    do {                                                                                       \
-        if ((int)(level) <= fy_log_level_current)                                              \
-            fy_log_emit((level), __FILE__, __LINE__, __VA_ARGS__);                             \
+#define fy_log(level, ...)                                                                         \
+    do {                                                                                           \
+        if ((int)(level) <= fy_log_level_current)                                                  \
+            fy_log_emit((level), __FILE__, __LINE__, __VA_ARGS__);                                 \
     } while (0)
 
 #define fy_error(...) fy_log(FY_LOG_ERROR, __VA_ARGS__)
-#define fy_warn(...) fy_log(FY_LOG_WARN, __VA_ARGS__)
-#define fy_info(...) fy_log(FY_LOG_INFO, __VA_ARGS__)
+#define fy_warn(...)  fy_log(FY_LOG_WARN, __VA_ARGS__)
+#define fy_info(...)  fy_log(FY_LOG_INFO, __VA_ARGS__)
 #define fy_debug(...) fy_log(FY_LOG_DEBUG, __VA_ARGS__)
 #define fy_trace(...) fy_log(FY_LOG_TRACE, __VA_ARGS__)
 

@@ -18,11 +18,11 @@ typedef struct fy_mpool_chunk fy_mpool_chunk_t;
 typedef struct fy_mpool {
     void *free_list;
     fy_mpool_chunk_t *chunks;
-    size_t elem_size;   /* rounded up to alignment */
+    size_t elem_size; /* rounded up to alignment */
     size_t align;
     size_t per_chunk;
-    size_t max_elems;   /* 0 = unlimited */
-    size_t allocated;   /* objects carved so far */
+    size_t max_elems; /* 0 = unlimited */
+    size_t allocated; /* objects carved so far */
     size_t in_use;
     const char *name;
 } fy_mpool_t;

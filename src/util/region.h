@@ -38,8 +38,8 @@ ferry_status_t fy_region_add(fy_region_table_t *t, void *addr, size_t len, unsig
 ferry_status_t fy_region_remove(fy_region_table_t *t, uint64_t id);
 /* FERRY_OK, or FERRY_ERR_ACCESS_DENIED (unknown id, wrong key, out of bounds, no right).
  * On OK, *local_addr is where the access lands in this process. */
-ferry_status_t fy_region_check(fy_region_table_t *t, uint64_t id, uint64_t key,
-                               uint64_t addr, size_t len, unsigned access, void **local_addr);
+ferry_status_t fy_region_check(fy_region_table_t *t, uint64_t id, uint64_t key, uint64_t addr,
+                               size_t len, unsigned access, void **local_addr);
 /* A random 64-bit value from the kernel (getrandom), for keys and ids. */
 uint64_t fy_random64(void);
 

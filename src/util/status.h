@@ -9,12 +9,12 @@
 /* Map an errno value to the closest status (EAGAIN -> NO_RESOURCE, ECONNRESET -> ...). */
 ferry_status_t fy_status_from_errno(int err);
 
-#define FY_UNLIKELY(x) __builtin_expect(!!(x), 0)
-#define FY_LIKELY(x) __builtin_expect(!!(x), 1)
-#define FY_ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
-#define FY_MIN(a, b) ((a) < (b) ? (a) : (b))
-#define FY_MAX(a, b) ((a) > (b) ? (a) : (b))
+#define FY_UNLIKELY(x)    __builtin_expect(!!(x), 0)
+#define FY_LIKELY(x)      __builtin_expect(!!(x), 1)
+#define FY_ARRAY_SIZE(a)  (sizeof(a) / sizeof((a)[0]))
+#define FY_MIN(a, b)      ((a) < (b) ? (a) : (b))
+#define FY_MAX(a, b)      ((a) > (b) ? (a) : (b))
 #define FY_ALIGN_UP(x, a) ((((x) + (a)-1) / (a)) * (a))
-#define FY_CACHE_LINE 64
+#define FY_CACHE_LINE     64
 
 #endif

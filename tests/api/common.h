@@ -25,8 +25,8 @@ static inline void pair_open(pair_t *p)
         FY_ASSERT_STATUS(ferry_worker_get_address(p->w[1 - i], NULL, &len), FERRY_ERR_TRUNCATED);
         void *addr = malloc(len);
         FY_ASSERT_OK(ferry_worker_get_address(p->w[1 - i], addr, &len));
-        ferry_ep_params_t ep = {.field_mask = FERRY_EP_FIELD_ADDRESS, .address = addr,
-                                .address_len = len};
+        ferry_ep_params_t ep = {
+            .field_mask = FERRY_EP_FIELD_ADDRESS, .address = addr, .address_len = len};
         FY_ASSERT_OK(ferry_ep_create(p->w[i], &ep, &p->ep[i]));
         free(addr);
     }

@@ -202,8 +202,8 @@ static void worker_to_itself(void)
     char addr[4096];
     size_t len = sizeof(addr);
     FY_ASSERT_OK(ferry_worker_get_address(w, addr, &len));
-    ferry_ep_params_t ep = {.field_mask = FERRY_EP_FIELD_ADDRESS, .address = addr,
-                            .address_len = len};
+    ferry_ep_params_t ep = {
+        .field_mask = FERRY_EP_FIELD_ADDRESS, .address = addr, .address_len = len};
     ferry_ep_t *e;
     FY_ASSERT_OK(ferry_ep_create(w, &ep, &e));
     rx_t rx = {0};

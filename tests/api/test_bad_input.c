@@ -152,7 +152,8 @@ static void bad_rma_args(void)
     uint64_t target[8] = {0};
     ferry_mem_params_t mp = {.field_mask = FERRY_MEM_FIELD_ADDRESS | FERRY_MEM_FIELD_LENGTH |
                                            FERRY_MEM_FIELD_ACCESS,
-                             .address = target, .length = sizeof(target),
+                             .address = target,
+                             .length = sizeof(target),
                              .access = FERRY_MEM_REMOTE_READ};
     ferry_mem_t *mem;
     FY_ASSERT_OK(ferry_mem_map(p.ctx, &mp, &mem));

@@ -5,7 +5,6 @@
  */
 #include "common.h"
 
-
 /* Blocking forms progress only their own worker; in one thread the target must be progressed
  * too, so every call here takes a request and both workers are pumped until it completes. */
 static ferry_request_t the_req;
@@ -104,24 +103,31 @@ static void atomics(void)
     uint64_t base = (uint64_t)(uintptr_t)t.buf;
     uint64_t old = 0;
     for (int i = 0; i < 1000; i++)
-        FY_ASSERT_OK(run(&p, ferry_atomic(p.ep[0], FERRY_ATOMIC_ADD, 8, 3, 0, NULL, base, t.rk, rq())));
+        FY_ASSERT_OK(
+            run(&p, ferry_atomic(p.ep[0], FERRY_ATOMIC_ADD, 8, 3, 0, NULL, base, t.rk, rq())));
     FY_ASSERT_OK(run(&p, ferry_atomic(p.ep[0], FERRY_ATOMIC_ADD, 8, 1, 0, &old, base, t.rk, rq())));
     FY_ASSERT_U64_EQ(old, 3000);
     FY_ASSERT_U64_EQ(t.buf[0], 3001);
-    FY_ASSERT_OK(run(&p, ferry_atomic(p.ep[0], FERRY_ATOMIC_SWAP, 8, 77, 0, &old, base, t.rk, rq())));
+    FY_ASSERT_OK(
+        run(&p, ferry_atomic(p.ep[0], FERRY_ATOMIC_SWAP, 8, 77, 0, &old, base, t.rk, rq())));
     FY_ASSERT_U64_EQ(old, 3001);
-    FY_ASSERT_OK(run(&p, ferry_atomic(p.ep[0], FERRY_ATOMIC_CSWAP, 8, 88, 76, &old, base, t.rk, rq())));
+    FY_ASSERT_OK(
+        run(&p, ferry_atomic(p.ep[0], FERRY_ATOMIC_CSWAP, 8, 88, 76, &old, base, t.rk, rq())));
     FY_ASSERT_U64_EQ(old, 77); /* compare failed */
     FY_ASSERT_U64_EQ(t.buf[0], 77);
-    FY_ASSERT_OK(run(&p, ferry_atomic(p.ep[0], FERRY_ATOMIC_CSWAP, 8, 88, 77, &old, base, t.rk, rq())));
+    FY_ASSERT_OK(
+        run(&p, ferry_atomic(p.ep[0], FERRY_ATOMIC_CSWAP, 8, 88, 77, &old, base, t.rk, rq())));
     FY_ASSERT_U64_EQ(t.buf[0], 88);
     uint32_t old32 = 0;
     uint32_t *w32 = (uint32_t *)&t.buf[1];
     *w32 = 0xf0;
-    FY_ASSERT_OK(run(&p, ferry_atomic(p.ep[0], FERRY_ATOMIC_OR, 4, 0x0f, 0, &old32, base + 8, t.rk, rq())));
+    FY_ASSERT_OK(
+        run(&p, ferry_atomic(p.ep[0], FERRY_ATOMIC_OR, 4, 0x0f, 0, &old32, base + 8, t.rk, rq())));
     FY_ASSERT_EQ(old32, 0xf0);
-    FY_ASSERT_OK(run(&p, ferry_atomic(p.ep[0], FERRY_ATOMIC_AND, 4, 0x3c, 0, NULL, base + 8, t.rk, rq())));
-    FY_ASSERT_OK(run(&p, ferry_atomic(p.ep[0], FERRY_ATOMIC_XOR, 4, 0x01, 0, NULL, base + 8, t.rk, rq())));
+    FY_ASSERT_OK(
+        run(&p, ferry_atomic(p.ep[0], FERRY_ATOMIC_AND, 4, 0x3c, 0, NULL, base + 8, t.rk, rq())));
+    FY_ASSERT_OK(
+        run(&p, ferry_atomic(p.ep[0], FERRY_ATOMIC_XOR, 4, 0x01, 0, NULL, base + 8, t.rk, rq())));
     FY_ASSERT_OK(flush(&p));
     FY_ASSERT_EQ(*w32, 0x3d);
     target_close(&p, &t, 1);

@@ -88,18 +88,32 @@ static void roundtrip(size_t len, int recv_first)
     pair_close(&p);
 }
 
-static void eager_expected(void) { roundtrip(1000, 1); }
-static void eager_unexpected(void) { roundtrip(1000, 0); }
-static void rndv_expected(void) { roundtrip(3 << 20, 1); }
-static void rndv_unexpected(void) { roundtrip(3 << 20, 0); }
-static void zero_bytes(void) { roundtrip(0, 0); }
+static void eager_expected(void)
+{
+    roundtrip(1000, 1);
+}
+static void eager_unexpected(void)
+{
+    roundtrip(1000, 0);
+}
+static void rndv_expected(void)
+{
+    roundtrip(3 << 20, 1);
+}
+static void rndv_unexpected(void)
+{
+    roundtrip(3 << 20, 0);
+}
+static void zero_bytes(void)
+{
+    roundtrip(0, 0);
+}
 
 /* Every size class, both ways of meeting: around the thresholds (8k on shm, 64k on self) and
  * up to 64 MiB. */
 static void rndv_sizes(void)
 {
-    static const size_t sizes[] = {1, 8175, 8176, 8177, 65535, 65536, 65537, 300001,
-                                   (1 << 20) + 3};
+    static const size_t sizes[] = {1, 8175, 8176, 8177, 65535, 65536, 65537, 300001, (1 << 20) + 3};
     for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++)
         for (int first = 0; first < 2; first++)
             roundtrip(sizes[i], first);
@@ -161,7 +175,8 @@ static void truncation(void)
         char *src = malloc(len), *dst = calloc(1, len);
         fill_pattern(src, len, 1);
         done_t ds = {0, 0}, dr = {0, 0};
-        ferry_request_t rs = {.cb = req_cb, .user_data = &ds}, rr = {.cb = req_cb, .user_data = &dr};
+        ferry_request_t rs = {.cb = req_cb, .user_data = &ds},
+                        rr = {.cb = req_cb, .user_data = &dr};
         ferry_status_t str = ferry_tag_recv(p.w[1], dst, len / 2, 9, ~0ull, &rr);
         ferry_status_t sts = ferry_tag_send(p.ep[0], 9, src, len, &rs);
         FY_ASSERT_STATUS(finish(&p, str, &rr, &dr), FERRY_ERR_MESSAGE_TRUNCATED);
@@ -356,8 +371,8 @@ static void rndv_sender_force_close(void)
     FY_ASSERT_STATUS(ferry_worker_get_address(p.w[1], NULL, &alen), FERRY_ERR_TRUNCATED);
     void *addr = malloc(alen);
     FY_ASSERT_OK(ferry_worker_get_address(p.w[1], addr, &alen));
-    ferry_ep_params_t ep = {.field_mask = FERRY_EP_FIELD_ADDRESS, .address = addr,
-                            .address_len = alen};
+    ferry_ep_params_t ep = {
+        .field_mask = FERRY_EP_FIELD_ADDRESS, .address = addr, .address_len = alen};
     FY_ASSERT_OK(ferry_ep_create(p.w[0], &ep, &p.ep[0]));
     free(addr);
     src = malloc(len);

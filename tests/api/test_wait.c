@@ -34,7 +34,8 @@ static void timeout_when_idle(void)
         clock_gettime(CLOCK_MONOTONIC, &t1);
         FY_ASSERT_STATUS(st, FERRY_ERR_TIMED_OUT);
         double ms = (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6;
-        FY_ASSERT_MSG(ms >= 45, "wait(%s) returned after %.1f ms, before its timeout", modes[m], ms);
+        FY_ASSERT_MSG(ms >= 45, "wait(%s) returned after %.1f ms, before its timeout", modes[m],
+                      ms);
         pair_close(&p);
     }
     unsetenv("FERRY_WAIT");

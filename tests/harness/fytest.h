@@ -34,36 +34,39 @@ typedef struct fytest_case {
     void (*fn)(void);
 } fytest_case_t;
 
-#define FYTEST_CASE(fn) {#fn, fn}
+#define FYTEST_CASE(fn)                                                                            \
+    {                                                                                              \
+#fn, fn                                                                                    \
+    }
 
 static const char *fytest_current = "?";
 
-#define FYTEST_FAIL(...)                                                                       \
-    do {                                                                                       \
-        fprintf(stderr, "FAIL %s (%s:%d): ", fytest_current, __FILE__, __LINE__);              \
-        fprintf(stderr, __VA_ARGS__);                                                          \
-        fprintf(stderr, "\n");                                                                 \
-        fflush(stderr);                                                                        \
-        abort();                                                                               \
+#define FYTEST_FAIL(...)                                                                           \
+    do {                                                                                           \
+        fprintf(stderr, "FAIL %s (%s:%d): ", fytest_current, __FILE__, __LINE__);                  \
+        fprintf(stderr, __VA_ARGS__);                                                              \
+        fprintf(stderr, "\n");                                                                     \
+        fflush(stderr);                                                                            \
+        abort();                                                                                   \
     } while (0)
 
-#define FY_ASSERT(cond)                                                                        \
-    do {                                                                                       \
-        if (!(cond))                                                                           \
-            FYTEST_FAIL("assertion failed: %s", #cond);                                        \
+#define FY_ASSERT(cond)                                                                            \
+    do {                                                                                           \
+        if (!(cond))                                                                               \
+            FYTEST_FAIL("assertion failed: %s", #cond);                                            \
     } while (0)
 
-#define FY_ASSERT_MSG(cond, ...)                                                               \
-    do {                                                                                       \
-        if (!(cond))                                                                           \
-            FYTEST_FAIL(__VA_ARGS__);                                                          \
+#define FY_ASSERT_MSG(cond, ...)                                                                   \
+    do {                                                                                           \
+        if (!(cond))                                                                               \
+            FYTEST_FAIL(__VA_ARGS__);                                                              \
     } while (0)
 
-#define FYTEST_CMP_(a, b, op)                                                                  \
-    do {                                                                                       \
-        long long fy_a_ = (long long)(a), fy_b_ = (long long)(b);                              \
-        if (!(fy_a_ op fy_b_))                                                                 \
-            FYTEST_FAIL("expected %s %s %s, got %lld vs %lld", #a, #op, #b, fy_a_, fy_b_);     \
+#define FYTEST_CMP_(a, b, op)                                                                      \
+    do {                                                                                           \
+        long long fy_a_ = (long long)(a), fy_b_ = (long long)(b);                                  \
+        if (!(fy_a_ op fy_b_))                                                                     \
+            FYTEST_FAIL("expected %s %s %s, got %lld vs %lld", #a, #op, #b, fy_a_, fy_b_);         \
     } while (0)
 
 #define FY_ASSERT_EQ(a, b) FYTEST_CMP_(a, b, ==)
@@ -73,40 +76,40 @@ static const char *fytest_current = "?";
 #define FY_ASSERT_GT(a, b) FYTEST_CMP_(a, b, >)
 #define FY_ASSERT_GE(a, b) FYTEST_CMP_(a, b, >=)
 
-#define FY_ASSERT_U64_EQ(a, b)                                                                 \
-    do {                                                                                       \
-        uint64_t fy_a_ = (uint64_t)(a), fy_b_ = (uint64_t)(b);                                 \
-        if (fy_a_ != fy_b_)                                                                    \
-            FYTEST_FAIL("expected %s == %s, got %" PRIu64 " vs %" PRIu64, #a, #b, fy_a_,       \
-                        fy_b_);                                                                \
+#define FY_ASSERT_U64_EQ(a, b)                                                                     \
+    do {                                                                                           \
+        uint64_t fy_a_ = (uint64_t)(a), fy_b_ = (uint64_t)(b);                                     \
+        if (fy_a_ != fy_b_)                                                                        \
+            FYTEST_FAIL("expected %s == %s, got %" PRIu64 " vs %" PRIu64, #a, #b, fy_a_, fy_b_);   \
     } while (0)
 
-#define FY_ASSERT_STR_EQ(a, b)                                                                 \
-    do {                                                                                       \
-        const char *fy_a_ = (a), *fy_b_ = (b);                                                 \
-        if (fy_a_ == NULL || fy_b_ == NULL || strcmp(fy_a_, fy_b_) != 0)                       \
-            FYTEST_FAIL("expected %s == %s, got \"%s\" vs \"%s\"", #a, #b,                     \
-                        fy_a_ ? fy_a_ : "(null)", fy_b_ ? fy_b_ : "(null)");                   \
+#define FY_ASSERT_STR_EQ(a, b)                                                                     \
+    do {                                                                                           \
+        const char *fy_a_ = (a), *fy_b_ = (b);                                                     \
+        if (fy_a_ == NULL || fy_b_ == NULL || strcmp(fy_a_, fy_b_) != 0)                           \
+            FYTEST_FAIL("expected %s == %s, got \"%s\" vs \"%s\"", #a, #b,                         \
+                        fy_a_ ? fy_a_ : "(null)", fy_b_ ? fy_b_ : "(null)");                       \
     } while (0)
 
-#define FY_ASSERT_STATUS(st, expected)                                                         \
-    do {                                                                                       \
-        ferry_status_t fy_s_ = (st), fy_e_ = (expected);                                       \
-        if (fy_s_ != fy_e_)                                                                    \
-            FYTEST_FAIL("%s: expected %d (%s), got %d (%s)", #st, fy_e_,                       \
-                        ferry_status_string(fy_e_), fy_s_, ferry_status_string(fy_s_));        \
+#define FY_ASSERT_STATUS(st, expected)                                                             \
+    do {                                                                                           \
+        ferry_status_t fy_s_ = (st), fy_e_ = (expected);                                           \
+        if (fy_s_ != fy_e_)                                                                        \
+            FYTEST_FAIL("%s: expected %d (%s), got %d (%s)", #st, fy_e_,                           \
+                        ferry_status_string(fy_e_), fy_s_, ferry_status_string(fy_s_));            \
     } while (0)
 
 #define FY_ASSERT_OK(st) FY_ASSERT_STATUS(st, FERRY_OK)
 
-#define FY_ASSERT_MEM_EQ(a, b, n)                                                              \
-    do {                                                                                       \
-        const unsigned char *fy_a_ = (const unsigned char *)(a), *fy_b_ = (const unsigned char *)(b); \
-        size_t fy_n_ = (n);                                                                    \
-        for (size_t fy_i_ = 0; fy_i_ < fy_n_; fy_i_++)                                         \
-            if (fy_a_[fy_i_] != fy_b_[fy_i_])                                                  \
-                FYTEST_FAIL("%s and %s differ at byte %zu of %zu: 0x%02x vs 0x%02x", #a, #b,   \
-                            fy_i_, fy_n_, fy_a_[fy_i_], fy_b_[fy_i_]);                         \
+#define FY_ASSERT_MEM_EQ(a, b, n)                                                                  \
+    do {                                                                                           \
+        const unsigned char *fy_a_ = (const unsigned char *)(a),                                   \
+                            *fy_b_ = (const unsigned char *)(b);                                   \
+        size_t fy_n_ = (n);                                                                        \
+        for (size_t fy_i_ = 0; fy_i_ < fy_n_; fy_i_++)                                             \
+            if (fy_a_[fy_i_] != fy_b_[fy_i_])                                                      \
+                FYTEST_FAIL("%s and %s differ at byte %zu of %zu: 0x%02x vs 0x%02x", #a, #b,       \
+                            fy_i_, fy_n_, fy_a_[fy_i_], fy_b_[fy_i_]);                             \
     } while (0)
 
 static int fytest_run_one(const fytest_case_t *c, int nofork, unsigned timeout)
@@ -181,18 +184,18 @@ static int fytest_main(int argc, char **argv, const fytest_case_t *cases, size_t
     return failed ? 1 : 0;
 }
 
-#define FYTEST_MAIN(...)                                                                       \
-    int main(int argc, char **argv)                                                            \
-    {                                                                                          \
-        static const fytest_case_t cases[] = {__VA_ARGS__};                                    \
-        return fytest_main(argc, argv, cases, sizeof(cases) / sizeof(cases[0]), 0);           \
+#define FYTEST_MAIN(...)                                                                           \
+    int main(int argc, char **argv)                                                                \
+    {                                                                                              \
+        static const fytest_case_t cases[] = {__VA_ARGS__};                                        \
+        return fytest_main(argc, argv, cases, sizeof(cases) / sizeof(cases[0]), 0);                \
     }
 
-#define FYTEST_MAIN_INPROC(...)                                                                \
-    int main(int argc, char **argv)                                                            \
-    {                                                                                          \
-        static const fytest_case_t cases[] = {__VA_ARGS__};                                    \
-        return fytest_main(argc, argv, cases, sizeof(cases) / sizeof(cases[0]), 1);           \
+#define FYTEST_MAIN_INPROC(...)                                                                    \
+    int main(int argc, char **argv)                                                                \
+    {                                                                                              \
+        static const fytest_case_t cases[] = {__VA_ARGS__};                                        \
+        return fytest_main(argc, argv, cases, sizeof(cases) / sizeof(cases[0]), 1);                \
     }
 
 #endif

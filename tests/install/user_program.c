@@ -23,8 +23,8 @@ int main(void)
     if (ferry_context_create(NULL, &ctx) != FERRY_OK || ferry_worker_create(ctx, NULL, &a) ||
         ferry_worker_create(ctx, NULL, &b) || ferry_worker_get_address(b, addr, &len))
         return 1;
-    ferry_ep_params_t p = {.field_mask = FERRY_EP_FIELD_ADDRESS, .address = addr,
-                           .address_len = len};
+    ferry_ep_params_t p = {
+        .field_mask = FERRY_EP_FIELD_ADDRESS, .address = addr, .address_len = len};
     if (ferry_ep_create(a, &p, &ep) || ferry_worker_set_am_handler(b, 1, on_msg, NULL))
         return 1;
     const char *msg = "hello from an installed ferry";

@@ -50,9 +50,8 @@ static ferry_status_t on_data(void *arg, const void *header, size_t header_len, 
         FYTEST_FAIL("bad source rank %d", h.src);
     peer_rx_t *p = &rx[h.src];
     if (h.seq != p->next_seq || !fy_pattern_ok(data, len, h.seed)) {
-        fprintf(stderr, "rank %d: from %d seq %u (expected %u) len %zu: %s\n", rank, h.src,
-                h.seq, p->next_seq, len,
-                fy_pattern_ok(data, len, h.seed) ? "out of order" : "corrupt");
+        fprintf(stderr, "rank %d: from %d seq %u (expected %u) len %zu: %s\n", rank, h.src, h.seq,
+                p->next_seq, len, fy_pattern_ok(data, len, h.seed) ? "out of order" : "corrupt");
         p->bad++;
     }
     p->next_seq = h.seq + 1;
@@ -102,8 +101,8 @@ static void wait_counts(unsigned expected_from_each, int only_rank0)
 
 static void alltoall_sizes(void)
 {
-    static const size_t sizes[] = {0, 1, 8, 63, 64, 1000, 4096, 8191, 65536, 300000, 1 << 20,
-                                   4 << 20};
+    static const size_t sizes[] = {0,    1,    8,     63,     64,      1000,
+                                   4096, 8191, 65536, 300000, 1 << 20, 4 << 20};
     unsigned n = sizeof(sizes) / sizeof(sizes[0]);
     reset_rx();
     FY_ASSERT_OK(ferry_world_barrier(world));
@@ -171,7 +170,8 @@ static ferry_status_t on_rkey(void *arg, const void *header, size_t header_len, 
 static ferry_mem_t *share_region(size_t len, void **addr, int to_all)
 {
     ferry_mem_params_t mp = {.field_mask = FERRY_MEM_FIELD_LENGTH | FERRY_MEM_FIELD_FLAGS,
-                             .length = len, .flags = FERRY_MEM_ALLOCATE};
+                             .length = len,
+                             .flags = FERRY_MEM_ALLOCATE};
     ferry_mem_t *mem;
     FY_ASSERT_OK(ferry_mem_map(ctx, &mp, &mem));
     FY_ASSERT_OK(ferry_mem_query(mem, addr, NULL));

@@ -95,10 +95,31 @@ static void rx_main(int rfd, int wfd, void *arg)
     tp_close(&p);
 }
 
-static const size_t sweep[] = {
-    0,    1,    7,    8,    15,   16,    17,    64,      111,           112,     113,     1000,
-    4095, 4096, 8191, 8192, 8193, 12345, 65536, 1 << 20, (1 << 20) + 3, (2 << 20) - 64,
-    (2 << 20) + 1, 4 << 20, 64 << 20};
+static const size_t sweep[] = {0,
+                               1,
+                               7,
+                               8,
+                               15,
+                               16,
+                               17,
+                               64,
+                               111,
+                               112,
+                               113,
+                               1000,
+                               4095,
+                               4096,
+                               8191,
+                               8192,
+                               8193,
+                               12345,
+                               65536,
+                               1 << 20,
+                               (1 << 20) + 3,
+                               (2 << 20) - 64,
+                               (2 << 20) + 1,
+                               4 << 20,
+                               64 << 20};
 
 /* Send sweep[] twice (natural op choice, then all zcopy); each zcopy waits for its
  * completion.  Returns the chunks the receiver got. */
@@ -214,10 +235,9 @@ static void run_mixed(uint64_t delay_ns)
 {
     static rx_args_t a;
     const unsigned long total = delay_ns != 0 ? 4000 : 20000;
-    a = (rx_args_t){.check = {.sizes = mix,
-                              .nsizes = FY_ARRAY_SIZE(mix),
-                              .expected = total,
-                              .delay_ns = delay_ns}};
+    a = (rx_args_t){
+        .check = {
+            .sizes = mix, .nsizes = FY_ARRAY_SIZE(mix), .expected = total, .delay_ns = delay_ns}};
     tchild_t c = tc_spawn(rx_main, &a);
     tproc_t p;
     tp_open(&p, ev_cb, NULL);

@@ -517,11 +517,11 @@ static void malformed_cells(void)
     memset(junk, 0xab, sizeof(junk));
     shm_obox_desc_t d = {.from = si->addr, .len = 100, .gen = 1};
     unsigned n = 0;
-    inject(ep, 99, 0, 8, junk, 8, NULL, 0), n++;                         /* unknown type */
+    inject(ep, 99, 0, 8, junk, 8, NULL, 0), n++;                               /* unknown type */
     inject(ep, SHM_CELL_SHORT, FY_TL_AM_ID_MAX + 1, 8, junk, 8, NULL, 0), n++; /* bad id */
-    inject(ep, SHM_CELL_SHORT, 1, 4096, junk, 8, NULL, 0), n++;          /* over the cell */
+    inject(ep, SHM_CELL_SHORT, 1, 4096, junk, 8, NULL, 0), n++;                /* over the cell */
     inject(ep, SHM_CELL_BCOPY, 1, si->bcopy_size + 1, NULL, 0, NULL, 0), n++;
-    inject(ep, SHM_CELL_PULL, 1, 8, NULL, 0, junk, 8), n++;              /* short descriptor */
+    inject(ep, SHM_CELL_PULL, 1, 8, NULL, 0, junk, 8), n++; /* short descriptor */
     inject(ep, SHM_CELL_OUTBOX, 1, sizeof(d) - 1, NULL, 0, &d, sizeof(d)), n++;
     d.off = si->obox_off + si->obox_size; /* past the outbox */
     inject(ep, SHM_CELL_OUTBOX, 1, sizeof(d), NULL, 0, &d, sizeof(d)), n++;
@@ -630,13 +630,11 @@ static void bad_config(void)
 {
     const fy_tl_component_t *tl = fy_tl_find("shm");
     FY_ASSERT(tl != NULL && tl->config != NULL);
-    static const char *const cases[][2] = {{"FERRY_SHM_RING_SIZE", "100"},
-                                           {"FERRY_SHM_RING_SIZE", "4"},
-                                           {"FERRY_SHM_CELL_SIZE", "96"},
-                                           {"FERRY_SHM_BCOPY_SIZE", "1k"},
-                                           {"FERRY_SHM_CMA", "maybe"},
-                                           {"FERRY_SHM_OUTBOX_SIZE", "5000"},
-                                           {"FERRY_SHM_OUTBOX_MAX", "8m"}};
+    static const char *const cases[][2] = {
+        {"FERRY_SHM_RING_SIZE", "100"}, {"FERRY_SHM_RING_SIZE", "4"},
+        {"FERRY_SHM_CELL_SIZE", "96"},  {"FERRY_SHM_BCOPY_SIZE", "1k"},
+        {"FERRY_SHM_CMA", "maybe"},     {"FERRY_SHM_OUTBOX_SIZE", "5000"},
+        {"FERRY_SHM_OUTBOX_MAX", "8m"}};
     for (size_t i = 0; i < FY_ARRAY_SIZE(cases); i++) {
         setenv(cases[i][0], cases[i][1], 1);
         fy_tl_md_t *md = NULL;
@@ -665,6 +663,6 @@ static void bad_config(void)
 }
 
 FYTEST_MAIN(FYTEST_CASE(receiver_killed), FYTEST_CASE(outbox_receiver_killed),
-            FYTEST_CASE(sender_killed), FYTEST_CASE(dead_claim),
-            FYTEST_CASE(peer_closed), FYTEST_CASE(destroy_cancels), FYTEST_CASE(destroy_mid_push),
+            FYTEST_CASE(sender_killed), FYTEST_CASE(dead_claim), FYTEST_CASE(peer_closed),
+            FYTEST_CASE(destroy_cancels), FYTEST_CASE(destroy_mid_push),
             FYTEST_CASE(malformed_cells), FYTEST_CASE(addresses), FYTEST_CASE(bad_config))

@@ -277,8 +277,7 @@ static inline void stream_prefetch(shm_ep_t *ep, uint32_t ticket)
 {
     uint64_t rx = ep->iface->stats.rx_msgs;
     if (rx == ep->last_rx)
-        shm_prefetchw(
-            shm_cell_at(ep->cells, ep->cell_shift, ep->mask, ticket + SHM_STREAM_AHEAD));
+        shm_prefetchw(shm_cell_at(ep->cells, ep->cell_shift, ep->mask, ticket + SHM_STREAM_AHEAD));
     ep->last_rx = rx;
 }
 
@@ -506,8 +505,7 @@ static shm_obox_entry_t *obox_alloc(shm_iface_t *iface, uint64_t need, shm_peer_
             return NULL;
         }
     }
-    shm_obox_entry_t *e =
-        &iface->obox_q[(iface->obox_first + iface->obox_count) % SHM_OBOX_QMAX];
+    shm_obox_entry_t *e = &iface->obox_q[(iface->obox_first + iface->obox_count) % SHM_OBOX_QMAX];
     e->off = start;
     e->size = need;
     e->gen = ++iface->obox_gen;
@@ -530,9 +528,8 @@ static int obox_send(shm_ep_t *ep, uint8_t id, const void *hdr, size_t hdr_len,
     /* Copy first and claim after, so that no other sender's message waits behind our copy in
      * the ring; a look at the tail cell first saves a copy that could not be announced. */
     uint32_t pos = __atomic_load_n(ep->tail, __ATOMIC_RELAXED);
-    uint64_t state =
-        __atomic_load_n(&shm_cell_at(ep->cells, ep->cell_shift, ep->mask, pos)->state,
-                        __ATOMIC_RELAXED);
+    uint64_t state = __atomic_load_n(&shm_cell_at(ep->cells, ep->cell_shift, ep->mask, pos)->state,
+                                     __ATOMIC_RELAXED);
     if ((int32_t)((uint32_t)state - pos) < 0) {
         *st = ep_full(ep);
         return 1;

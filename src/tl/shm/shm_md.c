@@ -225,8 +225,14 @@ static ferry_status_t shm_query_devices(fy_tl_md_t *md, fy_tl_device_t *devs, un
 /* getpid() is a system call (glibc caches nothing): remember it, forgotten in a forked
  * child. */
 static int32_t cached_pid;
-static void forget_pid(void) { cached_pid = 0; }
-static void fy_shm_atfork_init(void) { pthread_atfork(NULL, NULL, forget_pid); }
+static void forget_pid(void)
+{
+    cached_pid = 0;
+}
+static void fy_shm_atfork_init(void)
+{
+    pthread_atfork(NULL, NULL, forget_pid);
+}
 static int32_t shm_self_pid(void)
 {
     if (FY_UNLIKELY(cached_pid == 0)) {

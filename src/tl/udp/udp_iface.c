@@ -42,8 +42,7 @@
  * the network devices serve the other hosts.  Wireup picks by cost, so local peers take it.
  */
 static ferry_status_t add_loopback(const fy_netif_t *all, unsigned nall,
-                                   const fy_netif_filter_t *exc, fy_netif_t **sel_p,
-                                   unsigned *n_p)
+                                   const fy_netif_filter_t *exc, fy_netif_t **sel_p, unsigned *n_p)
 {
     unsigned extra = 0;
     for (unsigned i = 0; i < *n_p; i++)

@@ -36,6 +36,11 @@
 #define FY_TCP_MAGIC      0x43545946u /* "FYTC" in little-endian memory order */
 #define FY_TCP_VERSION    1
 
+/* Accept back-off (see fy_tcp_iface_t.accept_resume_ns). */
+#define FY_TCP_ACCEPT_BACKOFF_MIN_NS (1000ull * 1000)             /* 1 ms */
+#define FY_TCP_ACCEPT_BACKOFF_MAX_NS (100ull * 1000 * 1000)       /* 100 ms */
+#define FY_TCP_ACCEPT_LOG_NS         (10ull * 1000 * 1000 * 1000) /* one warning per 10 s */
+
 /* ---- handshake ------------------------------------------------------------------------ *
  * The first bytes on every new link, in both directions (88 bytes, little endian):
  *
@@ -372,6 +377,14 @@ struct fy_tcp_iface {
         char *p;
         size_t cap;
     } cache[4]; /* large AM receive buffers for reuse */
+    /* Accept back-off: when accept() fails for want of a resource (EMFILE, ENFILE, ENOBUFS,
+     * ENOMEM) the listener leaves the epoll set until accept_resume_ns (the timer brings it
+     * back), the pause doubling from 1 ms up to 100 ms while the failures last; one warning
+     * per FY_TCP_ACCEPT_LOG_NS says so, counting the failures in between. */
+    uint64_t accept_resume_ns; /* 0: listening */
+    uint64_t accept_backoff_ns;
+    uint64_t accept_log_ns; /* when the last warning was written (0: never) */
+    uint64_t accept_fails, accept_fails_logged;
     /* counters */
     uint64_t accepted, drops_bad_key, drops_malformed, drops_unknown, drops_timeout;
     uint64_t protocol_errors;

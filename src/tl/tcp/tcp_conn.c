@@ -113,17 +113,38 @@ static void fill_hello(fy_tcp_iface_t *iface, fy_tcp_hello_t *h, uint8_t kind, u
     h->host_id = htole64(iface->md->host_id);
 }
 
+static uint64_t timer_period(const fy_tcp_iface_t *iface)
+{
+    uint64_t period = iface->cfg->conn_timeout / 4;
+    period = FY_MAX(period, 10 * FY_NSEC_PER_MSEC);
+    return FY_MIN(period, 250 * FY_NSEC_PER_MSEC);
+}
+
+static void ns_to_timespec(uint64_t ns, struct timespec *ts)
+{
+    ts->tv_sec = (time_t)(ns / FY_NSEC_PER_SEC);
+    ts->tv_nsec = (long)(ns % FY_NSEC_PER_SEC);
+}
+
 static void timer_arm(fy_tcp_iface_t *iface)
 {
     if (iface->timer_armed || iface->timer_fd < 0)
         return;
-    uint64_t period = iface->cfg->conn_timeout / 4;
-    period = FY_MAX(period, 10 * FY_NSEC_PER_MSEC);
-    period = FY_MIN(period, 250 * FY_NSEC_PER_MSEC);
     struct itimerspec its;
-    its.it_interval.tv_sec = (time_t)(period / FY_NSEC_PER_SEC);
-    its.it_interval.tv_nsec = (long)(period % FY_NSEC_PER_SEC);
+    ns_to_timespec(timer_period(iface), &its.it_interval);
     its.it_value = its.it_interval;
+    if (timerfd_settime(iface->timer_fd, 0, &its, NULL) == 0)
+        iface->timer_armed = 1;
+}
+
+/* Fire the (periodic) timer first after `first` ns: an accept pause ends then. */
+static void timer_arm_first(fy_tcp_iface_t *iface, uint64_t first)
+{
+    if (iface->timer_fd < 0)
+        return;
+    struct itimerspec its;
+    ns_to_timespec(timer_period(iface), &its.it_interval);
+    ns_to_timespec(first, &its.it_value);
     if (timerfd_settime(iface->timer_fd, 0, &its, NULL) == 0)
         iface->timer_armed = 1;
 }
@@ -490,17 +511,75 @@ static void accept_drop(fy_tcp_iface_t *iface, fy_tcp_accept_t *a)
     fy_list_add_tail(&iface->dead_accepts, &a->elem);
 }
 
+static void listener_events(fy_tcp_iface_t *iface, uint32_t events)
+{
+    struct epoll_event ev = {.events = events, .data.ptr = &iface->listen_kind};
+    if (epoll_ctl(iface->epfd, EPOLL_CTL_MOD, iface->listen_fd, &ev) != 0)
+        fy_debug("tcp: epoll_ctl on the listener: %s", strerror(errno));
+}
+
+/*
+ * accept() failed for want of a resource: the connection stays in the kernel's backlog and
+ * the listener stays readable, so trying again at once would spin.  Stop watching the
+ * listener for a while (1 ms, doubling up to 100 ms while it keeps failing) and say so once
+ * per FY_TCP_ACCEPT_LOG_NS.
+ */
+static void accept_pause(fy_tcp_iface_t *iface, int err)
+{
+    uint64_t now = fy_time_ns();
+    uint64_t b = iface->accept_backoff_ns * 2;
+    b = FY_MAX(b, FY_TCP_ACCEPT_BACKOFF_MIN_NS);
+    iface->accept_backoff_ns = FY_MIN(b, FY_TCP_ACCEPT_BACKOFF_MAX_NS);
+    iface->accept_fails++;
+    if (iface->accept_log_ns == 0 || now - iface->accept_log_ns >= FY_TCP_ACCEPT_LOG_NS) {
+        uint64_t since = iface->accept_fails - iface->accept_fails_logged;
+        fy_warn("tcp: accepting a connection failed: %s; retrying every %.0f ms at most while "
+                "it fails (%llu failure%s since the last such message; raise the limit of open "
+                "files?)",
+                strerror(err), (double)FY_TCP_ACCEPT_BACKOFF_MAX_NS / 1e6,
+                (unsigned long long)since, since == 1 ? "" : "s");
+        iface->accept_log_ns = now;
+        iface->accept_fails_logged = iface->accept_fails;
+    }
+    listener_events(iface, 0);
+    iface->accept_resume_ns = now + iface->accept_backoff_ns;
+    timer_arm_first(iface, iface->accept_backoff_ns);
+}
+
+/* From the timer: is the pause over?  Returns 1 while the listener is still paused. */
+static int accept_resume(fy_tcp_iface_t *iface, uint64_t now)
+{
+    if (iface->accept_resume_ns == 0)
+        return 0;
+    if (now < iface->accept_resume_ns)
+        return 1;
+    iface->accept_resume_ns = 0;
+    listener_events(iface, EPOLLIN); /* level-triggered: waiting connections show at once */
+    return 0;
+}
+
 void fy_tcp_accept_new(fy_tcp_iface_t *iface)
 {
+    if (iface->accept_resume_ns != 0)
+        return; /* paused (an event read before the pause began) */
     for (int i = 0; i < 64; i++) {
         struct sockaddr_storage ss;
         socklen_t sl = sizeof(ss);
         int fd =
             accept4(iface->listen_fd, (struct sockaddr *)&ss, &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd < 0) {
-            if (errno != EAGAIN && errno != EINTR && errno != ECONNABORTED)
+            if (errno == EINTR || errno == ECONNABORTED)
+                continue;
+            if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM)
+                accept_pause(iface, errno);
+            else if (errno != EAGAIN && errno != EWOULDBLOCK)
                 fy_warn("tcp: accept failed: %s", strerror(errno));
             return;
+        }
+        if (iface->accept_backoff_ns != 0) {
+            fy_info("tcp: accepting connections again after %llu failed attempts",
+                    (unsigned long long)iface->accept_fails);
+            iface->accept_backoff_ns = 0;
         }
         fy_tcp_accept_t *a = calloc(1, sizeof(*a));
         if (a == NULL) {
@@ -713,7 +792,7 @@ void fy_tcp_timers(fy_tcp_iface_t *iface, uint64_t now)
     ssize_t r = read(iface->timer_fd, &expiries, sizeof(expiries));
     (void)r;
     uint64_t limit = iface->cfg->conn_timeout;
-    int pending = 0;
+    int pending = accept_resume(iface, now);
     fy_list_t *e, *t;
     for (e = iface->accepting.next, t = e->next; e != &iface->accepting; e = t, t = e->next) {
         fy_tcp_accept_t *a = fy_container_of(e, fy_tcp_accept_t, elem);

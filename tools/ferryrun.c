@@ -465,16 +465,17 @@ static void child_exec(int out_w, int err_w, int errfd, pid_t parent, char **env
     _exit(127);
 }
 
-static int spawn_ranks(const char *addr, const char *job_key)
+static int spawn_ranks(const char *addr, const char *job_key, const char *secret)
 {
-    char e_addr[160], e_size[48], e_lsize[48], e_key[80], e_rank[48], e_lrank[48];
+    char e_addr[160], e_size[48], e_lsize[48], e_key[80], e_rank[48], e_lrank[48], e_sec[112];
     snprintf(e_addr, sizeof(e_addr), "FERRY_BOOT_ADDR=%s", addr);
     snprintf(e_size, sizeof(e_size), "FERRY_SIZE=%d", opt.n);
     snprintf(e_lsize, sizeof(e_lsize), "FERRY_LOCAL_SIZE=%d", opt.n);
     snprintf(e_key, sizeof(e_key), "FERRY_JOB_KEY=%s", job_key);
+    snprintf(e_sec, sizeof(e_sec), "FERRY_BOOT_SECRET=%s", secret);
     snprintf(e_rank, sizeof(e_rank), "FERRY_RANK=0");
     snprintf(e_lrank, sizeof(e_lrank), "FERRY_LOCAL_RANK=0");
-    char *ours[] = {e_addr, e_size, e_lsize, e_key, e_rank, e_lrank};
+    char *ours[] = {e_addr, e_size, e_lsize, e_key, e_sec, e_rank, e_lrank};
     char **env = build_env(ours, sizeof(ours) / sizeof(ours[0]));
     if (env == NULL) {
         say("out of memory");
@@ -657,14 +658,16 @@ int main(int argc, char **argv)
     struct epoll_event sev = {.events = EPOLLIN, .data.u64 = FY_RUN_EV(FY_RUN_EV_SIGNAL, 0)};
     epoll_ctl(epfd, EPOLL_CTL_ADD, sfd, &sev);
 
-    char job_key[40], addr[64];
+    char job_key[40], secret[72], addr[64];
     make_job_key(job_key, sizeof(job_key));
+    make_job_key(secret, 33);      /* the bootstrap server's secret: another 128 random bits, */
+    make_job_key(secret + 32, 33); /* and 128 more */
     fy_run_server_t *srv;
-    if (fy_run_server_create(opt.n, job_key, epfd, addr, sizeof(addr), &srv) != 0)
+    if (fy_run_server_create(opt.n, job_key, secret, epfd, addr, sizeof(addr), &srv) != 0)
         return 1;
 
     uint64_t deadline = opt.timeout_s > 0 ? now_ns() + (uint64_t)(opt.timeout_s * 1e9) : 0;
-    if (spawn_ranks(addr, job_key) != 0) {
+    if (spawn_ranks(addr, job_key, secret) != 0) {
         if (exit_status == 0)
             exit_status = 1;
         end_job();

@@ -15,6 +15,7 @@ enum fy_run_ev_kind {
     FY_RUN_EV_STDERR,     /* index: rank */
     FY_RUN_EV_LISTEN,     /* the server's listening socket */
     FY_RUN_EV_CONN,       /* index: a server connection slot */
+    FY_RUN_EV_TIMER,      /* the server's timer (HELLO timeouts, accept back-off) */
 };
 
 #define FY_RUN_EV(kind, idx) (((uint64_t)(kind) << 32) | (uint32_t)(idx))
@@ -25,12 +26,12 @@ typedef struct fy_run_server fy_run_server_t;
 
 /*
  * Listen on 127.0.0.1 (an ephemeral port) for the `size` ranks of a job with this key, and
- * register with epfd.  Writes "127.0.0.1:port" to addr.  Returns 0, or -1 with a message
- * printed.
+ * register with epfd.  Only connections that prove `secret` (FERRY_BOOT_SECRET) in their HELLO
+ * are served.  Writes "127.0.0.1:port" to addr.  Returns 0, or -1 with a message printed.
  */
-int fy_run_server_create(int size, const char *job_key, int epfd, char *addr, size_t addrlen,
-                         fy_run_server_t **srv_p);
-/* Handle an epoll event whose kind is FY_RUN_EV_LISTEN or FY_RUN_EV_CONN. */
+int fy_run_server_create(int size, const char *job_key, const char *secret, int epfd, char *addr,
+                         size_t addrlen, fy_run_server_t **srv_p);
+/* Handle an epoll event whose kind is FY_RUN_EV_LISTEN, FY_RUN_EV_CONN or FY_RUN_EV_TIMER. */
 void fy_run_server_event(fy_run_server_t *srv, uint64_t data, uint32_t events);
 /* A rank's process ended (`how` e.g. "exited with status 1"): fences it has not joined fail
  * at once instead of waiting for it. */

@@ -14,6 +14,16 @@
  * makes that fence fail at once for everyone waiting in it (an ERROR naming the rank and how
  * it ended) rather than leave them to their timeout; and a client whose fence timed out can
  * ask (STATUS) which ranks are missing.
+ *
+ * The listener is reachable by any local user, so nothing is trusted before a HELLO proves
+ * the job's secret (compared in constant time; ferryrun made it and gave it to its ranks
+ * only).  Until then a connection may send one HELLO of at most FY_WIRE_MAX_HELLO bytes
+ * within FY_WIRE_HELLO_TIMEOUT_MS; at most MAX_UNAUTH such connections exist at once (the
+ * listener waits while there are more, and waiting ranks stay in the kernel's backlog).  A
+ * rank's requests are bounded by FY_WIRE_MAX_REQUEST, what it stores by STORE_MAX_BYTES and
+ * STORE_MAX_KEYS, and a connection whose answers pile up unread (OUT_MAX) is not read until
+ * they drain.  accept() failing for want of fds pauses the listener (1 ms doubling to 100 ms)
+ * instead of spinning.  Refusals are said on stderr at most once a second, with a count.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -25,14 +35,27 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
+#include <sys/timerfd.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "boot/builtin_wire.h"
 #include "ferry.h"
 #include "ferryrun.h"
 
+#define MAX_UNAUTH      64          /* connections that have not said HELLO yet */
+#define OUT_MAX         (4u << 20)  /* unread answers beyond this: stop reading requests */
+#define STORE_MAX_BYTES (64u << 20) /* per rank */
+#define STORE_MAX_KEYS  4096        /* per rank */
+#define TICK_NS         (100ull * 1000 * 1000)
+#define BACKOFF_MIN_NS  (1000ull * 1000)
+#define BACKOFF_MAX_NS  (100ull * 1000 * 1000)
+#define LOG_GAP_NS      (1000ull * 1000 * 1000)
+
 typedef struct conn {
     int fd;
+    int authed; /* said a good HELLO */
+    uint64_t start_ns;
     int rank;    /* -1 until HELLO */
     int closing; /* close once the output is written */
     int want_out;
@@ -56,11 +79,21 @@ typedef struct rank_state {
     char how[128]; /* how it ended, once GONE */
     kv_t *kv;
     size_t nkv, capkv;
+    size_t stored; /* bytes of values */
 } rank_state_t;
 
 struct fy_run_server {
     int listen_fd, epfd, size;
     char *job_key;
+    char *secret;
+    int timer_fd, timer_armed;
+    int listening;          /* the listener is in the epoll set with EPOLLIN */
+    int nunauth;            /* connections before HELLO */
+    uint64_t accept_resume; /* accept paused until then (0: not paused) */
+    uint64_t backoff;
+    uint64_t log_ns;  /* when the last refusal was said */
+    uint64_t refused; /* connections refused or failed accepts, in all */
+    uint64_t refused_said;
     conn_t **conns;
     size_t nconns;
     rank_state_t *ranks;
@@ -69,6 +102,60 @@ struct fy_run_server {
 };
 
 static void conn_close(fy_run_server_t *s, uint32_t slot);
+
+static uint64_t mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* One refusal (a stranger, a failed accept): said on stderr at most once per LOG_GAP_NS, with
+ * the number of refusals since the last line. */
+static void refusal(fy_run_server_t *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void refusal(fy_run_server_t *s, const char *fmt, ...)
+{
+    uint64_t now = mono_ns();
+    s->refused++;
+    if (s->log_ns != 0 && now - s->log_ns < LOG_GAP_NS)
+        return;
+    char text[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(text, sizeof(text), fmt, ap);
+    va_end(ap);
+    uint64_t more = s->refused - s->refused_said - 1;
+    if (more > 0)
+        fprintf(stderr,
+                "ferryrun: bootstrap server: %s (and %llu more refusals since the last "
+                "message)\n",
+                text, (unsigned long long)more);
+    else
+        fprintf(stderr, "ferryrun: bootstrap server: %s\n", text);
+    s->log_ns = now;
+    s->refused_said = s->refused;
+}
+
+static void timer_set(fy_run_server_t *s, uint64_t first_ns)
+{
+    struct itimerspec its = {
+        .it_interval = {0, (long)TICK_NS},
+        .it_value = {(time_t)(first_ns / 1000000000ull), (long)(first_ns % 1000000000ull)}};
+    if (timerfd_settime(s->timer_fd, 0, &its, NULL) == 0)
+        s->timer_armed = 1;
+}
+
+/* The listener is watched unless accept is paused or too many strangers are connected. */
+static void listener_update(fy_run_server_t *s)
+{
+    int want = s->accept_resume == 0 && s->nunauth < MAX_UNAUTH;
+    if (want == s->listening)
+        return;
+    struct epoll_event ev = {.events = want ? EPOLLIN : 0u,
+                             .data.u64 = FY_RUN_EV(FY_RUN_EV_LISTEN, 0)};
+    if (epoll_ctl(s->epfd, EPOLL_CTL_MOD, s->listen_fd, &ev) == 0)
+        s->listening = want;
+}
 
 static void fatal_oom(void)
 {
@@ -79,10 +166,11 @@ static void fatal_oom(void)
 static void conn_update_events(fy_run_server_t *s, uint32_t slot)
 {
     conn_t *c = s->conns[slot];
-    int want = c->out.len > c->out_off;
+    /* bit 0: answers to write; bit 1: too many of them to take more requests */
+    int want = (c->out.len > c->out_off) | (c->out.len - c->out_off > OUT_MAX) << 1;
     if (want == c->want_out)
         return;
-    struct epoll_event ev = {.events = EPOLLIN | (want ? EPOLLOUT : 0u),
+    struct epoll_event ev = {.events = ((want & 2) ? 0u : EPOLLIN) | ((want & 1) ? EPOLLOUT : 0u),
                              .data.u64 = FY_RUN_EV(FY_RUN_EV_CONN, slot)};
     epoll_ctl(s->epfd, EPOLL_CTL_MOD, c->fd, &ev);
     c->want_out = want;
@@ -193,6 +281,10 @@ static void conn_close(fy_run_server_t *s, uint32_t slot)
         return;
     epoll_ctl(s->epfd, EPOLL_CTL_DEL, c->fd, NULL);
     close(c->fd);
+    if (!c->authed) {
+        s->nunauth--;
+        listener_update(s);
+    }
     int rank = c->rank;
     free(c->in);
     fy_wire_buf_free(&c->out);
@@ -225,20 +317,33 @@ static void complete_fence(fy_run_server_t *s)
 static void on_hello(fy_run_server_t *s, uint32_t slot, fy_wire_rd_t *rd)
 {
     conn_t *c = s->conns[slot];
-    uint32_t version = fy_wire_rd_u32(rd), rank = fy_wire_rd_u32(rd), size = fy_wire_rd_u32(rd);
-    uint32_t pid = fy_wire_rd_u32(rd);
-    uint16_t klen = fy_wire_rd_u16(rd);
-    const uint8_t *key = fy_wire_rd_bytes(rd, klen);
-    if (rd->bad) {
-        protocol_error(s, slot, "malformed HELLO");
-        return;
-    }
     c->closing = 1; /* unless accepted below */
+    uint32_t version = fy_wire_rd_u32(rd);
     if (version != FY_WIRE_VERSION) {
+        refusal(s, "refused a connection speaking protocol version %u", version);
         send_error(s, slot, FERRY_ERR_BOOTSTRAP,
                    "ferryrun speaks bootstrap protocol version %u, the rank version %u: "
                    "use the ferryrun of the same ferry build",
                    FY_WIRE_VERSION, version);
+        return;
+    }
+    uint32_t rank = fy_wire_rd_u32(rd), size = fy_wire_rd_u32(rd);
+    uint32_t pid = fy_wire_rd_u32(rd);
+    uint16_t klen = fy_wire_rd_u16(rd);
+    const uint8_t *key = fy_wire_rd_bytes(rd, klen);
+    uint16_t slen = fy_wire_rd_u16(rd);
+    const uint8_t *secret = fy_wire_rd_bytes(rd, slen);
+    if (rd->bad) {
+        refusal(s, "refused a connection: malformed HELLO");
+        protocol_error(s, slot, "malformed HELLO");
+        return;
+    }
+    if (!fy_wire_secret_equal(secret, slen, (const uint8_t *)s->secret, strlen(s->secret))) {
+        refusal(s, "refused a connection with a wrong job secret (claiming rank %u, pid %u)", rank,
+                pid);
+        send_error(s, slot, FERRY_ERR_ACCESS_DENIED,
+                   "ferryrun refused the connection: wrong FERRY_BOOT_SECRET (not a rank of "
+                   "this job)");
         return;
     }
     if (size != (uint32_t)s->size || rank >= size) {
@@ -266,6 +371,9 @@ static void on_hello(fy_run_server_t *s, uint32_t slot, fy_wire_rd_t *rd)
     }
     c->closing = 0;
     c->rank = (int)rank;
+    c->authed = 1;
+    s->nunauth--;
+    listener_update(s);
     r->state = FY_WIRE_RANK_CONNECTED;
     r->conn = (int)slot;
     r->pid = (int)pid;
@@ -292,6 +400,17 @@ static void on_put(fy_run_server_t *s, uint32_t slot, fy_wire_rd_t *rd)
     for (size_t i = 0; i < r->nkv && e == NULL; i++)
         if (strlen(r->kv[i].key) == klen && memcmp(r->kv[i].key, key, klen) == 0)
             e = &r->kv[i];
+    size_t stored = r->stored - (e != NULL ? e->len : 0) + vlen;
+    if (vlen > FY_WIRE_MAX_VALUE || stored > STORE_MAX_BYTES ||
+        (e == NULL && r->nkv >= STORE_MAX_KEYS)) {
+        send_error(s, slot, FERRY_ERR_NO_RESOURCE,
+                   "ferryrun stores at most %u keys and %u bytes per rank (values up to %u "
+                   "bytes): rank %d's put of %u bytes under \"%.*s\" is refused",
+                   STORE_MAX_KEYS, STORE_MAX_BYTES, FY_WIRE_MAX_VALUE, c->rank, vlen, (int)klen,
+                   (const char *)key);
+        return;
+    }
+    r->stored = stored;
     if (e == NULL) {
         if (r->nkv == r->capkv) {
             size_t cap = r->capkv ? r->capkv * 2 : 4;
@@ -407,11 +526,15 @@ static int conn_dispatch(fy_run_server_t *s, uint32_t slot)
 {
     conn_t *c = s->conns[slot];
     size_t off = 0;
-    while (!c->closing && c->in_len - off >= FY_WIRE_HDR_LEN) {
+    while (!c->closing && c->in_len - off >= FY_WIRE_HDR_LEN &&
+           c->out.len - c->out_off <= OUT_MAX) {
         uint32_t len;
         unsigned type;
         fy_wire_parse_hdr(c->in + off, &len, &type);
-        if (len > FY_WIRE_MAX_BODY) {
+        if (len > (c->authed ? FY_WIRE_MAX_REQUEST : FY_WIRE_MAX_HELLO)) {
+            if (!c->authed)
+                refusal(s, "refused a connection that sent a message of %u bytes before HELLO",
+                        len);
             protocol_error(s, slot, "message too long");
             break;
         }
@@ -476,6 +599,8 @@ static void conn_readable(fy_run_server_t *s, uint32_t slot)
 {
     for (;;) {
         conn_t *c = s->conns[slot];
+        if (c->want_out & 2)
+            return; /* answers pile up unread: no more requests until they drain */
         if (c->in_cap - c->in_len < 4096) {
             size_t cap = c->in_cap ? c->in_cap * 2 : 8192;
             uint8_t *n = realloc(c->in, cap);
@@ -500,17 +625,35 @@ static void conn_readable(fy_run_server_t *s, uint32_t slot)
     }
 }
 
+/* accept() failed for want of a resource: leave the connection in the backlog and the
+ * listener out of the epoll set for a while, rather than retry at once (a busy loop). */
+static void accept_pause(fy_run_server_t *s, int err)
+{
+    uint64_t b = s->backoff * 2;
+    s->backoff = b < BACKOFF_MIN_NS ? BACKOFF_MIN_NS : b > BACKOFF_MAX_NS ? BACKOFF_MAX_NS : b;
+    refusal(s,
+            "accept failed: %s; retrying every %.0f ms at most while it fails (raise the "
+            "limit of open files?)",
+            strerror(err), (double)BACKOFF_MAX_NS / 1e6);
+    s->accept_resume = mono_ns() + s->backoff;
+    listener_update(s);
+    timer_set(s, s->backoff);
+}
+
 static void on_accept(fy_run_server_t *s)
 {
-    for (;;) {
+    while (s->listening) {
         int fd = accept4(s->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd < 0) {
             if (errno == EINTR || errno == ECONNABORTED)
                 continue;
-            if (errno != EAGAIN && errno != EWOULDBLOCK)
+            if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM)
+                accept_pause(s, errno);
+            else if (errno != EAGAIN && errno != EWOULDBLOCK)
                 fprintf(stderr, "ferryrun: accept on the bootstrap socket: %s\n", strerror(errno));
             return;
         }
+        s->backoff = 0;
         int one = 1;
         setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
         size_t slot = 0;
@@ -530,12 +673,52 @@ static void on_accept(fy_run_server_t *s)
             fatal_oom();
         c->fd = fd;
         c->rank = -1;
+        c->start_ns = mono_ns();
         s->conns[slot] = c;
+        s->nunauth++;
+        listener_update(s);
+        if (!s->timer_armed)
+            timer_set(s, TICK_NS);
         struct epoll_event ev = {.events = EPOLLIN, .data.u64 = FY_RUN_EV(FY_RUN_EV_CONN, slot)};
         if (epoll_ctl(s->epfd, EPOLL_CTL_ADD, fd, &ev) != 0) {
             fprintf(stderr, "ferryrun: epoll_ctl: %s\n", strerror(errno));
             conn_close(s, (uint32_t)slot);
         }
+    }
+}
+
+/* The timer: strangers silent past the HELLO timeout go, a paused accept resumes. */
+static void on_timer(fy_run_server_t *s)
+{
+    uint64_t ticks, now = mono_ns();
+    ssize_t rr = read(s->timer_fd, &ticks, sizeof(ticks));
+    (void)rr;
+    int pending = 0;
+    if (s->accept_resume != 0) {
+        if (now >= s->accept_resume) {
+            s->accept_resume = 0;
+            listener_update(s); /* level-triggered: waiting connections show at once */
+        } else {
+            pending = 1;
+        }
+    }
+    for (size_t i = 0; i < s->nconns; i++) {
+        conn_t *c = s->conns[i];
+        if (c == NULL || c->authed)
+            continue;
+        if (now - c->start_ns < (uint64_t)FY_WIRE_HELLO_TIMEOUT_MS * 1000000ull) {
+            pending = 1;
+            continue;
+        }
+        refusal(s, "closed a connection that sent no HELLO within %d s",
+                FY_WIRE_HELLO_TIMEOUT_MS / 1000);
+        conn_close(s, (uint32_t)i);
+    }
+    if (!pending && s->timer_armed) {
+        struct itimerspec off;
+        memset(&off, 0, sizeof(off));
+        timerfd_settime(s->timer_fd, 0, &off, NULL);
+        s->timer_armed = 0;
     }
 }
 
@@ -545,11 +728,19 @@ void fy_run_server_event(fy_run_server_t *s, uint64_t data, uint32_t events)
         on_accept(s);
         return;
     }
+    if (FY_RUN_EV_KIND(data) == FY_RUN_EV_TIMER) {
+        on_timer(s);
+        return;
+    }
     uint32_t slot = FY_RUN_EV_IDX(data);
     if (slot >= s->nconns || s->conns[slot] == NULL)
         return;
     if (events & EPOLLOUT) {
         if (conn_flush(s, slot) < 0)
+            return;
+        /* answers drained: requests held back meanwhile may be waiting in the buffer */
+        conn_t *c = s->conns[slot];
+        if (!(c->want_out & 2) && c->in_len >= FY_WIRE_HDR_LEN && conn_dispatch(s, slot) < 0)
             return;
     }
     if (events & (EPOLLIN | EPOLLHUP | EPOLLERR))
@@ -563,19 +754,26 @@ void fy_run_server_rank_exited(fy_run_server_t *s, int rank, const char *how)
     mark_gone(s, rank, how);
 }
 
-int fy_run_server_create(int size, const char *job_key, int epfd, char *addr, size_t addrlen,
-                         fy_run_server_t **srv_p)
+int fy_run_server_create(int size, const char *job_key, const char *secret, int epfd, char *addr,
+                         size_t addrlen, fy_run_server_t **srv_p)
 {
     fy_run_server_t *s = calloc(1, sizeof(*s));
     if (s == NULL)
         fatal_oom();
-    s->listen_fd = -1;
+    s->listen_fd = s->timer_fd = -1;
     s->size = size;
     s->epfd = epfd;
     s->job_key = strdup(job_key);
+    s->secret = strdup(secret);
     s->ranks = calloc((size_t)size, sizeof(*s->ranks));
-    if (s->job_key == NULL || s->ranks == NULL)
+    if (s->job_key == NULL || s->secret == NULL || s->ranks == NULL)
         fatal_oom();
+    s->timer_fd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+    struct epoll_event tev = {.events = EPOLLIN, .data.u64 = FY_RUN_EV(FY_RUN_EV_TIMER, 0)};
+    if (s->timer_fd < 0 || epoll_ctl(epfd, EPOLL_CTL_ADD, s->timer_fd, &tev) != 0) {
+        fprintf(stderr, "ferryrun: timerfd: %s\n", strerror(errno));
+        goto fail;
+    }
     for (int r = 0; r < size; r++)
         s->ranks[r].conn = -1;
     s->listen_fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
@@ -598,6 +796,7 @@ int fy_run_server_create(int size, const char *job_key, int epfd, char *addr, si
         fprintf(stderr, "ferryrun: epoll_ctl: %s\n", strerror(errno));
         goto fail;
     }
+    s->listening = 1;
     snprintf(addr, addrlen, "127.0.0.1:%u", (unsigned)ntohs(sin.sin_port));
     *srv_p = s;
     return 0;
@@ -622,6 +821,8 @@ void fy_run_server_destroy(fy_run_server_t *s)
     free(s->conns);
     if (s->listen_fd >= 0)
         close(s->listen_fd);
+    if (s->timer_fd >= 0)
+        close(s->timer_fd);
     for (int r = 0; r < s->size && s->ranks != NULL; r++) {
         for (size_t i = 0; i < s->ranks[r].nkv; i++)
             free(s->ranks[r].kv[i].value);
@@ -629,5 +830,6 @@ void fy_run_server_destroy(fy_run_server_t *s)
     }
     free(s->ranks);
     free(s->job_key);
+    free(s->secret);
     free(s);
 }

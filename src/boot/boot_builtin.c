@@ -2,11 +2,11 @@
  * boot_builtin.c - the bootstrap client of ferryrun's key-value server.
  *
  * ferryrun gives each rank FERRY_BOOT_ADDR (host:port of its server), FERRY_RANK, FERRY_SIZE,
- * FERRY_LOCAL_RANK, FERRY_LOCAL_SIZE and FERRY_JOB_KEY.  The rank opens one TCP connection,
- * says HELLO, and from then on speaks request/answer over it (builtin_wire.h has the
- * format).  Puts are sent at once without an answer: the kernel buffers them, the server
- * orders them before the FENCE that follows on the same stream, so a fence costs one round
- * trip whatever the number of puts.
+ * FERRY_LOCAL_RANK, FERRY_LOCAL_SIZE, FERRY_JOB_KEY and FERRY_BOOT_SECRET.  The rank opens one
+ * TCP connection, says HELLO (proving it knows the job's secret), and from then on speaks
+ * request/answer over it (builtin_wire.h has the format).  Puts are sent at once without an answer:
+ * the kernel buffers them, the server orders them before the FENCE that follows on the same stream,
+ * so a fence costs one round trip whatever the number of puts.
  *
  * The socket is non-blocking and every wait is a poll() bounded by a deadline, so a fence
  * that cannot complete ends with FERRY_ERR_TIMED_OUT after FERRY_BOOT_TIMEOUT; the client then
@@ -311,9 +311,19 @@ static ferry_status_t builtin_init(fy_boot_t *boot)
     if (key == NULL)
         key = "";
     size_t keylen = strlen(key);
-    if (keylen > 1024) {
-        fy_error("FERRY_JOB_KEY is %zu characters long: at most 1024 (it is set by ferryrun)",
-                 keylen);
+    if (keylen > FY_WIRE_JOB_KEY_MAX) {
+        fy_error("FERRY_JOB_KEY is %zu characters long: at most %d (it is set by ferryrun)", keylen,
+                 FY_WIRE_JOB_KEY_MAX);
+        return FERRY_ERR_BOOTSTRAP;
+    }
+    /* unset: the server refuses us, and its error names the variable */
+    const char *secret = getenv("FERRY_BOOT_SECRET");
+    if (secret == NULL)
+        secret = "";
+    size_t secretlen = strlen(secret);
+    if (secretlen > FY_WIRE_SECRET_MAX) {
+        fy_error("FERRY_BOOT_SECRET is %zu characters long: at most %d (it is set by ferryrun)",
+                 secretlen, FY_WIRE_SECRET_MAX);
         return FERRY_ERR_BOOTSTRAP;
     }
 
@@ -337,6 +347,8 @@ static ferry_status_t builtin_init(fy_boot_t *boot)
     fy_wire_u32(&m, (uint32_t)getpid());
     fy_wire_u16(&m, (uint16_t)keylen);
     fy_wire_bytes(&m, key, keylen);
+    fy_wire_u16(&m, (uint16_t)secretlen);
+    fy_wire_bytes(&m, secret, secretlen);
     fy_wire_end(&m);
     st = send_msg(b, &m, deadline);
     if (st != FERRY_OK)
@@ -391,9 +403,9 @@ static ferry_status_t builtin_put(fy_boot_t *boot, const char *key, const void *
     ferry_status_t st = check_usable(b);
     if (st != FERRY_OK)
         return st;
-    if (len > FY_WIRE_MAX_BODY - 128) {
-        fy_error("bootstrap put \"%s\": %zu bytes is more than ferryrun stores (%u)", key, len,
-                 FY_WIRE_MAX_BODY - 128);
+    if (len > FY_WIRE_MAX_VALUE) {
+        fy_error("bootstrap put \"%s\": %zu bytes is more than ferryrun stores under one key (%u)",
+                 key, len, FY_WIRE_MAX_VALUE);
         return FERRY_ERR_INVALID_PARAM;
     }
     fy_wire_buf_t m = {0};

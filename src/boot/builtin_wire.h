@@ -12,7 +12,8 @@
  *   +---------------+-------+-------+---------- ... ----------+
  *
  *   type           dir    body
- *   1 HELLO        c->s   u32 version | u32 rank | u32 size | u32 pid | u16 n | job key (n)
+ *   1 HELLO        c->s   u32 version | u32 rank | u32 size | u32 pid | u16 n | job key (n) |
+ *                         u16 s | job secret (s)
  *   2 WELCOME      s->c   u32 version | u32 size | u32 fence epoch (the next fence's number)
  *   3 PUT          c->s   u16 n | key (n) | u32 m | value (m)            (no reply)
  *   4 FENCE        c->s   u32 epoch
@@ -25,7 +26,12 @@
  *   11 ERROR       s->c   i32 status | u16 n | message (n): the request failed (a HELLO
  *                         error is followed by the server closing the connection)
  *
- * Flow: HELLO/WELCOME first; then PUTs, and FENCEs numbered from the WELCOME's epoch up.  A
+ * Flow: HELLO/WELCOME first.  The HELLO proves the job secret (FERRY_BOOT_SECRET, random,
+ * made by ferryrun for this job): a connection with a wrong secret, a message before HELLO, a
+ * HELLO body over FY_WIRE_MAX_HELLO or no HELLO within FY_WIRE_HELLO_TIMEOUT_MS is closed.
+ * After HELLO a request body may be up to FY_WIRE_MAX_REQUEST bytes (a value up to
+ * FY_WIRE_MAX_VALUE: longer ones are split by boot.c); answers may be longer (FY_WIRE_MAX_BODY).
+ * Then PUTs, then PUTs, and FENCEs numbered from the WELCOME's epoch up.  A
  * fence completes when every rank of the job sent FENCE for that epoch; it fails (ERROR) as
  * soon as a rank that has not joined it exits or drops its connection.  A client whose fence
  * times out sends STATUS and names the ranks in STATUS_REPLY (with their state) in its error.
@@ -37,10 +43,16 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define FY_WIRE_VERSION  1
-#define FY_WIRE_HDR_LEN  8
-#define FY_WIRE_MAX_BODY (64u << 20) /* 64 MiB: the largest value a rank may put, roughly */
-#define FY_WIRE_KEY_MAX  63
+#define FY_WIRE_VERSION          2 /* 2: HELLO carries the job secret */
+#define FY_WIRE_HDR_LEN          8
+#define FY_WIRE_MAX_BODY         (64u << 20) /* 64 MiB: the longest answer (STATUS of a huge job) */
+#define FY_WIRE_MAX_VALUE        (1u << 20)  /* the longest value stored under one key */
+#define FY_WIRE_MAX_REQUEST      (FY_WIRE_MAX_VALUE + 256) /* a PUT of the longest value, and more */
+#define FY_WIRE_MAX_HELLO        2560 /* 16 + 2 + job key (<= 1024) + 2 + secret (<= 1024) */
+#define FY_WIRE_KEY_MAX          63
+#define FY_WIRE_JOB_KEY_MAX      1024
+#define FY_WIRE_SECRET_MAX       1024
+#define FY_WIRE_HELLO_TIMEOUT_MS 5000 /* a connection silent this long before HELLO is closed */
 
 enum fy_wire_type {
     FY_WIRE_HELLO = 1,
@@ -196,6 +208,18 @@ static inline uint32_t fy_wire_rd_u32(fy_wire_rd_t *r)
 {
     const uint8_t *p = fy_wire_rd_bytes(r, 4);
     return p ? (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3] : 0;
+}
+
+/* Compare two secrets in time that depends on their lengths only, not on where they differ. */
+static inline int fy_wire_secret_equal(const uint8_t *a, size_t alen, const uint8_t *b, size_t blen)
+{
+    size_t n = alen > blen ? alen : blen;
+    unsigned diff = alen != blen;
+    for (size_t i = 0; i < n; i++) {
+        uint8_t x = i < alen ? a[i] : 0, y = i < blen ? b[i] : 0;
+        diff |= (unsigned)(x ^ y);
+    }
+    return diff == 0;
 }
 
 /* Parse a header: body length and type. */

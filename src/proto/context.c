@@ -64,9 +64,20 @@ const fy_config_table_t fy_ctx_config_table = {"context", "", ctx_fields,
 
 /* Variables read outside any table (logging, bootstrap, launcher, tests). */
 static const char *const extra_names[] = {
-    "FERRY_LOG_LEVEL",    "FERRY_LOG_FILE", "FERRY_BOOT",     "FERRY_BOOT_ADDR",
-    "FERRY_BOOT_TIMEOUT", "FERRY_RANK",     "FERRY_SIZE",     "FERRY_LOCAL_RANK",
-    "FERRY_LOCAL_SIZE",   "FERRY_BOOT_ID",  "FERRY_HOSTNAME", NULL};
+    "FERRY_LOG_LEVEL",
+    "FERRY_LOG_FILE",
+    "FERRY_BOOT",
+    "FERRY_BOOT_ADDR",
+    "FERRY_BOOT_TIMEOUT",
+    "FERRY_RANK",
+    "FERRY_SIZE",
+    "FERRY_LOCAL_RANK",
+    "FERRY_LOCAL_SIZE",
+    "FERRY_BOOT_ID",
+    "FERRY_HOSTNAME",
+    "FERRY_BOOT_SECRET",
+    NULL,
+};
 
 static uint64_t hash_string(const char *s)
 {

@@ -265,6 +265,7 @@ typedef struct shm_peer {
     uint32_t bcopy_size;
     uint64_t obox_lo, obox_hi; /* its outbox, as segment offsets (checked when mapped) */
     int pidfd;
+    unsigned refs;         /* eps and outbox slots that point here */
     ferry_status_t status; /* FERRY_OK while alive */
     int full;              /* a send found the ring full since the last arm */
     struct sockaddr_un sun;
@@ -372,6 +373,7 @@ struct shm_iface {
     fy_list_t push_eps;
     unsigned nreplies;
     int pending_fail;
+    int pending_reap; /* failed peers may have lost their last reference */
     /* the rest */
     shm_md_t *md;
     shm_seg_hdr_t *hdr;
@@ -530,6 +532,12 @@ void fy_shm_send_wake(shm_iface_t *iface, const struct sockaddr_un *sun, socklen
 void fy_shm_peer_wake(shm_iface_t *iface, shm_peer_t *peer);
 /* A send found the peer's ring full (remembered for arm; notices a closed peer). */
 void fy_shm_peer_full(shm_iface_t *iface, shm_peer_t *peer);
+/* Free failed peers nothing points to any more (their fd and mapping); from progress only. */
+void fy_shm_peers_reap(shm_iface_t *iface);
+/* Is the peer alive now (a fresh look)?  If not it is failed, as fy_shm_peer_fail does. */
+int fy_shm_peer_check(shm_iface_t *iface, shm_peer_t *peer);
+/* Give back outbox slots their receivers are done with (shm_ep.c). */
+void fy_shm_obox_reclaim(shm_iface_t *iface);
 /* The peer is gone: its eps fail from the next progress. */
 void fy_shm_peer_fail(shm_iface_t *iface, shm_peer_t *peer, ferry_status_t status);
 int fy_shm_peer_has_room(const shm_peer_t *peer);

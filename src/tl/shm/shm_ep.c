@@ -173,6 +173,7 @@ ferry_status_t fy_shm_ep_create(fy_tl_iface_t *tl_iface, const void *dev_addr,
     ep->owner = iface->owner;
     ep->iface = iface;
     ep->peer = peer;
+    peer->refs++;
     ep->token = __atomic_add_fetch(&shm_next_token, 1, __ATOMIC_RELAXED);
     ep->status = FERRY_OK;
     fy_list_init(&ep->ops);
@@ -222,6 +223,8 @@ void fy_shm_ep_destroy(fy_tl_ep_t *tl_ep)
     fy_list_t ops;
     detach_ops(ep, &ops);
     fy_list_del(&ep->link);
+    if (--ep->peer->refs == 0 && ep->peer->status != FERRY_OK)
+        iface->pending_reap = 1; /* its fd and mapping go at the next progress */
     free(ep);
     complete_detached(iface, &ops, FERRY_ERR_CANCELED);
 }
@@ -231,6 +234,10 @@ ferry_status_t fy_shm_ep_flush(fy_tl_ep_t *tl_ep, fy_tl_comp_t *comp)
     shm_ep_t *ep = (shm_ep_t *)tl_ep;
     if (ep->blocked & SHM_EP_FAILED)
         return ep->status;
+    /* A peer that died since the last liveness check got nothing that is still in its ring
+     * or pending: say so now rather than vouch for it. */
+    if (!fy_shm_peer_check(ep->iface, ep->peer))
+        return FERRY_ERR_NOT_CONNECTED;
     /* Puts into mapped memory are plain stores: make them visible before we say done. */
     __atomic_thread_fence(__ATOMIC_SEQ_CST);
     if (fy_list_is_empty(&ep->ops))
@@ -435,13 +442,15 @@ static inline shm_obox_slot_t *obox_slot(const shm_iface_t *iface, uint64_t off)
 
 /* Give back the slots at the head of the queue that their receivers are done with (or that
  * a dead receiver will never give back). */
-static void obox_reclaim(shm_iface_t *iface)
+void fy_shm_obox_reclaim(shm_iface_t *iface)
 {
     while (iface->obox_count != 0) {
         const shm_obox_entry_t *e = &iface->obox_q[iface->obox_first];
         if (__atomic_load_n(&obox_slot(iface, e->off)->done, __ATOMIC_ACQUIRE) != e->gen &&
             e->peer->status == FERRY_OK)
             break;
+        if (--e->peer->refs == 0 && e->peer->status != FERRY_OK)
+            iface->pending_reap = 1;
         iface->obox_first = (iface->obox_first + 1) % SHM_OBOX_QMAX;
         iface->obox_count--;
     }
@@ -473,7 +482,7 @@ static void obox_wait_last(shm_iface_t *iface, uint64_t need)
             return;
         }
     }
-    obox_reclaim(iface);
+    fy_shm_obox_reclaim(iface);
 }
 
 /* Take a slot of `need` bytes (its header included, a multiple of 64) for a message to peer:
@@ -481,7 +490,7 @@ static void obox_wait_last(shm_iface_t *iface, uint64_t need)
  * stream keeps rewriting the same few (cache-warm) bytes. */
 static shm_obox_entry_t *obox_alloc(shm_iface_t *iface, uint64_t need, shm_peer_t *peer)
 {
-    obox_reclaim(iface);
+    fy_shm_obox_reclaim(iface);
     if (iface->obox_count == 1)
         obox_wait_last(iface, need);
     uint64_t start = 0; /* nothing outstanding: start over at the beginning */
@@ -510,6 +519,7 @@ static shm_obox_entry_t *obox_alloc(shm_iface_t *iface, uint64_t need, shm_peer_
     e->size = need;
     e->gen = ++iface->obox_gen;
     e->peer = peer;
+    peer->refs++;
     iface->obox_count++;
     /* Stale bytes must never read as this generation's `done`. */
     __atomic_store_n(&obox_slot(iface, start)->done, 0, __ATOMIC_RELAXED);

@@ -333,6 +333,8 @@ static unsigned slow_progress(shm_iface_t *iface)
         fail_eps(iface);
         n++;
     }
+    if (iface->pending_reap)
+        fy_shm_peers_reap(iface);
     return n;
 }
 
@@ -355,7 +357,7 @@ unsigned fy_shm_iface_progress(fy_tl_iface_t *tl_iface)
     if (head != iface->released && (n == 0 || head - iface->released >= SHM_RELEASE_BATCH))
         ring_release(iface);
     if (FY_UNLIKELY(iface->nreplies != 0 || !fy_list_is_empty(&iface->push_eps) ||
-                    iface->pending_fail))
+                    iface->pending_fail || iface->pending_reap))
         n += slow_progress(iface);
     if (FY_UNLIKELY((++iface->polls & 255) == 0)) {
         uint64_t now = fy_time_ns();

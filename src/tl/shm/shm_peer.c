@@ -2,9 +2,11 @@
  * shm_peer.c - the remote ifaces an iface talks to: mapping their rings, waking them, control
  * messages that wait for room, and noticing when they die.
  *
- * Every remote iface we send to or answer gets one mapping of its segment and one pidfd,
- * kept until this iface closes (a peer is small, and a process rarely has many).  The pidfds
- * sit in an epoll set with the wake-up socket; that epoll fd is the iface's event fd, so a
+ * Every remote iface we send to or answer gets one mapping of its segment and one pidfd.
+ * A peer that dies or closes its iface keeps them only while an ep or an outbox slot still
+ * points to it: after that progress releases both (fy_shm_peers_reap), so a server that
+ * sees thousands of short-lived clients holds the fds and mappings of the live ones only.  The
+ * pidfds sit in an epoll set with the wake-up socket; that epoll fd is the iface's event fd, so a
  * worker asleep waiting on a peer that dies wakes up and fails its eps instead of hanging.
  * Progress looks at the set without blocking every FERRY_SHM_LIVENESS_INTERVAL, and also
  * notices peers that closed their iface, producers that died holding a claimed cell of our
@@ -190,6 +192,50 @@ void fy_shm_peer_fail(shm_iface_t *iface, shm_peer_t *peer, ferry_status_t statu
         iface->nreplies--;
     }
     iface->pending_fail = 1; /* progress fails the eps (callbacks run from progress) */
+    iface->pending_reap = 1;
+}
+
+int fy_shm_peer_check(shm_iface_t *iface, shm_peer_t *peer)
+{
+    if (peer->status != FERRY_OK)
+        return 0;
+    int dead = __atomic_load_n(&peer->hdr->closed, __ATOMIC_ACQUIRE) != 0;
+    if (!dead && peer->pidfd >= 0) {
+        struct pollfd p = {.fd = peer->pidfd, .events = POLLIN};
+        dead = poll(&p, 1, 0) == 1;
+    } else if (!dead) {
+        dead = fy_shm_pid_is_dead(peer->addr.pid);
+    }
+    if (dead)
+        fy_shm_peer_fail(iface, peer, FERRY_ERR_CONNECTION_RESET);
+    return !dead;
+}
+
+void fy_shm_peers_reap(shm_iface_t *iface)
+{
+    /* Messages of a dead sender still in our ring may point into its segment: deliver them
+     * before its mapping goes. */
+    const shm_cell_t *c = shm_cell_at(iface->cells, iface->cell_shift, iface->mask, iface->head);
+    if ((__atomic_load_n(&c->state, __ATOMIC_ACQUIRE) & SHM_KEY_MASK) ==
+        SHM_STATE(SHM_PHASE_READY, iface->head))
+        return;
+    iface->pending_reap = 0;
+    fy_shm_obox_reclaim(iface); /* slots a dead receiver will never give back */
+    fy_list_t *pos, *next;
+    for (pos = iface->peer_list.next; pos != &iface->peer_list; pos = next) {
+        next = pos->next;
+        shm_peer_t *peer = fy_container_of(pos, shm_peer_t, link);
+        if (peer->status == FERRY_OK || peer->refs != 0)
+            continue;
+        fy_list_del(&peer->link);
+        if (peer->full)
+            fy_list_del(&peer->full_link);
+        fy_hash_del(&iface->peers, peer->id);
+        if (peer->pidfd >= 0)
+            close(peer->pidfd); /* (out of the epoll set since it failed) */
+        fy_shmem_detach(peer->hdr);
+        free(peer);
+    }
 }
 
 /* Is there room at the tail of a peer's ring now? */

@@ -318,15 +318,28 @@ static void check_shm(void)
         return;
     }
     shm_unlink(name);
-    void *p = MAP_FAILED;
-    if (ftruncate(fd, (off_t)len) == 0)
-        p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    if (p == MAP_FAILED) {
-        verdict(2, "shared memory", "cannot size or map a segment: %s", strerror(errno));
+    if (ftruncate(fd, (off_t)len) != 0) {
+        verdict(2, "shared memory", "cannot size a segment in /dev/shm: %s", strerror(errno));
         close(fd);
         return;
     }
-    memset(p, 0x5a, len); /* touching the pages is what fails when /dev/shm is full */
+    /* Reserve the pages before touching them: a full /dev/shm would make the touch SIGBUS. */
+    int err = posix_fallocate(fd, 0, (off_t)len);
+    if (err != 0) {
+        verdict(2, "shared memory",
+                "cannot reserve %zu bytes in /dev/shm: %s (full? docker: --shm-size; or remount "
+                "it larger)",
+                len, strerror(err));
+        close(fd);
+        return;
+    }
+    void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (p == MAP_FAILED) {
+        verdict(2, "shared memory", "cannot map a segment: %s", strerror(errno));
+        close(fd);
+        return;
+    }
+    memset(p, 0x5a, len); /* reserved above: touching cannot fault */
     munmap(p, len);
     close(fd);
     if (statvfs("/dev/shm", &sv) != 0) {

@@ -7,7 +7,10 @@
  * as reading the owner's /proc entries (same user, dumpable) — the same trust that
  * cross-memory attach needs, so the shm transport asks for nothing more.  The segment is
  * sealed against shrinking and growing: a peer cannot truncate it under the owner (which
- * would turn the owner's next access into SIGBUS).
+ * would turn the owner's next access into SIGBUS).  Every page is reserved with
+ * posix_fallocate before the segment is mapped: where the memory is not there (a memory
+ * limit, a full tmpfs) the allocation fails with an error naming the size, instead of a
+ * SIGBUS or an OOM kill at some later first touch, in whichever process touches first.
  *
  * The table holds both segments allocated here (owned, with their memfd open) and segments
  * of peers attached here (counted, so two endpoints to one peer share one mapping).  It is a
@@ -107,6 +110,16 @@ ferry_status_t fy_shmem_alloc(size_t len, const char *name, void **addr_p)
     if (ftruncate(fd, (off_t)size) != 0) {
         fy_error("sizing a shared segment to %zu bytes failed: %m", size);
         st = FERRY_ERR_NO_MEMORY;
+        goto err_close;
+    }
+    int err = posix_fallocate(fd, 0, (off_t)size);
+    if (err != 0 && err != EOPNOTSUPP && err != EINVAL) {
+        fy_error("cannot reserve %zu bytes of shared memory for a segment (%s): %s; memfd "
+                 "segments are charged to this process's memory, not to /dev/shm: is a memory "
+                 "limit (cgroup, ulimit) reached?",
+                 size, name != NULL ? name : "ferry", strerror(err));
+        st = err == ENOMEM || err == ENOSPC || err == EFBIG ? FERRY_ERR_NO_MEMORY
+                                                            : fy_status_from_errno(err);
         goto err_close;
     }
     if (fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0)

@@ -29,8 +29,10 @@ typedef struct fy_shmem_ref {
     uint64_t size; /* bytes of the segment (a page multiple) */
 } fy_shmem_ref_t;
 
-/* Allocate len bytes (rounded up to pages) of zeroed shareable memory.  name shows in
- * /proc/<pid>/maps as "memfd:<name>".  FERRY_ERR_NO_MEMORY / FERRY_ERR_IO on failure. */
+/* Allocate len bytes (rounded up to pages) of zeroed shareable memory, every page reserved
+ * (posix_fallocate) before it is mapped, so no later access can fault for want of memory.
+ * name shows in /proc/<pid>/maps as "memfd:<name>".  FERRY_ERR_NO_MEMORY (with an error
+ * logged naming the size) / FERRY_ERR_IO on failure. */
 ferry_status_t fy_shmem_alloc(size_t len, const char *name, void **addr_p);
 /* Free a segment from fy_shmem_alloc (addr is its start).  NULL is accepted.  Mappings that
  * peers hold stay valid until they detach. */

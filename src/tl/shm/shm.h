@@ -338,6 +338,7 @@ struct shm_ep {
     fy_list_t ops;
     fy_list_t link;      /* iface->eps */
     fy_list_t push_link; /* iface->push_eps */
+    uint64_t flush_mark; /* tx_msgs + tx_bytes when a flush last found the peer alive */
     ferry_ep_stats_t stats;
 };
 

@@ -234,10 +234,15 @@ ferry_status_t fy_shm_ep_flush(fy_tl_ep_t *tl_ep, fy_tl_comp_t *comp)
     shm_ep_t *ep = (shm_ep_t *)tl_ep;
     if (ep->blocked & SHM_EP_FAILED)
         return ep->status;
-    /* A peer that died since the last liveness check got nothing that is still in its ring
-     * or pending: say so now rather than vouch for it. */
-    if (!fy_shm_peer_check(ep->iface, ep->peer))
-        return FERRY_ERR_NOT_CONNECTED;
+    /* A peer that died since the last liveness check: say so now rather than vouch for what
+     * was sent to it.  Looking costs a system call (its pidfd), so only when something was
+     * sent since a flush last found it alive. */
+    uint64_t mark = ep->stats.tx_msgs + ep->stats.tx_bytes;
+    if (mark != ep->flush_mark || !fy_list_is_empty(&ep->ops) || ep->peer->status != FERRY_OK) {
+        if (!fy_shm_peer_check(ep->iface, ep->peer))
+            return FERRY_ERR_NOT_CONNECTED;
+        ep->flush_mark = mark;
+    }
     /* Puts into mapped memory are plain stores: make them visible before we say done. */
     __atomic_thread_fence(__ATOMIC_SEQ_CST);
     if (fy_list_is_empty(&ep->ops))

@@ -231,6 +231,7 @@ ferry_status_t fy_shm_atomic(fy_tl_ep_t *tl_ep, ferry_atomic_op_t aop, size_t si
         uint64_t old = do_amo(local, aop, size, operand, compare);
         if (result != NULL)
             store_result(result, size, old);
+        ep->stats.tx_bytes += size; /* (a flush checks the peer after any traffic) */
         return FERRY_OK;
     }
     /* Not mapped here: the target performs it. */

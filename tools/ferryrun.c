@@ -1,13 +1,20 @@
 /*
- * ferryrun.c - start N processes of a program on this machine as one ferry job.
+ * ferryrun.c - start N processes of a program, on this machine or across hosts, as one ferry
+ * job.
  *
  *   ferryrun -n N [--timeout S] [--prefix] [--env K=V]... [--] program [args...]
+ *   ferryrun --hosts h1:2,h2:2 | --hostfile F [--agent PROG] [--boot-addr A] [-x NAME]... ...
  *
  * ferryrun runs the builtin bootstrap's key-value server (ferryrun_server.c) on 127.0.0.1
- * and gives every rank FERRY_BOOT_ADDR, FERRY_RANK, FERRY_SIZE, FERRY_LOCAL_RANK,
- * FERRY_LOCAL_SIZE and FERRY_JOB_KEY.  Everything is one epoll loop in one thread: the server's
- * sockets, a pipe per rank for stdout and one for stderr, and a signalfd for SIGCHLD and the
- * signals to pass on.  Nothing ever waits with sleep: a rank is ready when it connects, done
+ * (or, for a job across hosts, on an address the hosts reach) and gives every rank
+ * FERRY_BOOT_ADDR, FERRY_RANK, FERRY_SIZE, FERRY_LOCAL_RANK, FERRY_LOCAL_SIZE (per host) and
+ * FERRY_JOB_KEY.  A rank on another host is one agent process here ("PROG HOST command",
+ * ssh by default): its command line carries the environment (every FERRY_* variable of ours,
+ * the -x names, --env), the agent's output and exit status stand for the rank's, and ending
+ * the agent ends the rank (as far as the agent passes that on: tests/hosts/tb-agent becomes
+ * the rank itself; ssh closes the connection).  Everything is one epoll loop in one thread: the
+ * server's sockets, a pipe per rank for stdout and one for stderr, and a signalfd for SIGCHLD and
+ * the signals to pass on.  Nothing ever waits with sleep: a rank is ready when it connects, done
  * when SIGCHLD says so.
  *
  * Policy:
@@ -25,7 +32,11 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <arpa/inet.h>
 #include <getopt.h>
+#include <ifaddrs.h>
+#include <net/if.h>
+#include <netdb.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -38,6 +49,7 @@
 #include <sys/random.h>
 #include <sys/resource.h>
 #include <sys/signalfd.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -63,8 +75,17 @@ typedef struct stream {
 typedef struct rank_proc {
     pid_t pid;
     int alive;
+    int host;                   /* index in opt.hosts, -1 without --hosts */
+    int local_rank, local_size; /* on its host */
     stream_t out, err;
 } rank_proc_t;
+
+typedef struct host {
+    char *name;
+    int slots;
+    int used;  /* ranks placed on it */
+    int local; /* this machine: started directly, not through the agent */
+} host_t;
 
 typedef struct opts {
     int n;
@@ -73,6 +94,12 @@ typedef struct opts {
     char **envs;
     size_t nenvs;
     char **argv; /* program and its arguments */
+    host_t *hosts;
+    int nhosts;
+    const char *agent;     /* --agent, "ssh" by default */
+    const char *boot_addr; /* --boot-addr */
+    char **xnames;         /* -x NAME or NAME=VALUE */
+    size_t nx;
 } opts_t;
 
 static opts_t opt;
@@ -117,31 +144,166 @@ static void usage(FILE *f)
 {
     fprintf(f,
             "usage: ferryrun -n N [options] [--] program [args...]\n"
-            "Start N processes of program on this machine as one ferry job (builtin bootstrap).\n"
+            "       ferryrun --hosts h1:2,h2:2 [options] [--] program [args...]\n"
+            "Start N processes of program as one ferry job (builtin bootstrap), on this\n"
+            "machine or on the hosts given, through an ssh-like agent.\n"
             "\n"
-            "  -n, -np N          number of ranks (1..%d)\n"
+            "  -n, -np N          number of ranks (1..%d; with hosts: at most their slots,\n"
+            "                     default all of them)\n"
             "  --timeout S        end the job after S seconds (status %d)\n"
             "  --prefix           prefix every output line with \"[rank] \"\n"
             "  --env K=V          set K=V in every rank's environment (repeatable)\n"
+            "  --hosts LIST       host[:slots],... (slots default 1); ranks fill hosts in order\n"
+            "  --hostfile FILE    the same, one host per line: \"host[:slots]\" or\n"
+            "                     \"host slots=N\"; # starts a comment\n"
+            "  --agent PROG       run \"PROG HOST command\" to start a rank on HOST (default\n"
+            "                     ssh; PROG may carry options: \"ssh -o BatchMode=yes\");\n"
+            "                     \"localhost\" and this machine's name are started directly\n"
+            "  --boot-addr A      the bootstrap server listens on A: an IPv4 address or an\n"
+            "                     interface name, optionally :PORT (default with remote hosts:\n"
+            "                     the local address that routes to the first of them, else the\n"
+            "                     first interface that is up and not loopback)\n"
+            "  -x NAME[=VALUE]    pass NAME (with our value, or VALUE) to remote ranks too;\n"
+            "                     every FERRY_* variable of ours is passed anyway\n"
             "  -h, --help         this text\n"
             "\n"
             "The ranks get FERRY_BOOT_ADDR, FERRY_RANK, FERRY_SIZE, FERRY_LOCAL_RANK,\n"
-            "FERRY_LOCAL_SIZE and FERRY_JOB_KEY.  If a rank fails, the others are ended and\n"
-            "ferryrun returns the failed rank's status (128+signal if it was killed).\n",
+            "FERRY_LOCAL_SIZE (per host) and FERRY_JOB_KEY.  If a rank fails, the others are\n"
+            "ended and ferryrun returns the failed rank's status (128+signal if it was\n"
+            "killed; a remote rank's status is its agent's).\n",
             MAX_RANKS, STATUS_TIMEOUT);
+}
+
+static int push_ptr(char ***arr, size_t *n, char *p)
+{
+    char **a = realloc(*arr, (*n + 1) * sizeof(*a));
+    if (a == NULL) {
+        say("out of memory");
+        return -1;
+    }
+    *arr = a;
+    a[(*n)++] = p;
+    return 0;
+}
+
+/* One host entry "name[:slots]" (or, from a hostfile, "name slots=N"); `where` for errors. */
+static int add_host(const char *spec, const char *where)
+{
+    char name[256];
+    long slots = 1;
+    const char *sep = strpbrk(spec, ": \t");
+    size_t nl = sep ? (size_t)(sep - spec) : strlen(spec);
+    if (nl == 0 || nl >= sizeof(name)) {
+        say("%s: \"%s\": expected host[:slots]", where, spec);
+        return -1;
+    }
+    memcpy(name, spec, nl);
+    name[nl] = '\0';
+    for (size_t i = 0; i < nl; i++) {
+        unsigned char ch = (unsigned char)name[i];
+        if (!(ch == '.' || ch == '-' || ch == '_' || ch == '@' || (ch >= '0' && ch <= '9') ||
+              (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z'))) {
+            say("%s: host name \"%s\": only letters, digits and . - _ @ are allowed", where, name);
+            return -1;
+        }
+    }
+    if (sep != NULL) {
+        const char *num = sep + 1;
+        if (*sep != ':') {
+            num += strspn(num, " \t");
+            if (strncmp(num, "slots=", 6) != 0) {
+                say("%s: \"%s\": expected host[:slots] or \"host slots=N\"", where, spec);
+                return -1;
+            }
+            num += 6;
+        }
+        char *end;
+        errno = 0;
+        slots = strtol(num, &end, 10);
+        end += strspn(end, " \t\r");
+        if (*num == '\0' || *end != '\0' || errno != 0 || slots < 1 || slots > MAX_RANKS) {
+            say("%s: \"%s\": the slots must be an integer from 1 to %d", where, spec, MAX_RANKS);
+            return -1;
+        }
+    }
+    host_t *h = realloc(opt.hosts, (size_t)(opt.nhosts + 1) * sizeof(*h));
+    if (h == NULL || (h[opt.nhosts].name = strdup(name)) == NULL) {
+        say("out of memory");
+        return -1;
+    }
+    opt.hosts = h;
+    h[opt.nhosts].slots = (int)slots;
+    h[opt.nhosts].used = 0;
+    h[opt.nhosts].local = 0;
+    opt.nhosts++;
+    return 0;
+}
+
+static int parse_hosts(const char *list)
+{
+    char *copy = strdup(list), *save = NULL;
+    if (copy == NULL)
+        return -1;
+    int rc = 0, any = 0;
+    for (char *t = strtok_r(copy, ",", &save); t != NULL && rc == 0;
+         t = strtok_r(NULL, ",", &save)) {
+        rc = add_host(t, "--hosts");
+        any = 1;
+    }
+    free(copy);
+    if (rc == 0 && !any) {
+        say("--hosts \"%s\": no host in it", list);
+        rc = -1;
+    }
+    return rc;
+}
+
+static int parse_hostfile(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    if (f == NULL) {
+        say("--hostfile %s: %s", path, strerror(errno));
+        return -1;
+    }
+    char line[1024], where[1100];
+    int rc = 0, lineno = 0, before = opt.nhosts;
+    while (rc == 0 && fgets(line, sizeof(line), f) != NULL) {
+        lineno++;
+        char *hash = strchr(line, '#');
+        if (hash != NULL)
+            *hash = '\0';
+        char *b = line + strspn(line, " \t");
+        size_t l = strlen(b);
+        while (l > 0 &&
+               (b[l - 1] == '\n' || b[l - 1] == '\r' || b[l - 1] == ' ' || b[l - 1] == '\t'))
+            b[--l] = '\0';
+        if (l == 0)
+            continue;
+        snprintf(where, sizeof(where), "%s:%d", path, lineno);
+        rc = add_host(b, where);
+    }
+    fclose(f);
+    if (rc == 0 && opt.nhosts == before) {
+        say("--hostfile %s: no host in it", path);
+        rc = -1;
+    }
+    return rc;
 }
 
 static int parse_args(int argc, char **argv)
 {
     static const struct option longopts[] = {
-        {"np", required_argument, NULL, 'n'}, {"timeout", required_argument, NULL, 't'},
-        {"prefix", no_argument, NULL, 'p'},   {"env", required_argument, NULL, 'e'},
-        {"help", no_argument, NULL, 'h'},     {NULL, 0, NULL, 0},
+        {"np", required_argument, NULL, 'n'},    {"timeout", required_argument, NULL, 't'},
+        {"prefix", no_argument, NULL, 'p'},      {"env", required_argument, NULL, 'e'},
+        {"hosts", required_argument, NULL, 'H'}, {"hostfile", required_argument, NULL, 'F'},
+        {"agent", required_argument, NULL, 'a'}, {"boot-addr", required_argument, NULL, 'b'},
+        {"help", no_argument, NULL, 'h'},        {NULL, 0, NULL, 0},
     };
     opt.n = 0;
+    opt.agent = "ssh";
     int c;
     /* "+": stop at the first non-option, which is the program */
-    while ((c = getopt_long_only(argc, argv, "+n:h", longopts, NULL)) != -1) {
+    while ((c = getopt_long_only(argc, argv, "+n:x:h", longopts, NULL)) != -1) {
         char *end;
         switch (c) {
         case 'n': {
@@ -174,18 +336,60 @@ static int parse_args(int argc, char **argv)
                 say("--env %s: expected NAME=VALUE", optarg);
                 return -1;
             }
-            char **n = realloc(opt.envs, (opt.nenvs + 1) * sizeof(*n));
-            if (n == NULL)
+            if (push_ptr(&opt.envs, &opt.nenvs, optarg) != 0)
                 return -1;
-            opt.envs = n;
-            opt.envs[opt.nenvs++] = optarg;
             break;
         }
+        case 'x': {
+            size_t nl = strcspn(optarg, "=");
+            if (nl == 0 ||
+                optarg[strspn(optarg, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+                                      "0123456789_")] != optarg[nl] ||
+                (optarg[0] >= '0' && optarg[0] <= '9')) {
+                say("-x %s: expected a variable NAME or NAME=VALUE", optarg);
+                return -1;
+            }
+            if (push_ptr(&opt.xnames, &opt.nx, optarg) != 0)
+                return -1;
+            break;
+        }
+        case 'H':
+            if (parse_hosts(optarg) != 0)
+                return -1;
+            break;
+        case 'F':
+            if (parse_hostfile(optarg) != 0)
+                return -1;
+            break;
+        case 'a':
+            if (optarg[strspn(optarg, " \t")] == '\0') {
+                say("--agent: empty");
+                return -1;
+            }
+            opt.agent = optarg;
+            break;
+        case 'b':
+            opt.boot_addr = optarg;
+            break;
         case 'h':
             usage(stdout);
             exit(0);
         default:
             usage(stderr);
+            return -1;
+        }
+    }
+    if (opt.nhosts > 0) {
+        long total = 0;
+        for (int i = 0; i < opt.nhosts; i++)
+            total += opt.hosts[i].slots;
+        if (total > MAX_RANKS)
+            total = MAX_RANKS;
+        if (opt.n == 0)
+            opt.n = (int)total;
+        if (opt.n > total) {
+            say("-n %d: the hosts have %ld slot%s (--hosts/--hostfile host:slots)", opt.n, total,
+                total == 1 ? "" : "s");
             return -1;
         }
     }
@@ -435,7 +639,7 @@ static int add_stream(int rank, stream_t *s, int fd, int dest, unsigned kind)
  * mask, stdin from /dev/null, stdout and stderr to the pipes.  An exec failure is reported
  * through errfd (close-on-exec, so the parent reads end of file when exec succeeds).
  */
-static void child_exec(int out_w, int err_w, int errfd, pid_t parent, char **env)
+static void child_exec(int out_w, int err_w, int errfd, pid_t parent, char **argv, char **env)
 {
     setpgid(0, 0);
     prctl(PR_SET_PDEATHSIG, SIGKILL);
@@ -458,11 +662,259 @@ static void child_exec(int out_w, int err_w, int errfd, pid_t parent, char **env
         (void)w;
         _exit(127);
     }
-    execvpe(opt.argv[0], opt.argv, env);
+    execvpe(argv[0], argv, env);
     int e = errno;
     ssize_t w = write(errfd, &e, sizeof(e));
     (void)w;
     _exit(127);
+}
+
+/* ---- hosts ------------------------------------------------------------------------------- */
+
+/* Ranks fill the hosts in order, each up to its slots; local rank and size count per host. */
+static void place_ranks(void)
+{
+    if (opt.nhosts == 0) {
+        for (int r = 0; r < opt.n; r++) {
+            ranks[r].host = -1;
+            ranks[r].local_rank = r;
+            ranks[r].local_size = opt.n;
+        }
+        return;
+    }
+    char me[256] = "";
+    gethostname(me, sizeof(me) - 1);
+    for (int i = 0; i < opt.nhosts; i++)
+        opt.hosts[i].local =
+            strcmp(opt.hosts[i].name, "localhost") == 0 || strcmp(opt.hosts[i].name, me) == 0;
+    int h = 0;
+    for (int r = 0; r < opt.n; r++) {
+        while (opt.hosts[h].used == opt.hosts[h].slots)
+            h++;
+        ranks[r].host = h;
+        ranks[r].local_rank = opt.hosts[h].used++;
+    }
+    for (int r = 0; r < opt.n; r++)
+        ranks[r].local_size = opt.hosts[ranks[r].host].used;
+}
+
+static int any_remote(void)
+{
+    for (int i = 0; i < opt.nhosts; i++)
+        if (opt.hosts[i].used > 0 && !opt.hosts[i].local)
+            return 1;
+    return 0;
+}
+
+static int iface_addr(const char *name, struct in_addr *ip, char *names, size_t nn)
+{
+    struct ifaddrs *ifa = NULL;
+    int found = 0;
+    size_t o = 0;
+    if (getifaddrs(&ifa) != 0)
+        return 0;
+    for (struct ifaddrs *i = ifa; i != NULL; i = i->ifa_next) {
+        if (i->ifa_addr == NULL || i->ifa_addr->sa_family != AF_INET)
+            continue;
+        if (names != NULL && o + strlen(i->ifa_name) + 2 < nn)
+            o += (size_t)snprintf(names + o, nn - o, "%s%s", o ? " " : "", i->ifa_name);
+        int pick = name != NULL ? strcmp(i->ifa_name, name) == 0
+                                : (i->ifa_flags & IFF_UP) && !(i->ifa_flags & IFF_LOOPBACK);
+        if (pick && !found) {
+            *ip = ((struct sockaddr_in *)i->ifa_addr)->sin_addr;
+            found = 1;
+        }
+    }
+    freeifaddrs(ifa);
+    return found;
+}
+
+/* The local address a packet to `host` leaves from (no packet is sent); 0 if none. */
+static int route_source(const char *host, struct in_addr *ip)
+{
+    struct addrinfo hints = {.ai_family = AF_INET, .ai_socktype = SOCK_DGRAM}, *ai = NULL;
+    if (getaddrinfo(host, "9", &hints, &ai) != 0 || ai == NULL)
+        return 0;
+    int ok = 0, fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in sin;
+    socklen_t sl = sizeof(sin);
+    if (fd >= 0 && connect(fd, ai->ai_addr, ai->ai_addrlen) == 0 &&
+        getsockname(fd, (struct sockaddr *)&sin, &sl) == 0 && sin.sin_addr.s_addr != 0 &&
+        (ntohl(sin.sin_addr.s_addr) >> 24) != 127) {
+        *ip = sin.sin_addr;
+        ok = 1;
+    }
+    if (fd >= 0)
+        close(fd);
+    freeaddrinfo(ai);
+    return ok;
+}
+
+/*
+ * Where the bootstrap server listens.  --boot-addr is an IPv4 address or an interface name,
+ * optionally with :PORT.  Without it, a job with remote hosts listens on the local address
+ * that routes to the first remote host that resolves, else on the first interface that is up
+ * and not loopback; a job on this machine alone stays on 127.0.0.1.
+ */
+static int choose_boot_addr(void)
+{
+    struct in_addr ip = {.s_addr = 0};
+    unsigned port = 0;
+    if (opt.boot_addr != NULL) {
+        char head[128];
+        const char *colon = strrchr(opt.boot_addr, ':');
+        size_t hl = colon ? (size_t)(colon - opt.boot_addr) : strlen(opt.boot_addr);
+        if (colon != NULL) {
+            char *end;
+            errno = 0;
+            long p = strtol(colon + 1, &end, 10);
+            if (colon[1] == '\0' || *end != '\0' || errno != 0 || p < 0 || p > 65535) {
+                say("--boot-addr %s: the port must be an integer from 0 to 65535", opt.boot_addr);
+                return -1;
+            }
+            port = (unsigned)p;
+        }
+        if (hl == 0 || hl >= sizeof(head)) {
+            say("--boot-addr %s: expected an IPv4 address or an interface name, and :PORT",
+                opt.boot_addr);
+            return -1;
+        }
+        memcpy(head, opt.boot_addr, hl);
+        head[hl] = '\0';
+        char names[512] = "";
+        if (inet_pton(AF_INET, head, &ip) != 1 && !iface_addr(head, &ip, names, sizeof(names))) {
+            say("--boot-addr %s: \"%s\" is neither an IPv4 address nor an interface with one "
+                "(interfaces with IPv4 here: %s)",
+                opt.boot_addr, head, names[0] ? names : "none");
+            return -1;
+        }
+        if (ip.s_addr == 0) {
+            say("--boot-addr %s: the ranks connect to this address: give one they can reach",
+                opt.boot_addr);
+            return -1;
+        }
+    } else if (any_remote()) {
+        int found = 0;
+        for (int i = 0; i < opt.nhosts && !found; i++)
+            if (!opt.hosts[i].local && opt.hosts[i].used > 0)
+                found = route_source(opt.hosts[i].name, &ip);
+        if (!found && !iface_addr(NULL, &ip, NULL, 0)) {
+            say("no interface here but loopback: the hosts cannot reach the bootstrap server; "
+                "give --boot-addr");
+            return -1;
+        }
+    }
+    if (ip.s_addr != 0 || port != 0)
+        fy_run_server_listen_on(ip, port);
+    return 0;
+}
+
+/* Append s to *buf in single quotes, for the remote shell. */
+static int append_quoted(char **buf, size_t *len, size_t *cap, const char *s, int quote)
+{
+    size_t need = *len + 4 * strlen(s) + 4;
+    if (need > *cap) {
+        size_t nc = *cap ? *cap : 256;
+        while (nc < need)
+            nc *= 2;
+        char *b = realloc(*buf, nc);
+        if (b == NULL)
+            return -1;
+        *buf = b;
+        *cap = nc;
+    }
+    char *o = *buf + *len;
+    if (*len > 0)
+        *o++ = ' ';
+    if (quote)
+        *o++ = '\'';
+    for (const char *p = s; *p; p++) {
+        if (*p == '\'' && quote) {
+            memcpy(o, "'\\''", 4);
+            o += 4;
+        } else {
+            *o++ = *p;
+        }
+    }
+    if (quote)
+        *o++ = '\'';
+    *o = '\0';
+    *len = (size_t)(o - *buf);
+    return 0;
+}
+
+/*
+ * What the agent runs on the host: "cd 'CWD' 2>/dev/null; exec env 'K=V'... 'prog' 'args'".
+ * The variables in order (env lets a later one win): our FERRY_* ones, -x, ferryrun's own,
+ * --env.  Everything is quoted for sh, which is how ssh runs a command.
+ */
+static char *remote_command(char **ours, size_t nours)
+{
+    char *b = NULL, cwd[4096];
+    size_t len = 0, cap = 0;
+    int rc = 0;
+    if (getcwd(cwd, sizeof(cwd)) != NULL) {
+        rc |= append_quoted(&b, &len, &cap, "cd", 0);
+        rc |= append_quoted(&b, &len, &cap, cwd, 1);
+        rc |= append_quoted(&b, &len, &cap, "2>/dev/null;", 0);
+    }
+    rc |= append_quoted(&b, &len, &cap, "exec env", 0);
+    for (size_t i = 0; environ[i] != NULL; i++)
+        if (strncmp(environ[i], "FERRY_", 6) == 0 && strchr(environ[i], '=') != NULL)
+            rc |= append_quoted(&b, &len, &cap, environ[i], 1);
+    for (size_t i = 0; i < opt.nx; i++) {
+        if (strchr(opt.xnames[i], '=') != NULL) {
+            rc |= append_quoted(&b, &len, &cap, opt.xnames[i], 1);
+            continue;
+        }
+        const char *v = getenv(opt.xnames[i]);
+        if (v == NULL)
+            continue; /* not set here: not set there */
+        char *kv = malloc(strlen(opt.xnames[i]) + strlen(v) + 2);
+        if (kv == NULL)
+            return NULL;
+        sprintf(kv, "%s=%s", opt.xnames[i], v);
+        rc |= append_quoted(&b, &len, &cap, kv, 1);
+        free(kv);
+    }
+    for (size_t i = 0; i < nours; i++)
+        rc |= append_quoted(&b, &len, &cap, ours[i], 1);
+    for (size_t i = 0; i < opt.nenvs; i++)
+        rc |= append_quoted(&b, &len, &cap, opt.envs[i], 1);
+    for (char **a = opt.argv; *a != NULL; a++)
+        rc |= append_quoted(&b, &len, &cap, *a, 1);
+    if (rc != 0) {
+        free(b);
+        return NULL;
+    }
+    return b;
+}
+
+/* argv of the agent for one rank: the words of --agent, the host, the command. */
+static char **agent_argv(const char *host, char *command)
+{
+    size_t nw = 0, cap = 8;
+    char **v = malloc(cap * sizeof(*v));
+    char *copy = strdup(opt.agent), *save = NULL;
+    if (v == NULL || copy == NULL)
+        goto oom;
+    for (char *t = strtok_r(copy, " \t", &save); t != NULL; t = strtok_r(NULL, " \t", &save)) {
+        if (nw + 4 > cap) {
+            char **n = realloc(v, (cap *= 2) * sizeof(*v));
+            if (n == NULL)
+                goto oom;
+            v = n;
+        }
+        v[nw++] = t;
+    }
+    v[nw++] = (char *)host;
+    v[nw++] = command;
+    v[nw] = NULL;
+    return v; /* v[0] points into copy: free(v[0]) frees the words */
+oom:
+    free(v);
+    free(copy);
+    return NULL;
 }
 
 static int spawn_ranks(const char *addr, const char *job_key)
@@ -485,7 +937,21 @@ static int spawn_ranks(const char *addr, const char *job_key)
     for (int r = 0; r < opt.n && rc == 0; r++) {
         /* env[] holds these strings by pointer: rewrite them in place for each rank */
         snprintf(e_rank, sizeof(e_rank), "FERRY_RANK=%d", r);
-        snprintf(e_lrank, sizeof(e_lrank), "FERRY_LOCAL_RANK=%d", r);
+        snprintf(e_lrank, sizeof(e_lrank), "FERRY_LOCAL_RANK=%d", ranks[r].local_rank);
+        snprintf(e_lsize, sizeof(e_lsize), "FERRY_LOCAL_SIZE=%d", ranks[r].local_size);
+        const host_t *host = ranks[r].host >= 0 ? &opt.hosts[ranks[r].host] : NULL;
+        char **argv = opt.argv, **cenv = env, *cmd = NULL;
+        if (host != NULL && !host->local) {
+            cmd = remote_command(ours, sizeof(ours) / sizeof(ours[0]));
+            argv = cmd ? agent_argv(host->name, cmd) : NULL;
+            cenv = environ;
+            if (argv == NULL) {
+                say("out of memory");
+                free(cmd);
+                rc = -1;
+                break;
+            }
+        }
         int po[2], pe[2], px[2];
         if (pipe2(po, O_CLOEXEC) != 0 || pipe2(pe, O_CLOEXEC) != 0 || pipe2(px, O_CLOEXEC) != 0) {
             say("cannot create pipes for rank %d: %s (raise the limit of open files?)", r,
@@ -497,7 +963,7 @@ static int spawn_ranks(const char *addr, const char *job_key)
         pid_t pid = fork();
         int err = pid < 0 ? errno : 0;
         if (pid == 0)
-            child_exec(po[1], pe[1], px[1], self, env);
+            child_exec(po[1], pe[1], px[1], self, argv, cenv);
         close(po[1]);
         close(pe[1]);
         close(px[1]);
@@ -520,13 +986,23 @@ static int spawn_ranks(const char *addr, const char *job_key)
             nalive++;
         }
         if (err != 0) {
-            say("cannot start %s (rank %d): %s", opt.argv[0], r, strerror(err));
+            if (cmd != NULL)
+                say("cannot start the agent %s for rank %d on %s: %s", argv[0], r, host->name,
+                    strerror(err));
+            else
+                say("cannot start %s (rank %d): %s", opt.argv[0], r, strerror(err));
             close(po[0]);
             close(pe[0]);
             exit_status = err == ENOENT ? 127 : 126;
             rc = -1;
-            break;
         }
+        if (cmd != NULL) {
+            free(argv[0]);
+            free(argv);
+            free(cmd);
+        }
+        if (rc != 0)
+            break;
         if (add_stream(r, &ranks[r].out, po[0], 1, FY_RUN_EV_STDOUT) != 0 ||
             add_stream(r, &ranks[r].err, pe[0], 2, FY_RUN_EV_STDERR) != 0)
             rc = -1;
@@ -565,12 +1041,18 @@ static void reap(fy_run_server_t *srv)
         if (!failed || aborting)
             continue;
         exit_status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+        char where[300] = "";
+        if (ranks[r].host >= 0 && !opt.hosts[ranks[r].host].local)
+            snprintf(where, sizeof(where), " on %s (agent pid %d)", opt.hosts[ranks[r].host].name,
+                     (int)pid);
+        else
+            snprintf(where, sizeof(where), " (pid %d)", (int)pid);
         if (nalive > 0) {
-            say("rank %d (pid %d) %s; ending the other %d rank%s", r, (int)pid, how, nalive,
+            say("rank %d%s %s; ending the other %d rank%s", r, where, how, nalive,
                 nalive == 1 ? "" : "s");
             end_job();
         } else {
-            say("rank %d (pid %d) %s", r, (int)pid, how);
+            say("rank %d%s %s", r, where, how);
             aborting = 1;
         }
     }
@@ -633,6 +1115,9 @@ int main(int argc, char **argv)
     }
     for (int r = 0; r < opt.n; r++)
         ranks[r].out.fd = ranks[r].err.fd = -1;
+    place_ranks();
+    if (choose_boot_addr() != 0)
+        return 2;
 
     /* signals arrive through a signalfd; block them before any child exists */
     sigset_t mask;
@@ -733,6 +1218,10 @@ int main(int argc, char **argv)
     free(scratch);
     free(ranks);
     free(opt.envs);
+    free(opt.xnames);
+    for (int i = 0; i < opt.nhosts; i++)
+        free(opt.hosts[i].name);
+    free(opt.hosts);
     close(sfd);
     close(epfd);
     return exit_status;

@@ -6,6 +6,7 @@
 #ifndef FERRYRUN_H
 #define FERRYRUN_H
 
+#include <netinet/in.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -23,10 +24,13 @@ enum fy_run_ev_kind {
 
 typedef struct fy_run_server fy_run_server_t;
 
+/* Where the next fy_run_server_create listens: an IPv4 address the hosts of the job reach, and a
+ * port (0: ephemeral).  Without this call: 127.0.0.1. */
+void fy_run_server_listen_on(struct in_addr ip, unsigned port);
 /*
- * Listen on 127.0.0.1 (an ephemeral port) for the `size` ranks of a job with this key, and
- * register with epfd.  Writes "127.0.0.1:port" to addr.  Returns 0, or -1 with a message
- * printed.
+ * Listen on 127.0.0.1 (an ephemeral port; see fy_run_server_listen_on) for the `size` ranks of a
+ * job with this key, and register with epfd.  Writes "ip:port" to addr.  Returns 0, or -1 with a
+ * message printed.
  */
 int fy_run_server_create(int size, const char *job_key, int epfd, char *addr, size_t addrlen,
                          fy_run_server_t **srv_p);

@@ -1,11 +1,11 @@
 /*
  * ferryrun_server.c - the key-value server of the builtin bootstrap, run inside ferryrun.
  *
- * One TCP listener on 127.0.0.1, one connection per rank, all driven by ferryrun's epoll
- * loop: nothing here blocks, so 64 or 1024 ranks cost one event each per message.  Reads
- * are gathered until whole messages (builtin_wire.h) are present; answers go to a per-
- * connection output buffer that is written at once and, if the socket is full, finished on
- * EPOLLOUT.
+ * One TCP listener (127.0.0.1, or the address fy_run_server_listen_on gave), one connection per
+ * rank, all driven by ferryrun's epoll loop: nothing here blocks, so 64 or 1024 ranks cost one
+ * event each per message.  Reads are gathered until whole messages (builtin_wire.h) are present;
+ * answers go to a per- connection output buffer that is written at once and, if the socket is full,
+ * finished on EPOLLOUT.
  *
  * The store is one small table of (key, value) per rank.  Puts are visible as soon as they
  * arrive; a fence is the count of ranks that sent FENCE for the current epoch, and when it
@@ -563,6 +563,15 @@ void fy_run_server_rank_exited(fy_run_server_t *s, int rank, const char *how)
     mark_gone(s, rank, how);
 }
 
+static struct in_addr listen_ip = {.s_addr = 0}; /* 0: 127.0.0.1 */
+static unsigned listen_port;
+
+void fy_run_server_listen_on(struct in_addr ip, unsigned port)
+{
+    listen_ip = ip;
+    listen_port = port;
+}
+
 int fy_run_server_create(int size, const char *job_key, int epfd, char *addr, size_t addrlen,
                          fy_run_server_t **srv_p)
 {
@@ -583,13 +592,15 @@ int fy_run_server_create(int size, const char *job_key, int epfd, char *addr, si
         fprintf(stderr, "ferryrun: socket: %s\n", strerror(errno));
         goto fail;
     }
-    struct sockaddr_in sin = {.sin_family = AF_INET, .sin_port = 0};
-    sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    struct sockaddr_in sin = {.sin_family = AF_INET, .sin_port = htons((uint16_t)listen_port)};
+    sin.sin_addr.s_addr = listen_ip.s_addr != 0 ? listen_ip.s_addr : htonl(INADDR_LOOPBACK);
+    char ip[INET_ADDRSTRLEN];
+    inet_ntop(AF_INET, &sin.sin_addr, ip, sizeof(ip));
     socklen_t sl = sizeof(sin);
     if (bind(s->listen_fd, (struct sockaddr *)&sin, sizeof(sin)) != 0 ||
         listen(s->listen_fd, SOMAXCONN) != 0 ||
         getsockname(s->listen_fd, (struct sockaddr *)&sin, &sl) != 0) {
-        fprintf(stderr, "ferryrun: cannot listen on 127.0.0.1 for the bootstrap: %s\n",
+        fprintf(stderr, "ferryrun: cannot listen on %s:%u for the bootstrap: %s\n", ip, listen_port,
                 strerror(errno));
         goto fail;
     }
@@ -598,7 +609,7 @@ int fy_run_server_create(int size, const char *job_key, int epfd, char *addr, si
         fprintf(stderr, "ferryrun: epoll_ctl: %s\n", strerror(errno));
         goto fail;
     }
-    snprintf(addr, addrlen, "127.0.0.1:%u", (unsigned)ntohs(sin.sin_port));
+    snprintf(addr, addrlen, "%s:%u", ip, (unsigned)ntohs(sin.sin_port));
     *srv_p = s;
     return 0;
 fail:

@@ -21,6 +21,8 @@
 #   rank_dies     a remote rank that exits 3 ends the job: status 3, within seconds, named
 #   noudp         udp dropped between the hosts: alltoall still passes (over tcp)
 #   notcp         tcp dropped between the hosts (the bootstrap's port excepted): passes (udp)
+#   impair        alltoall through the impairer on tbB's link (loss, reordering, delay, a rate
+#                 limit): passes, and the impairer counted losses and rate-limited packets
 #   shm_same      two ranks on one host share /dev/shm: alltoall passes with FERRY_TLS=self,shm
 #   shm_separate  two ranks with one network namespace but separate /dev/shm: alltoall passes
 #                 by default, and fails cleanly (no hang) with FERRY_TLS=self,shm: not over shm
@@ -179,6 +181,18 @@ notcp)
     [ $? = 124 ] || fail "tcp between the hosts is not dropped"
     expect_alltoall_ok "tcp dropped between the hosts" --hosts tbA:2,tbB:2 \
         --boot-addr "eth0:$TB_BOOT_PORT" "$A2A"
+    ;;
+impair)
+    [ -x "${FY_IMPAIR:-}" ] || { echo "SKIP: fy_impair is not built (libnetfilter_queue)"; exit 77; }
+    two_hosts
+    tb_impair tbB 0 both -- --seed 3 --loss 2 --reorder 1 --delay 1 --delay-us 200 \
+        --rate 300M || fail "the impairer did not start"
+    expect_alltoall_ok "through the impairer" --hosts tbA:2,tbB:2 "$A2A"
+    tb_impair_stop
+    cat "$FYHOSTS_DIR"/impair*.log
+    grep -Eq "lost [1-9][0-9]*, .*rate-limited [1-9]" "$FYHOSTS_DIR"/impair*.log ||
+        fail "the impairer saw no traffic to lose or limit"
+    echo "ok: impaired link"
     ;;
 shm_same)
     two_hosts

@@ -264,6 +264,19 @@ tb_impair() {
     exec {fd}<&-
 }
 
+# Stop the impairers and take their rules away (their summaries stay in
+# $FYHOSTS_DIR/impair*.log until tb_down).
+tb_impair_stop() {
+    local p h
+    for p in "${TB_IMPAIRERS[@]}"; do
+        kill -TERM "$p" 2>/dev/null && tail --pid="$p" -f /dev/null 2>/dev/null
+    done
+    TB_IMPAIRERS=()
+    for h in "${TB_HOSTS[@]}"; do
+        [ -z "${TB_NET[$h]}" ] && tb_undrop "$h" 2>/dev/null
+    done
+}
+
 tb_down() {
     local p h
     [ -n "$TB_ID" ] || return 0

@@ -94,7 +94,7 @@ LOAD0=$(cut -d' ' -f1-3 /proc/loadavg)
 perf() {
     local key=$1 envs=$2 test=$3 size=$4 n=$5 w out col
     w=$((n / 10 > 10 ? n / 10 : 10))
-    local cmd="$envs $FRUN --timeout $((TMO - 10)) --hosts tbA:1,tbB:1 --agent $AGENT $PERF -t $test -s $size -n $n -w $w -C $CPUS -f csv"
+    local cmd="${envs:+$envs }$FRUN --timeout $((TMO - 10)) --hosts tbA:1,tbB:1 --agent $AGENT $PERF -t $test -s $size -n $n -w $w -C $CPUS -f csv"
     echo "$key	$cmd" >> "$WORK/commands.txt"
     out=$(timeout $TMO "$AGENT" -E tbA "env $cmd" 2>> "$LOG")
     [ "$test" = am_lat ] && col=7 || col=12

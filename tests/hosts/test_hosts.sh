@@ -57,6 +57,7 @@ pending() {
 
 # ferryrun on host tbA (whole environment kept), stdout+stderr to $OUT; returns its status.
 OUT=$(mktemp /tmp/fyhosts-out.XXXXXX)
+trap 'rm -f "$OUT" "$OUT.hf"' EXIT
 run_on_a() {
     "$AGENT" -E tbA "$(printf '%q ' "$FRUN" --timeout $TMO "${XS[@]}" --agent "$AGENT" "$@")" \
         > "$OUT" 2>&1
@@ -64,11 +65,12 @@ run_on_a() {
 show() { sed 's/^/    | /' "$OUT"; }
 
 source "$HERE/testbed.sh"
+case $CASE in args | local) ;; *) tb_reexec_unprivileged "$0" "$@" ;; esac
 
 two_hosts() {
     tb_can || exit 77
     tb_init
-    trap 'rm -f "$OUT"; tb_down' EXIT
+    trap 'rm -f "$OUT" "$OUT.hf"; tb_down' EXIT
     tb_host tbA shm=private
     tb_host tbB shm=private
     tb_up || fail "could not build the testbed"
@@ -202,7 +204,7 @@ shm_same)
 shm_separate)
     tb_can || exit 77
     tb_init
-    trap 'rm -f "$OUT"; tb_down' EXIT
+    trap 'rm -f "$OUT" "$OUT.hf"; tb_down' EXIT
     tb_host tbA shm=private
     tb_host tbA2 net=tbA shm=private
     tb_up || fail "could not build the testbed"

@@ -47,7 +47,8 @@ tb_can() {
 # Call before tb_init: tb_reexec_unprivileged "$0" "$@"
 tb_reexec_unprivileged() {
     [ "$(id -u)" = 0 ] && return 0
-    [ -n "$FYHOSTS_USERNS" ] && return 0
+    [ -n "${FYHOSTS_USERNS:-}" ] && return 0
+    unshare -rnm true 2>/dev/null || return 0 # no user namespaces: tb_can will say so
     export FYHOSTS_USERNS=1
     exec unshare -rnm --propagation private bash -c \
         'mkdir -p /run/netns 2>/dev/null; mount -t tmpfs none /run/netns && exec "$0" "$@"' "$@"

@@ -194,7 +194,13 @@ report() {
     echo "Commands (run on host tbA through \`tests/hosts/tb-agent -E tbA\`; the build in $BUILD):"
     echo
     echo '```'
-    sort -u -t'	' -k1,1 "$WORK/commands.txt" | cut -f2 | sed "s|$ROOT/||g"
+    grep -v '^tcp\.' "$WORK/commands.txt" | sort -u -t'	' -k1,1 | cut -f2 | sed "s|$ROOT/||g"
+    grep '^tcp\.' "$WORK/commands.txt" | cut -f2 | sed "s|$ROOT/||g" |
+        sed 's/FERRY_TCP_LINKS=[0-9]*/FERRY_TCP_LINKS=$L/; s/FERRY_TCP_CONGESTION=[a-z]*/FERRY_TCP_CONGESTION=$CC/' |
+        sort -u | sed "s/^/for L in ${LINKS[*]}; do for CC in ${CCS[*]}; do /; s/\$/; done; done/"
     echo '```'
+    [ -n "$FY_IMPAIR" ] && want tcp &&
+        echo "(the -n 64 runs with \`tb_impair tbA 0 out -- $IMPAIR\` and the same on tbB: tests/hosts/testbed.sh)"
+    return 0
 }
 report | tee ${OUT:+"$OUT"}

@@ -891,7 +891,7 @@ static char *remote_command(char **ours, size_t nours)
 }
 
 /* argv of the agent for one rank: the words of --agent, the host, the command. */
-static char **agent_argv(const char *host, char *command)
+static char **agent_argv(const char *host, char *command, char **words_p)
 {
     size_t nw = 0, cap = 8;
     char **v = malloc(cap * sizeof(*v));
@@ -910,7 +910,8 @@ static char **agent_argv(const char *host, char *command)
     v[nw++] = (char *)host;
     v[nw++] = command;
     v[nw] = NULL;
-    return v; /* v[0] points into copy: free(v[0]) frees the words */
+    *words_p = copy; /* the words of v point into it */
+    return v;
 oom:
     free(v);
     free(copy);
@@ -940,10 +941,10 @@ static int spawn_ranks(const char *addr, const char *job_key)
         snprintf(e_lrank, sizeof(e_lrank), "FERRY_LOCAL_RANK=%d", ranks[r].local_rank);
         snprintf(e_lsize, sizeof(e_lsize), "FERRY_LOCAL_SIZE=%d", ranks[r].local_size);
         const host_t *host = ranks[r].host >= 0 ? &opt.hosts[ranks[r].host] : NULL;
-        char **argv = opt.argv, **cenv = env, *cmd = NULL;
+        char **argv = opt.argv, **cenv = env, *cmd = NULL, *words = NULL;
         if (host != NULL && !host->local) {
             cmd = remote_command(ours, sizeof(ours) / sizeof(ours[0]));
-            argv = cmd ? agent_argv(host->name, cmd) : NULL;
+            argv = cmd ? agent_argv(host->name, cmd, &words) : NULL;
             cenv = environ;
             if (argv == NULL) {
                 say("out of memory");
@@ -997,7 +998,7 @@ static int spawn_ranks(const char *addr, const char *job_key)
             rc = -1;
         }
         if (cmd != NULL) {
-            free(argv[0]);
+            free(words);
             free(argv);
             free(cmd);
         }

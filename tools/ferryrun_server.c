@@ -1,11 +1,11 @@
 /*
  * ferryrun_server.c - the key-value server of the builtin bootstrap, run inside ferryrun.
  *
- * One TCP listener (127.0.0.1, or the address fy_run_server_listen_on gave), one connection per
- * rank, all driven by ferryrun's epoll loop: nothing here blocks, so 64 or 1024 ranks cost one
- * event each per message.  Reads are gathered until whole messages (builtin_wire.h) are present;
- * answers go to a per- connection output buffer that is written at once and, if the socket is full,
- * finished on EPOLLOUT.
+ * One TCP listener on 127.0.0.1, one connection per rank, all driven by ferryrun's epoll
+ * loop: nothing here blocks, so 64 or 1024 ranks cost one event each per message.  Reads
+ * are gathered until whole messages (builtin_wire.h) are present; answers go to a per-
+ * connection output buffer that is written at once and, if the socket is full, finished on
+ * EPOLLOUT.
  *
  * The store is one small table of (key, value) per rank.  Puts are visible as soon as they
  * arrive; a fence is the count of ranks that sent FENCE for the current epoch, and when it
@@ -563,7 +563,8 @@ void fy_run_server_rank_exited(fy_run_server_t *s, int rank, const char *how)
     mark_gone(s, rank, how);
 }
 
-static struct in_addr listen_ip = {.s_addr = 0}; /* 0: 127.0.0.1 */
+/* Where to listen for a job across hosts (ferryrun --boot-addr); 0.0.0.0 stands for 127.0.0.1 */
+static struct in_addr listen_ip = {.s_addr = 0};
 static unsigned listen_port;
 
 void fy_run_server_listen_on(struct in_addr ip, unsigned port)

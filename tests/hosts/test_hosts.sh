@@ -112,7 +112,7 @@ args)
     r --hosts h1 --agent /nonexistent/agent --boot-addr 127.0.0.1 true
     chk 127 "cannot start the agent /nonexistent/agent for rank 0 on h1"
     # the agent's failure (ssh's 255) is the rank's status, and named with its host
-    r --hosts h1:2 --agent false --boot-addr 127.0.0.1 true; chk 1 "rank [01] on h1"
+    r --hosts h1:2 --agent " false -o x" --boot-addr 127.0.0.1 true; chk 1 "rank [01] on h1"
     echo "ok: bad input gets a clear error and a status"
     ;;
 local)

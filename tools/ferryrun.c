@@ -8,9 +8,9 @@
  * ferryrun runs the builtin bootstrap's key-value server (ferryrun_server.c) on 127.0.0.1
  * (or, for a job across hosts, on an address the hosts reach) and gives every rank
  * FERRY_BOOT_ADDR, FERRY_RANK, FERRY_SIZE, FERRY_LOCAL_RANK, FERRY_LOCAL_SIZE (per host) and
- * FERRY_JOB_KEY.  A rank on another host is one agent process here ("PROG HOST command",
- * ssh by default): its command line carries the environment (every FERRY_* variable of ours,
- * the -x names, --env), the agent's output and exit status stand for the rank's, and ending
+ * FERRY_JOB_KEY.  A rank on another host (ferryrun_hosts.c) is one agent process here ("PROG HOST
+ * command", ssh by default): its command line carries the environment (every FERRY_* variable of
+ * ours, the -x names, --env), the agent's output and exit status stand for the rank's, and ending
  * the agent ends the rank (as far as the agent passes that on: tests/hosts/tb-agent becomes
  * the rank itself; ssh closes the connection).  Everything is one epoll loop in one thread: the
  * server's sockets, a pipe per rank for stdout and one for stderr, and a signalfd for SIGCHLD and
@@ -32,11 +32,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
-#include <arpa/inet.h>
 #include <getopt.h>
-#include <ifaddrs.h>
-#include <net/if.h>
-#include <netdb.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -49,7 +45,6 @@
 #include <sys/random.h>
 #include <sys/resource.h>
 #include <sys/signalfd.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -80,22 +75,14 @@ typedef struct rank_proc {
     stream_t out, err;
 } rank_proc_t;
 
-typedef struct host {
-    char *name;
-    int slots;
-    int used;  /* ranks placed on it */
-    int local; /* this machine: started directly, not through the agent */
-} host_t;
-
 typedef struct opts {
     int n;
     double timeout_s;
     int prefix;
     char **envs;
     size_t nenvs;
-    char **argv; /* program and its arguments */
-    host_t *hosts;
-    int nhosts;
+    char **argv;           /* program and its arguments */
+    fy_run_hosts_t hosts;  /* --hosts, --hostfile */
     const char *agent;     /* --agent, "ssh" by default */
     const char *boot_addr; /* --boot-addr */
     char **xnames;         /* -x NAME or NAME=VALUE */
@@ -186,110 +173,6 @@ static int push_ptr(char ***arr, size_t *n, char *p)
     return 0;
 }
 
-/* One host entry "name[:slots]" (or, from a hostfile, "name slots=N"); `where` for errors. */
-static int add_host(const char *spec, const char *where)
-{
-    char name[256];
-    long slots = 1;
-    const char *sep = strpbrk(spec, ": \t");
-    size_t nl = sep ? (size_t)(sep - spec) : strlen(spec);
-    if (nl == 0 || nl >= sizeof(name)) {
-        say("%s: \"%s\": expected host[:slots]", where, spec);
-        return -1;
-    }
-    memcpy(name, spec, nl);
-    name[nl] = '\0';
-    for (size_t i = 0; i < nl; i++) {
-        unsigned char ch = (unsigned char)name[i];
-        if (!(ch == '.' || ch == '-' || ch == '_' || ch == '@' || (ch >= '0' && ch <= '9') ||
-              (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z'))) {
-            say("%s: host name \"%s\": only letters, digits and . - _ @ are allowed", where, name);
-            return -1;
-        }
-    }
-    if (sep != NULL) {
-        const char *num = sep + 1;
-        if (*sep != ':') {
-            num += strspn(num, " \t");
-            if (strncmp(num, "slots=", 6) != 0) {
-                say("%s: \"%s\": expected host[:slots] or \"host slots=N\"", where, spec);
-                return -1;
-            }
-            num += 6;
-        }
-        char *end;
-        errno = 0;
-        slots = strtol(num, &end, 10);
-        end += strspn(end, " \t\r");
-        if (*num == '\0' || *end != '\0' || errno != 0 || slots < 1 || slots > MAX_RANKS) {
-            say("%s: \"%s\": the slots must be an integer from 1 to %d", where, spec, MAX_RANKS);
-            return -1;
-        }
-    }
-    host_t *h = realloc(opt.hosts, (size_t)(opt.nhosts + 1) * sizeof(*h));
-    if (h == NULL || (h[opt.nhosts].name = strdup(name)) == NULL) {
-        say("out of memory");
-        return -1;
-    }
-    opt.hosts = h;
-    h[opt.nhosts].slots = (int)slots;
-    h[opt.nhosts].used = 0;
-    h[opt.nhosts].local = 0;
-    opt.nhosts++;
-    return 0;
-}
-
-static int parse_hosts(const char *list)
-{
-    char *copy = strdup(list), *save = NULL;
-    if (copy == NULL)
-        return -1;
-    int rc = 0, any = 0;
-    for (char *t = strtok_r(copy, ",", &save); t != NULL && rc == 0;
-         t = strtok_r(NULL, ",", &save)) {
-        rc = add_host(t, "--hosts");
-        any = 1;
-    }
-    free(copy);
-    if (rc == 0 && !any) {
-        say("--hosts \"%s\": no host in it", list);
-        rc = -1;
-    }
-    return rc;
-}
-
-static int parse_hostfile(const char *path)
-{
-    FILE *f = fopen(path, "r");
-    if (f == NULL) {
-        say("--hostfile %s: %s", path, strerror(errno));
-        return -1;
-    }
-    char line[1024], where[1100];
-    int rc = 0, lineno = 0, before = opt.nhosts;
-    while (rc == 0 && fgets(line, sizeof(line), f) != NULL) {
-        lineno++;
-        char *hash = strchr(line, '#');
-        if (hash != NULL)
-            *hash = '\0';
-        char *b = line + strspn(line, " \t");
-        size_t l = strlen(b);
-        while (l > 0 &&
-               (b[l - 1] == '\n' || b[l - 1] == '\r' || b[l - 1] == ' ' || b[l - 1] == '\t'))
-            b[--l] = '\0';
-        if (l == 0)
-            continue;
-        snprintf(where, sizeof(where), "%s:%d", path, lineno);
-        rc = add_host(b, where);
-    }
-    fclose(f);
-    if (rc == 0 && opt.nhosts == before) {
-        say("--hostfile %s: no host in it", path);
-        rc = -1;
-    }
-    return rc;
-}
-
 static int parse_args(int argc, char **argv)
 {
     static const struct option longopts[] = {
@@ -354,11 +237,11 @@ static int parse_args(int argc, char **argv)
             break;
         }
         case 'H':
-            if (parse_hosts(optarg) != 0)
+            if (fy_run_hosts_parse(&opt.hosts, optarg, MAX_RANKS) != 0)
                 return -1;
             break;
         case 'F':
-            if (parse_hostfile(optarg) != 0)
+            if (fy_run_hosts_read(&opt.hosts, optarg, MAX_RANKS) != 0)
                 return -1;
             break;
         case 'a':
@@ -379,10 +262,10 @@ static int parse_args(int argc, char **argv)
             return -1;
         }
     }
-    if (opt.nhosts > 0) {
+    if (opt.hosts.n > 0) {
         long total = 0;
-        for (int i = 0; i < opt.nhosts; i++)
-            total += opt.hosts[i].slots;
+        for (int i = 0; i < opt.hosts.n; i++)
+            total += opt.hosts.v[i].slots;
         if (total > MAX_RANKS)
             total = MAX_RANKS;
         if (opt.n == 0)
@@ -674,7 +557,7 @@ static void child_exec(int out_w, int err_w, int errfd, pid_t parent, char **arg
 /* Ranks fill the hosts in order, each up to its slots; local rank and size count per host. */
 static void place_ranks(void)
 {
-    if (opt.nhosts == 0) {
+    if (opt.hosts.n == 0) {
         for (int r = 0; r < opt.n; r++) {
             ranks[r].host = -1;
             ranks[r].local_rank = r;
@@ -684,238 +567,30 @@ static void place_ranks(void)
     }
     char me[256] = "";
     gethostname(me, sizeof(me) - 1);
-    for (int i = 0; i < opt.nhosts; i++)
-        opt.hosts[i].local =
-            strcmp(opt.hosts[i].name, "localhost") == 0 || strcmp(opt.hosts[i].name, me) == 0;
+    for (int i = 0; i < opt.hosts.n; i++)
+        opt.hosts.v[i].local =
+            strcmp(opt.hosts.v[i].name, "localhost") == 0 || strcmp(opt.hosts.v[i].name, me) == 0;
     int h = 0;
     for (int r = 0; r < opt.n; r++) {
-        while (opt.hosts[h].used == opt.hosts[h].slots)
+        while (opt.hosts.v[h].used == opt.hosts.v[h].slots)
             h++;
         ranks[r].host = h;
-        ranks[r].local_rank = opt.hosts[h].used++;
+        ranks[r].local_rank = opt.hosts.v[h].used++;
     }
     for (int r = 0; r < opt.n; r++)
-        ranks[r].local_size = opt.hosts[ranks[r].host].used;
+        ranks[r].local_size = opt.hosts.v[ranks[r].host].used;
 }
 
-static int any_remote(void)
-{
-    for (int i = 0; i < opt.nhosts; i++)
-        if (opt.hosts[i].used > 0 && !opt.hosts[i].local)
-            return 1;
-    return 0;
-}
-
-static int iface_addr(const char *name, struct in_addr *ip, char *names, size_t nn)
-{
-    struct ifaddrs *ifa = NULL;
-    int found = 0;
-    size_t o = 0;
-    if (getifaddrs(&ifa) != 0)
-        return 0;
-    for (struct ifaddrs *i = ifa; i != NULL; i = i->ifa_next) {
-        if (i->ifa_addr == NULL || i->ifa_addr->sa_family != AF_INET)
-            continue;
-        if (names != NULL && o + strlen(i->ifa_name) + 2 < nn)
-            o += (size_t)snprintf(names + o, nn - o, "%s%s", o ? " " : "", i->ifa_name);
-        int pick = name != NULL ? strcmp(i->ifa_name, name) == 0
-                                : (i->ifa_flags & IFF_UP) && !(i->ifa_flags & IFF_LOOPBACK);
-        if (pick && !found) {
-            *ip = ((struct sockaddr_in *)i->ifa_addr)->sin_addr;
-            found = 1;
-        }
-    }
-    freeifaddrs(ifa);
-    return found;
-}
-
-/* The local address a packet to `host` leaves from (no packet is sent); 0 if none. */
-static int route_source(const char *host, struct in_addr *ip)
-{
-    struct addrinfo hints = {.ai_family = AF_INET, .ai_socktype = SOCK_DGRAM}, *ai = NULL;
-    if (getaddrinfo(host, "9", &hints, &ai) != 0 || ai == NULL)
-        return 0;
-    int ok = 0, fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-    struct sockaddr_in sin;
-    socklen_t sl = sizeof(sin);
-    if (fd >= 0 && connect(fd, ai->ai_addr, ai->ai_addrlen) == 0 &&
-        getsockname(fd, (struct sockaddr *)&sin, &sl) == 0 && sin.sin_addr.s_addr != 0 &&
-        (ntohl(sin.sin_addr.s_addr) >> 24) != 127) {
-        *ip = sin.sin_addr;
-        ok = 1;
-    }
-    if (fd >= 0)
-        close(fd);
-    freeaddrinfo(ai);
-    return ok;
-}
-
-/*
- * Where the bootstrap server listens.  --boot-addr is an IPv4 address or an interface name,
- * optionally with :PORT.  Without it, a job with remote hosts listens on the local address
- * that routes to the first remote host that resolves, else on the first interface that is up
- * and not loopback; a job on this machine alone stays on 127.0.0.1.
- */
+/* Where the bootstrap server listens (see fy_run_boot_addr). */
 static int choose_boot_addr(void)
 {
     struct in_addr ip = {.s_addr = 0};
     unsigned port = 0;
-    if (opt.boot_addr != NULL) {
-        char head[128];
-        const char *colon = strrchr(opt.boot_addr, ':');
-        size_t hl = colon ? (size_t)(colon - opt.boot_addr) : strlen(opt.boot_addr);
-        if (colon != NULL) {
-            char *end;
-            errno = 0;
-            long p = strtol(colon + 1, &end, 10);
-            if (colon[1] == '\0' || *end != '\0' || errno != 0 || p < 0 || p > 65535) {
-                say("--boot-addr %s: the port must be an integer from 0 to 65535", opt.boot_addr);
-                return -1;
-            }
-            port = (unsigned)p;
-        }
-        if (hl == 0 || hl >= sizeof(head)) {
-            say("--boot-addr %s: expected an IPv4 address or an interface name, and :PORT",
-                opt.boot_addr);
-            return -1;
-        }
-        memcpy(head, opt.boot_addr, hl);
-        head[hl] = '\0';
-        char names[512] = "";
-        if (inet_pton(AF_INET, head, &ip) != 1 && !iface_addr(head, &ip, names, sizeof(names))) {
-            say("--boot-addr %s: \"%s\" is neither an IPv4 address nor an interface with one "
-                "(interfaces with IPv4 here: %s)",
-                opt.boot_addr, head, names[0] ? names : "none");
-            return -1;
-        }
-        if (ip.s_addr == 0) {
-            say("--boot-addr %s: the ranks connect to this address: give one they can reach",
-                opt.boot_addr);
-            return -1;
-        }
-    } else if (any_remote()) {
-        int found = 0;
-        for (int i = 0; i < opt.nhosts && !found; i++)
-            if (!opt.hosts[i].local && opt.hosts[i].used > 0)
-                found = route_source(opt.hosts[i].name, &ip);
-        if (!found && !iface_addr(NULL, &ip, NULL, 0)) {
-            say("no interface here but loopback: the hosts cannot reach the bootstrap server; "
-                "give --boot-addr");
-            return -1;
-        }
-    }
+    if (fy_run_boot_addr(opt.boot_addr, &opt.hosts, &ip, &port) != 0)
+        return -1;
     if (ip.s_addr != 0 || port != 0)
         fy_run_server_listen_on(ip, port);
     return 0;
-}
-
-/* Append s to *buf in single quotes, for the remote shell. */
-static int append_quoted(char **buf, size_t *len, size_t *cap, const char *s, int quote)
-{
-    size_t need = *len + 4 * strlen(s) + 4;
-    if (need > *cap) {
-        size_t nc = *cap ? *cap : 256;
-        while (nc < need)
-            nc *= 2;
-        char *b = realloc(*buf, nc);
-        if (b == NULL)
-            return -1;
-        *buf = b;
-        *cap = nc;
-    }
-    char *o = *buf + *len;
-    if (*len > 0)
-        *o++ = ' ';
-    if (quote)
-        *o++ = '\'';
-    for (const char *p = s; *p; p++) {
-        if (*p == '\'' && quote) {
-            memcpy(o, "'\\''", 4);
-            o += 4;
-        } else {
-            *o++ = *p;
-        }
-    }
-    if (quote)
-        *o++ = '\'';
-    *o = '\0';
-    *len = (size_t)(o - *buf);
-    return 0;
-}
-
-/*
- * What the agent runs on the host: "cd 'CWD' 2>/dev/null; exec env 'K=V'... 'prog' 'args'".
- * The variables in order (env lets a later one win): our FERRY_* ones, -x, ferryrun's own,
- * --env.  Everything is quoted for sh, which is how ssh runs a command.
- */
-static char *remote_command(char **ours, size_t nours)
-{
-    char *b = NULL, cwd[4096];
-    size_t len = 0, cap = 0;
-    int rc = 0;
-    if (getcwd(cwd, sizeof(cwd)) != NULL) {
-        rc |= append_quoted(&b, &len, &cap, "cd", 0);
-        rc |= append_quoted(&b, &len, &cap, cwd, 1);
-        rc |= append_quoted(&b, &len, &cap, "2>/dev/null;", 0);
-    }
-    rc |= append_quoted(&b, &len, &cap, "exec env", 0);
-    for (size_t i = 0; environ[i] != NULL; i++)
-        if (strncmp(environ[i], "FERRY_", 6) == 0 && strchr(environ[i], '=') != NULL)
-            rc |= append_quoted(&b, &len, &cap, environ[i], 1);
-    for (size_t i = 0; i < opt.nx; i++) {
-        if (strchr(opt.xnames[i], '=') != NULL) {
-            rc |= append_quoted(&b, &len, &cap, opt.xnames[i], 1);
-            continue;
-        }
-        const char *v = getenv(opt.xnames[i]);
-        if (v == NULL)
-            continue; /* not set here: not set there */
-        char *kv = malloc(strlen(opt.xnames[i]) + strlen(v) + 2);
-        if (kv == NULL)
-            return NULL;
-        sprintf(kv, "%s=%s", opt.xnames[i], v);
-        rc |= append_quoted(&b, &len, &cap, kv, 1);
-        free(kv);
-    }
-    for (size_t i = 0; i < nours; i++)
-        rc |= append_quoted(&b, &len, &cap, ours[i], 1);
-    for (size_t i = 0; i < opt.nenvs; i++)
-        rc |= append_quoted(&b, &len, &cap, opt.envs[i], 1);
-    for (char **a = opt.argv; *a != NULL; a++)
-        rc |= append_quoted(&b, &len, &cap, *a, 1);
-    if (rc != 0) {
-        free(b);
-        return NULL;
-    }
-    return b;
-}
-
-/* argv of the agent for one rank: the words of --agent, the host, the command. */
-static char **agent_argv(const char *host, char *command, char **words_p)
-{
-    size_t nw = 0, cap = 8;
-    char **v = malloc(cap * sizeof(*v));
-    char *copy = strdup(opt.agent), *save = NULL;
-    if (v == NULL || copy == NULL)
-        goto oom;
-    for (char *t = strtok_r(copy, " \t", &save); t != NULL; t = strtok_r(NULL, " \t", &save)) {
-        if (nw + 4 > cap) {
-            char **n = realloc(v, (cap *= 2) * sizeof(*v));
-            if (n == NULL)
-                goto oom;
-            v = n;
-        }
-        v[nw++] = t;
-    }
-    v[nw++] = (char *)host;
-    v[nw++] = command;
-    v[nw] = NULL;
-    *words_p = copy; /* the words of v point into it */
-    return v;
-oom:
-    free(v);
-    free(copy);
-    return NULL;
 }
 
 static int spawn_ranks(const char *addr, const char *job_key)
@@ -940,11 +615,18 @@ static int spawn_ranks(const char *addr, const char *job_key)
         snprintf(e_rank, sizeof(e_rank), "FERRY_RANK=%d", r);
         snprintf(e_lrank, sizeof(e_lrank), "FERRY_LOCAL_RANK=%d", ranks[r].local_rank);
         snprintf(e_lsize, sizeof(e_lsize), "FERRY_LOCAL_SIZE=%d", ranks[r].local_size);
-        const host_t *host = ranks[r].host >= 0 ? &opt.hosts[ranks[r].host] : NULL;
+        const fy_run_host_t *host = ranks[r].host >= 0 ? &opt.hosts.v[ranks[r].host] : NULL;
         char **argv = opt.argv, **cenv = env, *cmd = NULL, *words = NULL;
         if (host != NULL && !host->local) {
-            cmd = remote_command(ours, sizeof(ours) / sizeof(ours[0]));
-            argv = cmd ? agent_argv(host->name, cmd, &words) : NULL;
+            fy_run_remote_t rc_in = {.vars = ours,
+                                     .nvars = sizeof(ours) / sizeof(ours[0]),
+                                     .envs = opt.envs,
+                                     .nenvs = opt.nenvs,
+                                     .xnames = opt.xnames,
+                                     .nx = opt.nx,
+                                     .argv = opt.argv};
+            cmd = fy_run_remote_command(&rc_in);
+            argv = cmd ? fy_run_agent_argv(opt.agent, host->name, cmd, &words) : NULL;
             cenv = environ;
             if (argv == NULL) {
                 say("out of memory");
@@ -1043,8 +725,8 @@ static void reap(fy_run_server_t *srv)
             continue;
         exit_status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
         char where[300] = "";
-        if (ranks[r].host >= 0 && !opt.hosts[ranks[r].host].local)
-            snprintf(where, sizeof(where), " on %s (agent pid %d)", opt.hosts[ranks[r].host].name,
+        if (ranks[r].host >= 0 && !opt.hosts.v[ranks[r].host].local)
+            snprintf(where, sizeof(where), " on %s (agent pid %d)", opt.hosts.v[ranks[r].host].name,
                      (int)pid);
         else
             snprintf(where, sizeof(where), " (pid %d)", (int)pid);
@@ -1220,9 +902,7 @@ int main(int argc, char **argv)
     free(ranks);
     free(opt.envs);
     free(opt.xnames);
-    for (int i = 0; i < opt.nhosts; i++)
-        free(opt.hosts[i].name);
-    free(opt.hosts);
+    fy_run_hosts_free(&opt.hosts);
     close(sfd);
     close(epfd);
     return exit_status;

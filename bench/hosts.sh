@@ -10,9 +10,13 @@
 #          peer, FERRY_TCP_CONGESTION): 1 MiB am_bw for links 1/2/3 x congestion control
 #          system (this machine: bbr) / cubic / reno, on the clean link and on an impaired
 #          one (fy_impair on both hosts' egress: --rate, --loss)
+#   rails  two links between the hosts, each limited to --rail-rate by fy_impair on both
+#          hosts' egress: 1 MiB am_bw over one link (FERRY_TCP_IF_INCLUDE=eth0) against both
+#          links offered (FERRY_TLS=tcp, and the default lanes); issue 11's multi-rail goal is
+#          >= 1.6x one link (needs bulk data striped over lanes: 1.0x until then)
 #
-#   bench/hosts.sh [--reps N] [--only lanes,tcp] [--build DIR] [--cpus A,B]
-#                  [--impair "fy_impair options"] [--out FILE]
+#   bench/hosts.sh [--reps N] [--only lanes,tcp,rails] [--build DIR] [--cpus A,B]
+#                  [--impair "fy_impair options"] [--rail-rate R] [--out FILE]
 #
 # Every figure is the median of N repetitions (default 3), configurations interleaved within
 # a repetition so that load drifting on a shared machine hits all of them alike.  ferryrun
@@ -27,7 +31,8 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(dirname "$HERE")
 BUILD=${FERRY_BENCH_BUILD:-$ROOT/build-bench}
 REPS=3
-ONLY=lanes,tcp
+ONLY=lanes,tcp,rails
+RAIL_RATE=80M
 CPUS=0,1
 IMPAIR="--rate 200M --loss 0.1 --seed 7"
 OUT=""
@@ -40,6 +45,7 @@ while [ $# -gt 0 ]; do
     --build) BUILD=$2; shift ;;
     --cpus) CPUS=$2; shift ;;
     --impair) IMPAIR=$2; shift ;;
+    --rail-rate) RAIL_RATE=$2; shift ;;
     --out) OUT=$2; shift ;;
     -h | --help) sed -n '2,/^set -u/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "bench/hosts.sh: unknown option '$1' (--help)" >&2; exit 2 ;;
@@ -73,7 +79,7 @@ PERF=$BUILD/tools/ferry_perf
 FRUN=$BUILD/tools/ferryrun
 FY_IMPAIR=$WORK/fy_impair
 export FY_IMPAIR
-if want tcp && ! cc -O2 -D_GNU_SOURCE -o "$FY_IMPAIR" "$ROOT/tests/faults/fy_impair.c" \
+if { want tcp || want rails; } && ! cc -O2 -D_GNU_SOURCE -o "$FY_IMPAIR" "$ROOT/tests/faults/fy_impair.c" \
         $(pkg-config --cflags --libs libnetfilter_queue 2>>"$LOG") >> "$LOG" 2>&1; then
     say "fy_impair does not build (libnetfilter_queue missing?): the impaired runs are skipped"
     FY_IMPAIR=""
@@ -148,6 +154,27 @@ for ((rep = 1; rep <= REPS; rep++)); do
         fi
     fi
 done
+
+# ---- rails: a second testbed, two links per host, each rate-limited -----------------------------
+if want rails && [ -n "$FY_IMPAIR" ]; then
+    tb_down
+    tb_init
+    tb_host tbA shm=private links=2
+    tb_host tbB shm=private links=2
+    tb_up || { say "could not build the two-link testbed"; exit 1; }
+    for h in tbA tbB; do
+        for k in 0 1; do
+            tb_impair $h $k out -- --rate "$RAIL_RATE" >> "$LOG" 2>&1 || say "the impairer did not start"
+        done
+    done
+    for ((rep = 1; rep <= REPS; rep++)); do
+        say "rails: repetition $rep of $REPS"
+        perf rails.one "FERRY_TLS=tcp FERRY_TCP_IF_INCLUDE=eth0" am_bw 1m 32
+        perf rails.tcp "FERRY_TLS=tcp" am_bw 1m 32
+        perf rails.default "" am_bw 1m 32
+    done
+    tb_impair_stop
+fi
 LOAD1=$(cut -d' ' -f1-3 /proc/loadavg)
 
 # ---- report -----------------------------------------------------------------------------------
@@ -191,6 +218,16 @@ report() {
             echo
         done
     fi
+    if want rails && [ -n "$FY_IMPAIR" ]; then
+        local one tcp2 def2
+        one=$(median rails.one) tcp2=$(median rails.tcp) def2=$(median rails.default)
+        echo "Two links, each limited to $RAIL_RATE bit/s each way (fy_impair --rate on both hosts' egress), 1 MiB am_bw MB/s"
+        echo
+        echo "| one link (FERRY_TCP_IF_INCLUDE=eth0) | two links, FERRY_TLS=tcp | two links, default lanes | tcp ÷ one | default ÷ one | goal |"
+        echo "|---:|---:|---:|---:|---:|---|"
+        echo "| $one | $tcp2 | $def2 | $(ratio "$tcp2" "$one") | $(ratio "$def2" "$one") | >= 1.6 |"
+        echo
+    fi
     echo "Commands (run on host tbA through \`tests/hosts/tb-agent -E tbA\`; the build in $BUILD):"
     echo
     echo '```'
@@ -201,6 +238,8 @@ report() {
     echo '```'
     [ -n "$FY_IMPAIR" ] && want tcp &&
         echo "(the -n 64 runs with \`tb_impair tbA 0 out -- $IMPAIR\` and the same on tbB: tests/hosts/testbed.sh)"
+    want rails && [ -n "$FY_IMPAIR" ] &&
+        echo "(the -n 32 runs on hosts with links=2 and \`tb_impair HOST LINK out -- --rate $RAIL_RATE\` on both links of both hosts)"
     return 0
 }
 report | tee ${OUT:+"$OUT"}

@@ -1,13 +1,20 @@
 /*
- * ferryrun.c - start N processes of a program on this machine as one ferry job.
+ * ferryrun.c - start N processes of a program, on this machine or across hosts, as one ferry
+ * job.
  *
  *   ferryrun -n N [--timeout S] [--prefix] [--env K=V]... [--] program [args...]
+ *   ferryrun --hosts h1:2,h2:2 | --hostfile F [--agent PROG] [--boot-addr A] [-x NAME]... ...
  *
  * ferryrun runs the builtin bootstrap's key-value server (ferryrun_server.c) on 127.0.0.1
- * and gives every rank FERRY_BOOT_ADDR, FERRY_RANK, FERRY_SIZE, FERRY_LOCAL_RANK,
- * FERRY_LOCAL_SIZE and FERRY_JOB_KEY.  Everything is one epoll loop in one thread: the server's
- * sockets, a pipe per rank for stdout and one for stderr, and a signalfd for SIGCHLD and the
- * signals to pass on.  Nothing ever waits with sleep: a rank is ready when it connects, done
+ * (or, for a job across hosts, on an address the hosts reach) and gives every rank
+ * FERRY_BOOT_ADDR, FERRY_RANK, FERRY_SIZE, FERRY_LOCAL_RANK, FERRY_LOCAL_SIZE (per host) and
+ * FERRY_JOB_KEY.  A rank on another host (ferryrun_hosts.c) is one agent process here ("PROG HOST
+ * command", ssh by default): its command line carries the environment (every FERRY_* variable of
+ * ours, the -x names, --env), the agent's output and exit status stand for the rank's, and ending
+ * the agent ends the rank (as far as the agent passes that on: tests/hosts/tb-agent becomes
+ * the rank itself; ssh closes the connection).  Everything is one epoll loop in one thread: the
+ * server's sockets, a pipe per rank for stdout and one for stderr, and a signalfd for SIGCHLD and
+ * the signals to pass on.  Nothing ever waits with sleep: a rank is ready when it connects, done
  * when SIGCHLD says so.
  *
  * Policy:
@@ -63,6 +70,8 @@ typedef struct stream {
 typedef struct rank_proc {
     pid_t pid;
     int alive;
+    int host;                   /* index in opt.hosts, -1 without --hosts */
+    int local_rank, local_size; /* on its host */
     stream_t out, err;
 } rank_proc_t;
 
@@ -72,7 +81,12 @@ typedef struct opts {
     int prefix;
     char **envs;
     size_t nenvs;
-    char **argv; /* program and its arguments */
+    char **argv;           /* program and its arguments */
+    fy_run_hosts_t hosts;  /* --hosts, --hostfile */
+    const char *agent;     /* --agent, "ssh" by default */
+    const char *boot_addr; /* --boot-addr */
+    char **xnames;         /* -x NAME or NAME=VALUE */
+    size_t nx;
 } opts_t;
 
 static opts_t opt;
@@ -117,31 +131,62 @@ static void usage(FILE *f)
 {
     fprintf(f,
             "usage: ferryrun -n N [options] [--] program [args...]\n"
-            "Start N processes of program on this machine as one ferry job (builtin bootstrap).\n"
+            "       ferryrun --hosts h1:2,h2:2 [options] [--] program [args...]\n"
+            "Start N processes of program as one ferry job (builtin bootstrap), on this\n"
+            "machine or on the hosts given, through an ssh-like agent.\n"
             "\n"
-            "  -n, -np N          number of ranks (1..%d)\n"
+            "  -n, -np N          number of ranks (1..%d; with hosts: at most their slots,\n"
+            "                     default all of them)\n"
             "  --timeout S        end the job after S seconds (status %d)\n"
             "  --prefix           prefix every output line with \"[rank] \"\n"
             "  --env K=V          set K=V in every rank's environment (repeatable)\n"
+            "  --hosts LIST       host[:slots],... (slots default 1); ranks fill hosts in order\n"
+            "  --hostfile FILE    the same, one host per line: \"host[:slots]\" or\n"
+            "                     \"host slots=N\"; # starts a comment\n"
+            "  --agent PROG       run \"PROG HOST command\" to start a rank on HOST (default\n"
+            "                     ssh; PROG may carry options: \"ssh -o BatchMode=yes\");\n"
+            "                     \"localhost\" and this machine's name are started directly\n"
+            "  --boot-addr A      the bootstrap server listens on A: an IPv4 address or an\n"
+            "                     interface name, optionally :PORT (default with remote hosts:\n"
+            "                     the local address that routes to the first of them, else the\n"
+            "                     first interface that is up and not loopback)\n"
+            "  -x NAME[=VALUE]    pass NAME (with our value, or VALUE) to remote ranks too;\n"
+            "                     every FERRY_* variable of ours is passed anyway\n"
             "  -h, --help         this text\n"
             "\n"
             "The ranks get FERRY_BOOT_ADDR, FERRY_RANK, FERRY_SIZE, FERRY_LOCAL_RANK,\n"
-            "FERRY_LOCAL_SIZE and FERRY_JOB_KEY.  If a rank fails, the others are ended and\n"
-            "ferryrun returns the failed rank's status (128+signal if it was killed).\n",
+            "FERRY_LOCAL_SIZE (per host) and FERRY_JOB_KEY.  If a rank fails, the others are\n"
+            "ended and ferryrun returns the failed rank's status (128+signal if it was\n"
+            "killed; a remote rank's status is its agent's).\n",
             MAX_RANKS, STATUS_TIMEOUT);
+}
+
+static int push_ptr(char ***arr, size_t *n, char *p)
+{
+    char **a = realloc(*arr, (*n + 1) * sizeof(*a));
+    if (a == NULL) {
+        say("out of memory");
+        return -1;
+    }
+    *arr = a;
+    a[(*n)++] = p;
+    return 0;
 }
 
 static int parse_args(int argc, char **argv)
 {
     static const struct option longopts[] = {
-        {"np", required_argument, NULL, 'n'}, {"timeout", required_argument, NULL, 't'},
-        {"prefix", no_argument, NULL, 'p'},   {"env", required_argument, NULL, 'e'},
-        {"help", no_argument, NULL, 'h'},     {NULL, 0, NULL, 0},
+        {"np", required_argument, NULL, 'n'},    {"timeout", required_argument, NULL, 't'},
+        {"prefix", no_argument, NULL, 'p'},      {"env", required_argument, NULL, 'e'},
+        {"hosts", required_argument, NULL, 'H'}, {"hostfile", required_argument, NULL, 'F'},
+        {"agent", required_argument, NULL, 'a'}, {"boot-addr", required_argument, NULL, 'b'},
+        {"help", no_argument, NULL, 'h'},        {NULL, 0, NULL, 0},
     };
     opt.n = 0;
+    opt.agent = "ssh";
     int c;
     /* "+": stop at the first non-option, which is the program */
-    while ((c = getopt_long_only(argc, argv, "+n:h", longopts, NULL)) != -1) {
+    while ((c = getopt_long_only(argc, argv, "+n:x:h", longopts, NULL)) != -1) {
         char *end;
         switch (c) {
         case 'n': {
@@ -174,18 +219,60 @@ static int parse_args(int argc, char **argv)
                 say("--env %s: expected NAME=VALUE", optarg);
                 return -1;
             }
-            char **n = realloc(opt.envs, (opt.nenvs + 1) * sizeof(*n));
-            if (n == NULL)
+            if (push_ptr(&opt.envs, &opt.nenvs, optarg) != 0)
                 return -1;
-            opt.envs = n;
-            opt.envs[opt.nenvs++] = optarg;
             break;
         }
+        case 'x': {
+            size_t nl = strcspn(optarg, "=");
+            if (nl == 0 ||
+                optarg[strspn(optarg, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+                                      "0123456789_")] != optarg[nl] ||
+                (optarg[0] >= '0' && optarg[0] <= '9')) {
+                say("-x %s: expected a variable NAME or NAME=VALUE", optarg);
+                return -1;
+            }
+            if (push_ptr(&opt.xnames, &opt.nx, optarg) != 0)
+                return -1;
+            break;
+        }
+        case 'H':
+            if (fy_run_hosts_parse(&opt.hosts, optarg, MAX_RANKS) != 0)
+                return -1;
+            break;
+        case 'F':
+            if (fy_run_hosts_read(&opt.hosts, optarg, MAX_RANKS) != 0)
+                return -1;
+            break;
+        case 'a':
+            if (optarg[strspn(optarg, " \t")] == '\0') {
+                say("--agent: empty");
+                return -1;
+            }
+            opt.agent = optarg;
+            break;
+        case 'b':
+            opt.boot_addr = optarg;
+            break;
         case 'h':
             usage(stdout);
             exit(0);
         default:
             usage(stderr);
+            return -1;
+        }
+    }
+    if (opt.hosts.n > 0) {
+        long total = 0;
+        for (int i = 0; i < opt.hosts.n; i++)
+            total += opt.hosts.v[i].slots;
+        if (total > MAX_RANKS)
+            total = MAX_RANKS;
+        if (opt.n == 0)
+            opt.n = (int)total;
+        if (opt.n > total) {
+            say("-n %d: the hosts have %ld slot%s (--hosts/--hostfile host:slots)", opt.n, total,
+                total == 1 ? "" : "s");
             return -1;
         }
     }
@@ -435,7 +522,7 @@ static int add_stream(int rank, stream_t *s, int fd, int dest, unsigned kind)
  * mask, stdin from /dev/null, stdout and stderr to the pipes.  An exec failure is reported
  * through errfd (close-on-exec, so the parent reads end of file when exec succeeds).
  */
-static void child_exec(int out_w, int err_w, int errfd, pid_t parent, char **env)
+static void child_exec(int out_w, int err_w, int errfd, pid_t parent, char **argv, char **env)
 {
     setpgid(0, 0);
     prctl(PR_SET_PDEATHSIG, SIGKILL);
@@ -458,11 +545,52 @@ static void child_exec(int out_w, int err_w, int errfd, pid_t parent, char **env
         (void)w;
         _exit(127);
     }
-    execvpe(opt.argv[0], opt.argv, env);
+    execvpe(argv[0], argv, env);
     int e = errno;
     ssize_t w = write(errfd, &e, sizeof(e));
     (void)w;
     _exit(127);
+}
+
+/* ---- hosts ------------------------------------------------------------------------------- */
+
+/* Ranks fill the hosts in order, each up to its slots; local rank and size count per host. */
+static void place_ranks(void)
+{
+    if (opt.hosts.n == 0) {
+        for (int r = 0; r < opt.n; r++) {
+            ranks[r].host = -1;
+            ranks[r].local_rank = r;
+            ranks[r].local_size = opt.n;
+        }
+        return;
+    }
+    char me[256] = "";
+    gethostname(me, sizeof(me) - 1);
+    for (int i = 0; i < opt.hosts.n; i++)
+        opt.hosts.v[i].local =
+            strcmp(opt.hosts.v[i].name, "localhost") == 0 || strcmp(opt.hosts.v[i].name, me) == 0;
+    int h = 0;
+    for (int r = 0; r < opt.n; r++) {
+        while (opt.hosts.v[h].used == opt.hosts.v[h].slots)
+            h++;
+        ranks[r].host = h;
+        ranks[r].local_rank = opt.hosts.v[h].used++;
+    }
+    for (int r = 0; r < opt.n; r++)
+        ranks[r].local_size = opt.hosts.v[ranks[r].host].used;
+}
+
+/* Where the bootstrap server listens (see fy_run_boot_addr). */
+static int choose_boot_addr(void)
+{
+    struct in_addr ip = {.s_addr = 0};
+    unsigned port = 0;
+    if (fy_run_boot_addr(opt.boot_addr, &opt.hosts, &ip, &port) != 0)
+        return -1;
+    if (ip.s_addr != 0 || port != 0)
+        fy_run_server_listen_on(ip, port);
+    return 0;
 }
 
 static int spawn_ranks(const char *addr, const char *job_key, const char *secret)
@@ -486,7 +614,28 @@ static int spawn_ranks(const char *addr, const char *job_key, const char *secret
     for (int r = 0; r < opt.n && rc == 0; r++) {
         /* env[] holds these strings by pointer: rewrite them in place for each rank */
         snprintf(e_rank, sizeof(e_rank), "FERRY_RANK=%d", r);
-        snprintf(e_lrank, sizeof(e_lrank), "FERRY_LOCAL_RANK=%d", r);
+        snprintf(e_lrank, sizeof(e_lrank), "FERRY_LOCAL_RANK=%d", ranks[r].local_rank);
+        snprintf(e_lsize, sizeof(e_lsize), "FERRY_LOCAL_SIZE=%d", ranks[r].local_size);
+        const fy_run_host_t *host = ranks[r].host >= 0 ? &opt.hosts.v[ranks[r].host] : NULL;
+        char **argv = opt.argv, **cenv = env, *cmd = NULL, *words = NULL;
+        if (host != NULL && !host->local) {
+            fy_run_remote_t rc_in = {.vars = ours,
+                                     .nvars = sizeof(ours) / sizeof(ours[0]),
+                                     .envs = opt.envs,
+                                     .nenvs = opt.nenvs,
+                                     .xnames = opt.xnames,
+                                     .nx = opt.nx,
+                                     .argv = opt.argv};
+            cmd = fy_run_remote_command(&rc_in);
+            argv = cmd ? fy_run_agent_argv(opt.agent, host->name, cmd, &words) : NULL;
+            cenv = environ;
+            if (argv == NULL) {
+                say("out of memory");
+                free(cmd);
+                rc = -1;
+                break;
+            }
+        }
         int po[2], pe[2], px[2];
         if (pipe2(po, O_CLOEXEC) != 0 || pipe2(pe, O_CLOEXEC) != 0 || pipe2(px, O_CLOEXEC) != 0) {
             say("cannot create pipes for rank %d: %s (raise the limit of open files?)", r,
@@ -498,7 +647,7 @@ static int spawn_ranks(const char *addr, const char *job_key, const char *secret
         pid_t pid = fork();
         int err = pid < 0 ? errno : 0;
         if (pid == 0)
-            child_exec(po[1], pe[1], px[1], self, env);
+            child_exec(po[1], pe[1], px[1], self, argv, cenv);
         close(po[1]);
         close(pe[1]);
         close(px[1]);
@@ -521,13 +670,23 @@ static int spawn_ranks(const char *addr, const char *job_key, const char *secret
             nalive++;
         }
         if (err != 0) {
-            say("cannot start %s (rank %d): %s", opt.argv[0], r, strerror(err));
+            if (cmd != NULL)
+                say("cannot start the agent %s for rank %d on %s: %s", argv[0], r, host->name,
+                    strerror(err));
+            else
+                say("cannot start %s (rank %d): %s", opt.argv[0], r, strerror(err));
             close(po[0]);
             close(pe[0]);
             exit_status = err == ENOENT ? 127 : 126;
             rc = -1;
-            break;
         }
+        if (cmd != NULL) {
+            free(words);
+            free(argv);
+            free(cmd);
+        }
+        if (rc != 0)
+            break;
         if (add_stream(r, &ranks[r].out, po[0], 1, FY_RUN_EV_STDOUT) != 0 ||
             add_stream(r, &ranks[r].err, pe[0], 2, FY_RUN_EV_STDERR) != 0)
             rc = -1;
@@ -566,12 +725,18 @@ static void reap(fy_run_server_t *srv)
         if (!failed || aborting)
             continue;
         exit_status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+        char where[300] = "";
+        if (ranks[r].host >= 0 && !opt.hosts.v[ranks[r].host].local)
+            snprintf(where, sizeof(where), " on %s (agent pid %d)", opt.hosts.v[ranks[r].host].name,
+                     (int)pid);
+        else
+            snprintf(where, sizeof(where), " (pid %d)", (int)pid);
         if (nalive > 0) {
-            say("rank %d (pid %d) %s; ending the other %d rank%s", r, (int)pid, how, nalive,
+            say("rank %d%s %s; ending the other %d rank%s", r, where, how, nalive,
                 nalive == 1 ? "" : "s");
             end_job();
         } else {
-            say("rank %d (pid %d) %s", r, (int)pid, how);
+            say("rank %d%s %s", r, where, how);
             aborting = 1;
         }
     }
@@ -634,6 +799,9 @@ int main(int argc, char **argv)
     }
     for (int r = 0; r < opt.n; r++)
         ranks[r].out.fd = ranks[r].err.fd = -1;
+    place_ranks();
+    if (choose_boot_addr() != 0)
+        return 2;
 
     /* signals arrive through a signalfd; block them before any child exists */
     sigset_t mask;
@@ -736,6 +904,8 @@ int main(int argc, char **argv)
     free(scratch);
     free(ranks);
     free(opt.envs);
+    free(opt.xnames);
+    fy_run_hosts_free(&opt.hosts);
     close(sfd);
     close(epfd);
     return exit_status;

@@ -6,6 +6,7 @@
 #ifndef FERRYRUN_H
 #define FERRYRUN_H
 
+#include <netinet/in.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -24,10 +25,14 @@ enum fy_run_ev_kind {
 
 typedef struct fy_run_server fy_run_server_t;
 
+/* Where the next fy_run_server_create listens: an IPv4 address the hosts of the job reach, and a
+ * port (0: ephemeral).  Without this call: 127.0.0.1. */
+void fy_run_server_listen_on(struct in_addr ip, unsigned port);
 /*
- * Listen on 127.0.0.1 (an ephemeral port) for the `size` ranks of a job with this key, and
- * register with epfd.  Only connections that prove `secret` (FERRY_BOOT_SECRET) in their HELLO
- * are served.  Writes "127.0.0.1:port" to addr.  Returns 0, or -1 with a message printed.
+ * Listen on 127.0.0.1 (an ephemeral port; see fy_run_server_listen_on) for the `size` ranks of a
+ * job with this key, and register with epfd.  Only connections that prove `secret`
+ * (FERRY_BOOT_SECRET) in their HELLO are served.  Writes "ip:port" to addr.  Returns 0, or -1
+ * with a message printed.
  */
 int fy_run_server_create(int size, const char *job_key, const char *secret, int epfd, char *addr,
                          size_t addrlen, fy_run_server_t **srv_p);
@@ -37,5 +42,55 @@ void fy_run_server_event(fy_run_server_t *srv, uint64_t data, uint32_t events);
  * at once instead of waiting for it. */
 void fy_run_server_rank_exited(fy_run_server_t *srv, int rank, const char *how);
 void fy_run_server_destroy(fy_run_server_t *srv);
+
+/* ---- hosts (ferryrun_hosts.c) ------------------------------------------------------------ */
+
+typedef struct fy_run_host {
+    char *name;
+    int slots;
+    int used;  /* ranks placed on it */
+    int local; /* this machine: started directly, not through the agent */
+} fy_run_host_t;
+
+typedef struct fy_run_hosts {
+    fy_run_host_t *v;
+    int n;
+} fy_run_hosts_t;
+
+/* Append the hosts of "h1:2,h2" (--hosts) or of a hostfile (a host a line, "host[:n]" or
+ * "host slots=n", # comments); slots 1..max_slots, default 1.  0, or -1 with a message. */
+int fy_run_hosts_parse(fy_run_hosts_t *hs, const char *list, int max_slots);
+int fy_run_hosts_read(fy_run_hosts_t *hs, const char *path, int max_slots);
+void fy_run_hosts_free(fy_run_hosts_t *hs);
+
+/*
+ * Where the bootstrap server listens, from --boot-addr (`spec`: an IPv4 address or an
+ * interface name, optionally ":PORT"; NULL = guess).  With remote hosts in use (used > 0, not
+ * local), the guess is the local end of the route to the first one that resolves, else the
+ * first interface that is up and not loopback.  *ip = 0.0.0.0 means 127.0.0.1 (no remote
+ * host, nothing given).  0, or -1 with a message.
+ */
+int fy_run_boot_addr(const char *spec, const fy_run_hosts_t *hs, struct in_addr *ip,
+                     unsigned *port);
+
+/* What a remote rank's command line carries, in this order (env(1) lets a later one win):
+ * every FERRY_* variable of our environment, the -x names (NAME: our value, skipped when
+ * unset; NAME=VALUE), vars (ferryrun's own), envs (--env), then the program and its args. */
+typedef struct fy_run_remote {
+    char **vars;
+    size_t nvars;
+    char **envs;
+    size_t nenvs;
+    char **xnames;
+    size_t nx;
+    char **argv;
+} fy_run_remote_t;
+
+/* "cd 'CWD' 2>/dev/null; exec env 'K=V'... 'prog' 'args'...", quoted for sh; NULL if out of
+ * memory.  The caller frees it. */
+char *fy_run_remote_command(const fy_run_remote_t *r);
+/* argv of the agent: the words of `agent` (split at blanks), the host, the command.  Free the
+ * array and *words_p (which the words point into). */
+char **fy_run_agent_argv(const char *agent, const char *host, char *command, char **words_p);
 
 #endif

@@ -754,6 +754,16 @@ void fy_run_server_rank_exited(fy_run_server_t *s, int rank, const char *how)
     mark_gone(s, rank, how);
 }
 
+/* Where to listen for a job across hosts (ferryrun --boot-addr); 0.0.0.0 stands for 127.0.0.1 */
+static struct in_addr listen_ip = {.s_addr = 0};
+static unsigned listen_port;
+
+void fy_run_server_listen_on(struct in_addr ip, unsigned port)
+{
+    listen_ip = ip;
+    listen_port = port;
+}
+
 int fy_run_server_create(int size, const char *job_key, const char *secret, int epfd, char *addr,
                          size_t addrlen, fy_run_server_t **srv_p)
 {
@@ -781,13 +791,15 @@ int fy_run_server_create(int size, const char *job_key, const char *secret, int 
         fprintf(stderr, "ferryrun: socket: %s\n", strerror(errno));
         goto fail;
     }
-    struct sockaddr_in sin = {.sin_family = AF_INET, .sin_port = 0};
-    sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    struct sockaddr_in sin = {.sin_family = AF_INET, .sin_port = htons((uint16_t)listen_port)};
+    sin.sin_addr.s_addr = listen_ip.s_addr != 0 ? listen_ip.s_addr : htonl(INADDR_LOOPBACK);
+    char ip[INET_ADDRSTRLEN];
+    inet_ntop(AF_INET, &sin.sin_addr, ip, sizeof(ip));
     socklen_t sl = sizeof(sin);
     if (bind(s->listen_fd, (struct sockaddr *)&sin, sizeof(sin)) != 0 ||
         listen(s->listen_fd, SOMAXCONN) != 0 ||
         getsockname(s->listen_fd, (struct sockaddr *)&sin, &sl) != 0) {
-        fprintf(stderr, "ferryrun: cannot listen on 127.0.0.1 for the bootstrap: %s\n",
+        fprintf(stderr, "ferryrun: cannot listen on %s:%u for the bootstrap: %s\n", ip, listen_port,
                 strerror(errno));
         goto fail;
     }
@@ -797,7 +809,7 @@ int fy_run_server_create(int size, const char *job_key, const char *secret, int 
         goto fail;
     }
     s->listening = 1;
-    snprintf(addr, addrlen, "127.0.0.1:%u", (unsigned)ntohs(sin.sin_port));
+    snprintf(addr, addrlen, "%s:%u", ip, (unsigned)ntohs(sin.sin_port));
     *srv_p = s;
     return 0;
 fail:

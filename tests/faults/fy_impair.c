@@ -11,12 +11,20 @@
  *   --corrupt P   one byte of the UDP payload flipped; with --zero-csum the UDP checksum is
  *                 zeroed so the packet reaches the application, whose own check must catch it
  *
+ * and, with --rate R (bits per second, k/M/G suffixes), every packet that would be let through
+ * (at once, or when its delay or reordering ends) goes through a token bucket of --burst bytes
+ * (default 2 ms at the rate, at least 64 KiB) and a FIFO of at most --limit packets (default
+ * 2000; beyond it a packet is dropped, as a router's queue would): a link of that speed.  The
+ * testbed (tests/hosts) uses it to make links of equal, known rates for multi-rail figures.
+ * Corrupted packets and injected duplicates do not pass the bucket.
+ *
  * It works in the kernel's real packet path (the test's veth pair between two network
  * namespaces), which the transport's in-process injector does not.  It prints "ready" on
  * stdout once bound to the queue, and a summary on SIGTERM.
  *
  *   fy_impair --queue N [--seed S] [--loss P] [--dup P] [--reorder P] [--delay P]
  *             [--delay-us U] [--corrupt P] [--zero-csum] [--mark M]
+ *             [--rate R] [--burst B] [--limit N]
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -36,12 +44,26 @@
 
 #include <libnetfilter_queue/libnetfilter_queue.h>
 
-#define MAX_HELD 4096
+#define MAX_HELD  4096
+#define RATE_RING 16384
 
 typedef struct held {
-    uint32_t id;
+    uint32_t id, len;
     uint64_t release; /* ns; 0 = after the next packet */
 } held_t;
+
+typedef struct shaped {
+    uint32_t id, len;
+} shaped_t;
+
+/* The token bucket of --rate: bytes of credit, refilled at the rate, at most the burst. */
+static struct {
+    double bytes_per_ns, tokens, burst;
+    uint64_t last;
+    shaped_t ring[RATE_RING];
+    unsigned head, n, limit;
+    unsigned long n_shaped, n_overflow;
+} rate = {.limit = 2000};
 
 static struct {
     double loss, dup, reorder, delay, corrupt;
@@ -88,6 +110,50 @@ static void accept_pkt(uint32_t id)
     nfq_set_verdict(g.qh, id, NF_ACCEPT, 0, NULL);
 }
 
+/* Let through what the bucket's credit covers, oldest first. */
+static void rate_pump(uint64_t now)
+{
+    if (rate.bytes_per_ns <= 0)
+        return;
+    rate.tokens += (double)(now - rate.last) * rate.bytes_per_ns;
+    if (rate.tokens > rate.burst)
+        rate.tokens = rate.burst;
+    rate.last = now;
+    while (rate.n > 0 && rate.tokens >= rate.ring[rate.head].len) {
+        rate.tokens -= rate.ring[rate.head].len;
+        accept_pkt(rate.ring[rate.head].id);
+        rate.head = (rate.head + 1) % RATE_RING;
+        rate.n--;
+    }
+}
+
+/* ns until the oldest shaped packet has credit (0 when nothing waits). */
+static uint64_t rate_wait_ns(void)
+{
+    if (rate.n == 0)
+        return 0;
+    double need = rate.ring[rate.head].len - rate.tokens;
+    return need <= 0 ? 1 : (uint64_t)(need / rate.bytes_per_ns) + 1;
+}
+
+/* A packet to let through: at once, or through the bucket under --rate. */
+static void pass(uint32_t id, uint32_t len)
+{
+    if (rate.bytes_per_ns <= 0) {
+        accept_pkt(id);
+        return;
+    }
+    if (rate.n >= rate.limit) {
+        rate.n_overflow++;
+        nfq_set_verdict(g.qh, id, NF_DROP, 0, NULL);
+        return;
+    }
+    rate.ring[(rate.head + rate.n) % RATE_RING] = (shaped_t){id, len};
+    rate.n++;
+    rate.n_shaped++;
+    rate_pump(now_ns());
+}
+
 /* Let through the packets held for "after the next one", or whose time has come. */
 static void release(int after_next, uint64_t now)
 {
@@ -95,7 +161,7 @@ static void release(int after_next, uint64_t now)
     for (unsigned i = 0; i < g.nheld; i++) {
         held_t h = g.held[i];
         if ((h.release == 0 && after_next) || (h.release != 0 && h.release <= now))
-            accept_pkt(h.id);
+            pass(h.id, h.len);
         else
             g.held[k++] = h;
     }
@@ -119,6 +185,7 @@ static int on_packet(struct nfq_q_handle *qh, struct nfgenmsg *msg, struct nfq_d
     uint8_t *pkt = NULL;
     int len = nfq_get_payload(nfa, &pkt);
     uint32_t id = ph ? ntohl(ph->packet_id) : 0;
+    uint32_t wire_len = len > 0 ? (uint32_t)len : 0;
 
     g.n_pkts++;
     if (chance(g.loss)) {
@@ -147,32 +214,53 @@ static int on_packet(struct nfq_q_handle *qh, struct nfgenmsg *msg, struct nfq_d
     }
     if (g.nheld < MAX_HELD && chance(g.reorder)) {
         g.n_reorder++;
-        g.held[g.nheld++] = (held_t){id, 0};
+        g.held[g.nheld++] = (held_t){id, wire_len, 0};
         return 0;
     }
     if (g.nheld < MAX_HELD && chance(g.delay)) {
         g.n_delay++;
-        g.held[g.nheld++] = (held_t){id, now_ns() + g.delay_ns};
+        g.held[g.nheld++] = (held_t){id, wire_len, now_ns() + g.delay_ns};
         return 0;
     }
-    accept_pkt(id);
+    pass(id, wire_len);
     release(1, now_ns());
     return 0;
 }
 
+/* "1g", "250M", "2.5e9": bits per second; 0 on a bad value. */
+static double parse_rate(const char *s)
+{
+    char *end;
+    double v = strtod(s, &end);
+    switch (*end) {
+    case 'k':
+    case 'K':
+        v *= 1e3, end++;
+        break;
+    case 'm':
+    case 'M':
+        v *= 1e6, end++;
+        break;
+    case 'g':
+    case 'G':
+        v *= 1e9, end++;
+        break;
+    }
+    if (end == s || (*end != '\0' && strcmp(end, "bit") != 0) || !(v > 0))
+        return 0;
+    return v;
+}
+
 int main(int argc, char **argv)
 {
-    static const struct option opts[] = {{"queue", 1, 0, 'q'},
-                                         {"seed", 1, 0, 's'},
-                                         {"loss", 1, 0, 'l'},
-                                         {"dup", 1, 0, 'd'},
-                                         {"reorder", 1, 0, 'r'},
-                                         {"delay", 1, 0, 'D'},
-                                         {"delay-us", 1, 0, 'u'},
-                                         {"corrupt", 1, 0, 'c'},
-                                         {"zero-csum", 0, 0, 'z'},
-                                         {"mark", 1, 0, 'm'},
-                                         {0, 0, 0, 0}};
+    static const struct option opts[] = {{"queue", 1, 0, 'q'},     {"seed", 1, 0, 's'},
+                                         {"loss", 1, 0, 'l'},      {"dup", 1, 0, 'd'},
+                                         {"reorder", 1, 0, 'r'},   {"delay", 1, 0, 'D'},
+                                         {"delay-us", 1, 0, 'u'},  {"corrupt", 1, 0, 'c'},
+                                         {"zero-csum", 0, 0, 'z'}, {"mark", 1, 0, 'm'},
+                                         {"rate", 1, 0, 'R'},      {"burst", 1, 0, 'B'},
+                                         {"limit", 1, 0, 'L'},     {0, 0, 0, 0}};
+    double rate_bps = 0, burst = 0;
     int opt, queue = -1;
     static char buf[1 << 17];
 
@@ -208,6 +296,26 @@ int main(int argc, char **argv)
         case 'm':
             g.mark = (uint32_t)strtoul(optarg, NULL, 0);
             break;
+        case 'R':
+            rate_bps = parse_rate(optarg);
+            if (rate_bps <= 0) {
+                fprintf(stderr, "fy_impair: --rate %s: expected bits per second (1g, 250M)\n",
+                        optarg);
+                return 2;
+            }
+            break;
+        case 'B':
+            burst = atof(optarg);
+            break;
+        case 'L': {
+            long l = atol(optarg);
+            if (l < 1 || l > RATE_RING) {
+                fprintf(stderr, "fy_impair: --limit %s: 1 to %d packets\n", optarg, RATE_RING);
+                return 2;
+            }
+            rate.limit = (unsigned)l;
+            break;
+        }
         default:
             fprintf(stderr, "fy_impair: bad option\n");
             return 2;
@@ -215,8 +323,17 @@ int main(int argc, char **argv)
     }
     if (queue < 0) {
         fprintf(stderr, "usage: fy_impair --queue N [--seed S] [--loss P] [--dup P] "
-                        "[--reorder P] [--delay P] [--delay-us U] [--corrupt P] [--zero-csum]\n");
+                        "[--reorder P] [--delay P] [--delay-us U] [--corrupt P] [--zero-csum] "
+                        "[--rate R] [--burst B] [--limit N]\n");
         return 2;
+    }
+    if (rate_bps > 0) {
+        rate.bytes_per_ns = rate_bps / 8e9;
+        rate.burst = burst > 0 ? burst : rate.bytes_per_ns * 2e6;
+        if (rate.burst < 65536)
+            rate.burst = 65536;
+        rate.tokens = rate.burst;
+        rate.last = now_ns();
     }
     signal(SIGTERM, on_term);
     signal(SIGINT, on_term);
@@ -250,12 +367,13 @@ int main(int argc, char **argv)
     fflush(stdout);
     while (!stop) {
         struct pollfd pfd = {fd, POLLIN, 0};
-        int timeout = g.nheld ? 0 : 100;
-        if (g.nheld) {
-            /* a held packet with a time: sleep until it is due (at most 1 ms) */
-            timeout = 1;
-        }
-        if (poll(&pfd, 1, timeout) > 0) {
+        /* a held packet with a time: sleep until it is due (at most 1 ms); a shaped one:
+         * until the bucket covers it (at least 20 us, so a fast rate is served in batches) */
+        uint64_t wait = g.nheld ? 1000000 : 100000000, rw = rate_wait_ns();
+        if (rw > 0)
+            wait = rw < 20000 ? 20000 : rw < wait ? rw : wait;
+        struct timespec ts = {(time_t)(wait / 1000000000u), (long)(wait % 1000000000u)};
+        if (ppoll(&pfd, 1, &ts, NULL) > 0) {
             ssize_t r = recv(fd, buf, sizeof(buf), 0);
             if (r > 0)
                 nfq_handle_packet(h, buf, (int)r);
@@ -263,15 +381,22 @@ int main(int argc, char **argv)
                 fprintf(stderr, "fy_impair: queue overflow (packets lost in the kernel)\n");
         }
         release(0, now_ns());
+        rate_pump(now_ns());
         /* Reordered packets whose successor never comes go out after the delay anyway. */
         if (g.nheld && pfd.revents == 0)
             release(1, now_ns());
     }
     release(1, UINT64_MAX);
+    while (rate.n > 0) { /* what the bucket still holds goes out now */
+        accept_pkt(rate.ring[rate.head].id);
+        rate.head = (rate.head + 1) % RATE_RING;
+        rate.n--;
+    }
     fprintf(stderr,
             "fy_impair: %lu packets: lost %lu, duplicated %lu, reordered %lu, delayed %lu, "
-            "corrupted %lu\n",
-            g.n_pkts, g.n_loss, g.n_dup, g.n_reorder, g.n_delay, g.n_corrupt);
+            "corrupted %lu, rate-limited %lu (dropped at the queue limit %lu)\n",
+            g.n_pkts, g.n_loss, g.n_dup, g.n_reorder, g.n_delay, g.n_corrupt, rate.n_shaped,
+            rate.n_overflow);
     nfq_destroy_queue(g.qh);
     nfq_close(h);
     return 0;

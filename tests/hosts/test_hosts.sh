@@ -1,0 +1,235 @@
+#!/bin/bash
+# test_hosts.sh - ferry across "hosts" made of namespaces (tests/hosts/testbed.sh), and
+# ferryrun's multi-host launch (--hosts, --hostfile, --agent, --boot-addr, -x).
+#
+#   test_hosts.sh CASE FERRYRUN ALLTOALL
+#
+# Each case builds its own testbed (names carry this shell's pid), runs, and tears it down
+# (trap on exit, also on failure or timeout).  ferryrun itself runs on host tbA, as it would
+# on a cluster's first node, with its bootstrap on tbA's address; the ranks are started
+# through tests/hosts/tb-agent, which behaves like ssh (no environment passed).  Exit 0 =
+# pass, 1 = fail, 77 = skipped (namespaces impossible here, or a case waiting for work in
+# progress elsewhere: see PENDING below).
+#
+# Cases:
+#   args          bad --hosts/--hostfile/--boot-addr/-x/--agent input: clear errors (no testbed)
+#   local         --hosts localhost:2 starts ranks directly, per-host FERRY_LOCAL_* (no testbed)
+#   alltoall      examples/alltoall, 2 hosts x 2 ranks, default lanes, data checked
+#   hostfile      the same from a --hostfile, with --boot-addr eth0:PORT
+#   env           FERRY_* and -x variables reach remote ranks on the command line; per-host
+#                 local rank/size; each rank on the host it was placed on
+#   rank_dies     a remote rank that exits 3 ends the job: status 3, within seconds, named
+#   noudp         udp dropped between the hosts: alltoall still passes (over tcp)
+#   notcp         tcp dropped between the hosts (the bootstrap's port excepted): passes (udp)
+#   impair        alltoall through the impairer on tbB's link (1% loss, reordering, delay, a rate
+#                 limit): passes, and the impairer counted losses and rate-limited packets
+#   shm_same      two ranks on one host share /dev/shm: alltoall passes with FERRY_TLS=self,shm
+#   shm_separate  two ranks with one network namespace but separate /dev/shm: alltoall passes
+#                 by default, and fails cleanly (no hang) with FERRY_TLS=self,shm: not over shm
+#
+# PENDING: a case that fails today only because lane selection has no fallback yet (issue 11,
+# items 3 and 6) runs only with FYHOSTS_PENDING=1; otherwise it prints why and skips.
+set -u
+CASE=${1:?case}
+FRUN=${2:?ferryrun}
+A2A=${3:?alltoall}
+HERE=$(cd "$(dirname "$0")" && pwd)
+AGENT=$HERE/tb-agent
+TMO=40
+
+fail() {
+    echo "FAIL ($CASE): $*"
+    exit 1
+}
+
+# Variables the sanitizer build needs in remote ranks (tb-agent passes no environment).
+XS=()
+for v in ASAN_OPTIONS UBSAN_OPTIONS LSAN_OPTIONS; do
+    [ -n "${!v:-}" ] && XS+=(-x "$v")
+done
+
+pending() {
+    if [ "${FYHOSTS_PENDING:-0}" != 1 ]; then
+        echo "SKIP: $* (set FYHOSTS_PENDING=1 to run it)"
+        exit 77
+    fi
+}
+
+# ferryrun on host tbA (whole environment kept), stdout+stderr to $OUT; returns its status.
+OUT=$(mktemp /tmp/fyhosts-out.XXXXXX)
+trap 'rm -f "$OUT" "$OUT.hf"' EXIT
+run_on_a() {
+    "$AGENT" -E tbA "$(printf '%q ' "$FRUN" --timeout $TMO "${XS[@]}" --agent "$AGENT" "$@")" \
+        > "$OUT" 2>&1
+}
+show() { sed 's/^/    | /' "$OUT"; }
+
+source "$HERE/testbed.sh"
+case $CASE in args | local) ;; *) tb_reexec_unprivileged "$0" "$@" ;; esac
+
+two_hosts() {
+    tb_can || exit 77
+    tb_init
+    trap 'rm -f "$OUT" "$OUT.hf"; tb_down' EXIT
+    tb_host tbA shm=private
+    tb_host tbB shm=private
+    tb_up || fail "could not build the testbed"
+}
+
+expect_alltoall_ok() { # what: ferryrun args...
+    local what=$1
+    shift
+    run_on_a "$@"
+    local rc=$?
+    show
+    [ $rc = 0 ] || fail "$what: ferryrun exited with $rc"
+    grep -q "[0-9] ranks (builtin).*all verified" "$OUT" || fail "$what: no verdict from alltoall"
+    echo "ok: $what"
+}
+
+case $CASE in
+args)
+    r() { "$FRUN" "$@" > "$OUT" 2>&1; }
+    chk() { # status pattern: the last command's status and message
+        local st=$? want=$1 pat=$2
+        [ $st = "$want" ] || { show; fail "expected status $want, got $st"; }
+        grep -q -- "$pat" "$OUT" || { show; fail "expected \"$pat\" in the message"; }
+    }
+    r --hosts a:0 true; chk 2 "slots must be an integer"
+    r --hosts 'a;b:1' true; chk 2 "only letters"
+    r --hosts , true; chk 2 "no host in it"
+    r --hosts a:2 -n 3 true; chk 2 "the hosts have 2 slots"
+    r --hostfile /nonexistent/hf true; chk 2 "No such file"
+    printf '# only a comment\n\n' > "$OUT.hf"
+    r --hostfile "$OUT.hf" true; chk 2 "no host in it"
+    printf 'h1 slots=2\nh2:x\n' > "$OUT.hf"
+    r --hostfile "$OUT.hf" true; chk 2 "$OUT.hf:2"
+    rm -f "$OUT.hf"
+    r --hosts h1 --boot-addr nosuchif0 true; chk 2 "neither an IPv4 address nor an interface"
+    r --hosts h1 --boot-addr 127.0.0.1:99999 true; chk 2 "port must be"
+    r --hosts h1 --boot-addr 0.0.0.0 true; chk 2 "give one they can reach"
+    r -x 'A-B' -n 1 true; chk 2 "expected a variable NAME"
+    r --hosts h1 --agent /nonexistent/agent --boot-addr 127.0.0.1 true
+    chk 127 "cannot start the agent /nonexistent/agent for rank 0 on h1"
+    # the agent's failure (ssh's 255) is the rank's status, and named with its host
+    r --hosts h1:2 --agent " false -o x" --boot-addr 127.0.0.1 true; chk 1 "rank [01] on h1"
+    echo "ok: bad input gets a clear error and a status"
+    ;;
+local)
+    # localhost is started directly: the agent (which would fail) is never run
+    "$FRUN" --hosts localhost:2 --agent /nonexistent/agent sh -c \
+        'echo "rank $FERRY_RANK local $FERRY_LOCAL_RANK/$FERRY_LOCAL_SIZE at $FERRY_BOOT_ADDR"' \
+        > "$OUT" 2>&1 || { show; fail "ferryrun --hosts localhost:2 failed"; }
+    show
+    grep -q "rank 0 local 0/2 at 127.0.0.1:" "$OUT" && grep -q "rank 1 local 1/2 at 127.0.0.1:" "$OUT" ||
+        fail "local ranks or boot address wrong"
+    "$FRUN" --hosts localhost:2 "$A2A" > "$OUT" 2>&1 || { show; fail "alltoall on localhost:2"; }
+    echo "ok: localhost ranks"
+    ;;
+alltoall)
+    two_hosts
+    expect_alltoall_ok "2 hosts x 2 ranks, default lanes" --hosts tbA:2,tbB:2 "$A2A"
+    ;;
+hostfile)
+    two_hosts
+    printf '# the testbed\ntbA slots=2\n\ntbB:2   # second\n' > "$OUT.hf"
+    expect_alltoall_ok "--hostfile, --boot-addr eth0:$TB_BOOT_PORT" --hostfile "$OUT.hf" \
+        --boot-addr "eth0:$TB_BOOT_PORT" "$A2A"
+    rm -f "$OUT.hf"
+    grep -q . "$OUT" || fail "no output"
+    ;;
+env)
+    two_hosts
+    export FERRY_TESTBED_PROBE="it's a 'quoted' \$value"
+    export FYHOSTS_X=from-x
+    run_on_a --hosts tbA:2,tbB:3 -x FYHOSTS_X -x FYHOSTS_Y=set-here --env FYHOSTS_Z=z sh -c \
+        'echo "r=$FERRY_RANK l=$FERRY_LOCAL_RANK/$FERRY_LOCAL_SIZE n=$FERRY_SIZE ip=$(set -- $(ip -4 -br addr show dev eth0); echo "${3%/*}") x=$FYHOSTS_X y=$FYHOSTS_Y z=$FYHOSTS_Z p=$FERRY_TESTBED_PROBE boot=$FERRY_BOOT_ADDR"'
+    rc=$?
+    show
+    [ $rc = 0 ] || fail "ferryrun exited with $rc"
+    for want in "r=0 l=0/2 n=5 ip=10.99.0.1 " "r=1 l=1/2 n=5 ip=10.99.0.1 " \
+        "r=2 l=0/3 n=5 ip=10.99.0.2 " "r=3 l=1/3 n=5 ip=10.99.0.2 " "r=4 l=2/3 n=5 ip=10.99.0.2 "; do
+        grep -qF "$want" "$OUT" || fail "no line with \"$want\""
+    done
+    [ "$(grep -cF "x=from-x y=set-here z=z p=$FERRY_TESTBED_PROBE boot=10.99.0.1:" "$OUT")" = 5 ] ||
+        fail "the variables did not reach every rank intact"
+    echo "ok: environment, placement, local ranks, boot address"
+    ;;
+rank_dies)
+    two_hosts
+    start=$SECONDS
+    run_on_a --hosts tbA:2,tbB:2 sh -c \
+        '[ "$FERRY_RANK" = 3 ] && exit 3; exec sleep 60 # the victims, ended by ferryrun'
+    rc=$?
+    show
+    [ $rc = 3 ] || fail "expected status 3 (rank 3's), got $rc"
+    grep -q "rank 3 on tbB (agent pid [0-9]*) exited with status 3; ending the other 3 ranks" \
+        "$OUT" || fail "rank 3's failure was not reported with its host"
+    [ $((SECONDS - start)) -lt 15 ] || fail "the job took $((SECONDS - start)) s to end"
+    echo "ok: a remote rank's failure ends the job"
+    ;;
+noudp)
+    pending "with udp dropped between hosts, lane selection has no fallback to tcp yet (issue 11 items 3, 6)"
+    two_hosts
+    tb_drop tbB udp || fail "iptables"
+    expect_alltoall_ok "udp dropped between the hosts" --hosts tbA:2,tbB:2 \
+        --boot-addr "eth0:$TB_BOOT_PORT" "$A2A"
+    ;;
+notcp)
+    two_hosts
+    tb_drop tbB tcp || fail "iptables"
+    # the rule holds: a tcp connect from tbB to tbA (not the bootstrap's port) times out
+    "$AGENT" tbB "timeout 3 bash -c 'exec 3<>/dev/tcp/10.99.0.1/24998'" 2>/dev/null
+    [ $? = 124 ] || fail "tcp between the hosts is not dropped"
+    expect_alltoall_ok "tcp dropped between the hosts" --hosts tbA:2,tbB:2 \
+        --boot-addr "eth0:$TB_BOOT_PORT" "$A2A"
+    ;;
+impair)
+    [ -x "${FY_IMPAIR:-}" ] || { echo "SKIP: fy_impair is not built (libnetfilter_queue)"; exit 77; }
+    two_hosts
+    tb_impair tbB 0 both -- --seed 3 --loss 1 --reorder 1 --delay 1 --delay-us 200 \
+        --rate 300M || fail "the impairer did not start"
+    # a loaded machine (sanitizers, other jobs) and losses: give udp's peers more than the
+    # default 3 s before they are presumed dead (passed on to the remote ranks as FERRY_*)
+    export FERRY_UDP_PEER_TIMEOUT=20s
+    expect_alltoall_ok "through the impairer" --hosts tbA:2,tbB:2 "$A2A"
+    tb_impair_stop
+    cat "$FYHOSTS_DIR"/impair*.log
+    grep -Eq "lost [1-9][0-9]*, .*rate-limited [1-9]" "$FYHOSTS_DIR"/impair*.log ||
+        fail "the impairer saw no traffic to lose or limit"
+    echo "ok: impaired link"
+    ;;
+shm_same)
+    two_hosts
+    expect_alltoall_ok "one host, shared /dev/shm, FERRY_TLS=self,shm" --hosts tbA:2 \
+        --env FERRY_TLS=self,shm --boot-addr eth0 "$A2A"
+    ;;
+shm_separate)
+    tb_can || exit 77
+    tb_init
+    trap 'rm -f "$OUT" "$OUT.hf"; tb_down' EXIT
+    tb_host tbA shm=private
+    tb_host tbA2 net=tbA shm=private
+    tb_up || fail "could not build the testbed"
+    "$AGENT" tbA touch /dev/shm/fyhosts_probe
+    "$AGENT" tbA2 test -e /dev/shm/fyhosts_probe && fail "tbA2 sees tbA's /dev/shm"
+    run_on_a --hosts tbA:1,tbA2:1 "$A2A"
+    rc=$?
+    show
+    [ $rc = 0 ] || fail "separate /dev/shm, default lanes: ferryrun exited with $rc"
+    grep -q "2 ranks (builtin).*all verified" "$OUT" || fail "no verdict from alltoall"
+    echo "ok: separate /dev/shm, default lanes"
+    start=$SECONDS
+    run_on_a --hosts tbA:1,tbA2:1 --env FERRY_TLS=self,shm "$A2A"
+    rc=$?
+    show
+    [ $rc != 0 ] || fail "FERRY_TLS=self,shm worked between separate /dev/shm: it cannot be shm"
+    [ $rc != 124 ] && [ $((SECONDS - start)) -lt $TMO ] ||
+        fail "FERRY_TLS=self,shm between separate /dev/shm hung instead of failing"
+    echo "ok: separate /dev/shm is not reachable over shm (status $rc, a clean failure)"
+    ;;
+*)
+    fail "unknown case"
+    ;;
+esac
+exit 0

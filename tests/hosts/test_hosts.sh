@@ -18,6 +18,7 @@
 #   hostfile      the same from a --hostfile, with --boot-addr eth0:PORT
 #   env           FERRY_* and -x variables reach remote ranks on the command line; per-host
 #                 local rank/size; each rank on the host it was placed on
+#   byaddr        hosts given by address: the bootstrap address found by route, alltoall passes
 #   rank_dies     a remote rank that exits 3 ends the job: status 3, within seconds, named
 #   noudp         udp dropped between the hosts: alltoall still passes (over tcp)
 #   notcp         tcp dropped between the hosts (the bootstrap's port excepted): passes (udp)
@@ -154,6 +155,17 @@ env)
     [ "$(grep -cF "x=from-x y=set-here z=z p=$FERRY_TESTBED_PROBE boot=10.99.0.1:" "$OUT")" = 5 ] ||
         fail "the variables did not reach every rank intact"
     echo "ok: environment, placement, local ranks, boot address"
+    ;;
+byaddr)
+    # hosts named by address: ferryrun's bootstrap address is the local end of the route to
+    # the first remote one (10.99.0.1 on tbA), found without --boot-addr
+    two_hosts
+    run_on_a --hosts 10.99.0.1:2,10.99.0.2:2 sh -c 'echo "r=$FERRY_RANK boot=$FERRY_BOOT_ADDR"'
+    rc=$?
+    show
+    [ $rc = 0 ] || fail "ferryrun exited with $rc"
+    [ "$(grep -c "boot=10.99.0.1:" "$OUT")" = 4 ] || fail "the bootstrap address is not tbA's"
+    expect_alltoall_ok "hosts named by address" --hosts 10.99.0.1:2,10.99.0.2:2 "$A2A"
     ;;
 rank_dies)
     two_hosts

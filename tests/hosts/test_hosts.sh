@@ -18,11 +18,13 @@
 #   hostfile      the same from a --hostfile, with --boot-addr eth0:PORT
 #   env           FERRY_* and -x variables reach remote ranks on the command line; per-host
 #                 local rank/size; each rank on the host it was placed on
+#   byaddr        hosts given by address: the bootstrap address found by route, alltoall passes
 #   rank_dies     a remote rank that exits 3 ends the job: status 3, within seconds, named
 #   noudp         udp dropped between the hosts: alltoall still passes (over tcp)
 #   notcp         tcp dropped between the hosts (the bootstrap's port excepted): passes (udp)
 #   impair        alltoall through the impairer on tbB's link (1% loss, reordering, delay, a rate
 #                 limit): passes, and the impairer counted losses and rate-limited packets
+#   nonet         udp and tcp dropped: fails (no hang) with an error naming both candidates
 #   shm_same      two ranks on one host share /dev/shm: alltoall passes with FERRY_TLS=self,shm
 #   shm_separate  two ranks with one network namespace but separate /dev/shm: alltoall passes
 #                 by default, and fails cleanly (no hang) with FERRY_TLS=self,shm: not over shm
@@ -155,6 +157,17 @@ env)
         fail "the variables did not reach every rank intact"
     echo "ok: environment, placement, local ranks, boot address"
     ;;
+byaddr)
+    # hosts named by address: ferryrun's bootstrap address is the local end of the route to
+    # the first remote one (10.99.0.1 on tbA), found without --boot-addr
+    two_hosts
+    run_on_a --hosts 10.99.0.1:2,10.99.0.2:2 sh -c 'echo "r=$FERRY_RANK boot=$FERRY_BOOT_ADDR"'
+    rc=$?
+    show
+    [ $rc = 0 ] || fail "ferryrun exited with $rc"
+    [ "$(grep -c "boot=10.99.0.1:" "$OUT")" = 4 ] || fail "the bootstrap address is not tbA's"
+    expect_alltoall_ok "hosts named by address" --hosts 10.99.0.1:2,10.99.0.2:2 "$A2A"
+    ;;
 rank_dies)
     two_hosts
     start=$SECONDS
@@ -174,6 +187,19 @@ noudp)
     tb_drop tbB udp || fail "iptables"
     expect_alltoall_ok "udp dropped between the hosts" --hosts tbA:2,tbB:2 \
         --boot-addr "eth0:$TB_BOOT_PORT" "$A2A"
+    ;;
+nonet)
+    pending "with udp and tcp dropped, the endpoint error listing every candidate (issue 11 item 6) is not there yet"
+    two_hosts
+    tb_drop tbB udp && tb_drop tbB tcp || fail "iptables"
+    start=$SECONDS
+    run_on_a --hosts tbA:1,tbB:1 --boot-addr "eth0:$TB_BOOT_PORT" "$A2A"
+    rc=$?
+    show
+    [ $rc != 0 ] || fail "alltoall passed with no network between the hosts"
+    [ $rc != 124 ] || fail "no error within ${TMO} s: the job hung"
+    grep -Eiq "tcp.*udp|udp.*tcp" "$OUT" || fail "the error does not name both candidates"
+    echo "ok: no network: failed in $((SECONDS - start)) s, naming the candidates"
     ;;
 notcp)
     two_hosts

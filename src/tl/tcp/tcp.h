@@ -182,7 +182,7 @@ typedef struct fy_tcp_config {
     char *if_include;
     char *if_exclude;
     int af;              /* 0 auto (IPv4 first), 1 ipv4, 2 ipv6 */
-    unsigned long links; /* 0 = auto: 1 to a peer on this host, 2 to another host */
+    unsigned long links; /* 0 = auto: 1 to a peer on this host, 3 to another host */
     size_t stripe_min;
     size_t sndbuf, rcvbuf; /* 0 = kernel autotuning */
     size_t rx_buf;

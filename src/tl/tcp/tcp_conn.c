@@ -383,7 +383,7 @@ ferry_status_t fy_tcp_peer_connect(fy_tcp_peer_t *p)
     p->outgoing = 1;
     p->state = FY_TCP_PEER_CONNECTING;
     int local = p->remote_host == iface->md->host_id;
-    p->nlinks = iface->cfg->links != 0 ? (unsigned)iface->cfg->links : local ? 1 : 2;
+    p->nlinks = iface->cfg->links != 0 ? (unsigned)iface->cfg->links : local ? 1 : 3;
     p->nup = 0;
     p->remote_closed = 0;
     p->conn_start_ns = fy_time_ns();

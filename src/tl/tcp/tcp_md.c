@@ -34,7 +34,8 @@ static const fy_config_field_t tcp_config_fields[] = {
                          fy_tcp_config_t, af, af_choices),
     FY_CONFIG_FIELD("LINKS", "0",
                     "TCP connections per peer (1-8); 0 = auto: 1 to a peer on this host (one "
-                    "unpaced stream is fastest), 2 to another host.  Frames of STRIPE_MIN bytes "
+                    "unpaced stream is fastest), 3 to another host (measured on the namespace "
+                    "testbed, bench/RESULTS.md).  Frames of STRIPE_MIN bytes "
                     "or more are striped over all of them; everything else goes on the first.",
                     FY_CFG_UINT, fy_tcp_config_t, links),
     FY_CONFIG_FIELD("STRIPE_MIN", "128k",

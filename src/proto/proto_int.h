@@ -155,7 +155,9 @@ struct ferry_ep {
     fy_list_t pending_link; /* on worker->pending_eps when pending is not empty */
     uint64_t outstanding;   /* ops started and not completed (for flush/close) */
     uint64_t emulated_since_flush;
-    ferry_status_t rma_error; /* a refused emulated put, reported by the next flush */
+    /* The first error of a refused put (or of an operation without a request) since a flush
+     * last reported one: the flush that covers it completes with it (fy_ep_note_error). */
+    ferry_status_t op_error;
     ferry_ep_err_cb_t err_cb;
     void *err_arg;
     void *user_data;
@@ -222,8 +224,9 @@ struct fy_op {
     ferry_worker_t *worker;
     fy_op_type_t type;
     ferry_status_t status;
-    int counted; /* in ep->outstanding */
-    int nsub;    /* sub-operations still running (flush of several lanes) */
+    int counted;     /* in ep->outstanding */
+    int nsub;        /* sub-operations still running (flush of several lanes) */
+    fy_op_t *parent; /* a worker flush this endpoint flush is part of */
     /* arguments, kept for a retry after NO_RESOURCE */
     unsigned am_id;
     void *copy; /* owned copy of header+data when the caller gave no request */
@@ -296,10 +299,12 @@ ferry_status_t fy_ep_create_internal(ferry_worker_t *w, const void *addr, size_t
 void fy_ep_fail(ferry_ep_t *ep, ferry_status_t st);
 void fy_ep_add_pending(ferry_ep_t *ep, fy_op_t *op); /* retried by fy_op_start from progress */
 void fy_ep_op_done(ferry_ep_t *ep);
+void fy_ep_note_error(ferry_ep_t *ep, ferry_status_t st);
 void fy_ep_tl_err_cb(void *arg, fy_tl_ep_t *tl_ep, ferry_status_t status);
 void fy_ep_destroy_now(ferry_ep_t *ep);
 void fy_ep_close_now(ferry_ep_t *ep);
 ferry_status_t fy_ep_flush_start(fy_op_t *op);
+void fy_op_child_done(fy_op_t *op, ferry_status_t st); /* op->parent learns op's outcome */
 void fy_ep_flush_sub_done(fy_op_t *op, ferry_status_t st);
 /* am.c */
 void fy_am_recv_cb(void *arg, uint8_t am_id, const void *data, size_t len);

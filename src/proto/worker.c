@@ -277,6 +277,12 @@ void fy_op_finish(fy_op_t *op, ferry_status_t st)
         fy_ep_close_now(ep);
         ep = NULL;
     }
+    /* A refused put, or a failed operation nobody waits for: the flush covering it reports it
+     * (noted before the count drops, which may complete that flush). */
+    if (counted && ep != NULL && st < 0 && (req == NULL || op->type == FY_OP_PUT))
+        fy_ep_note_error(ep, st);
+    if (FY_UNLIKELY(op->parent != NULL))
+        fy_op_child_done(op, st);
     op->req = NULL;
     fy_op_put(op);
     if (req != NULL) {

@@ -195,26 +195,45 @@ ferry_status_t fy_ep_submit(ferry_ep_t *ep, fy_op_t *op)
     }
 }
 
+/*
+ * Retry the endpoints that wait for resources.  An endpoint still refused goes to the back of
+ * the list, and a pass ends after FY_PENDING_MISSES refusals in a row or once round the list,
+ * so a pass costs what it moves plus a few refusals, not the number of endpoints waiting
+ * (they mostly wait for the same full ring or socket: asking each of them again is waste).
+ */
+#define FY_PENDING_MISSES 8
+
 unsigned fy_worker_progress_pending(ferry_worker_t *w)
 {
-    unsigned n = 0;
-    fy_list_t *pos, *tmp;
-    fy_list_for_each_safe(pos, tmp, &w->pending_eps)
-    {
+    unsigned n = 0, misses = 0;
+    fy_list_t *last = w->pending_eps.prev; /* once round: stop after this one */
+    while (!fy_list_is_empty(&w->pending_eps)) {
+        fy_list_t *pos = w->pending_eps.next;
+        int at_last = pos == last;
         ferry_ep_t *ep = fy_container_of(pos, ferry_ep_t, pending_link);
         fy_qelem_t *e;
+        int refused = 0;
         while ((e = fy_queue_peek(&ep->pending)) != NULL) {
             fy_op_t *op = fy_container_of(e, fy_op_t, q);
             ferry_status_t st = fy_op_start(op);
-            if (st == FERRY_ERR_NO_RESOURCE)
+            if (st == FERRY_ERR_NO_RESOURCE) {
+                refused = 1;
                 break;
+            }
             fy_queue_pop(&ep->pending);
             n++;
             if (st != FERRY_INPROGRESS)
                 fy_worker_complete_later(w, op, st);
         }
-        if (fy_queue_is_empty(&ep->pending))
+        /* the start of an op may have failed the endpoint, which unlinks it */
+        if (fy_list_is_linked(&ep->pending_link)) {
             fy_list_del(&ep->pending_link);
+            if (!fy_queue_is_empty(&ep->pending))
+                fy_list_add_tail(&w->pending_eps, &ep->pending_link);
+        }
+        misses = refused ? misses + 1 : 0;
+        if (at_last || misses >= FY_PENDING_MISSES)
+            break;
     }
     return n;
 }

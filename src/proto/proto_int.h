@@ -183,6 +183,8 @@ struct ferry_worker {
     fy_am_entry_t am[FY_AM_ID_TOTAL];
     ferry_ep_t **eps;
     uint32_t eps_cap;
+    uint32_t *free_ids; /* stack of free slots of eps (nfree of them) */
+    uint32_t nfree;
     fy_hash_t by_src; /* (peer uuid, peer ep id) -> ep, for FY_AM_F_SRC messages */
     fy_list_t pending_eps;
     fy_queue_t completed; /* ops whose callback runs at the next progress */

@@ -23,9 +23,17 @@
  *
  * A request may be NULL.  Sends and puts then copy whatever they need before returning, so
  * the caller's buffers are free at once (a later failure goes to the endpoint's error
- * handler).  Calls that must wait for an answer -- get, fetching atomics, flush, close --
- * then block, progressing their own worker, until done.  (In one thread driving two workers,
- * use requests: a blocking call progresses only its own worker.)
+ * handler and to the next ferry_ep_flush).  Calls that must wait for an answer -- get,
+ * fetching atomics, flush, close -- then block, progressing their own worker, until done.
+ * (In one thread driving two workers, use requests: a blocking call progresses only its own
+ * worker.)
+ *
+ * BACK-PRESSURE: what an endpoint holds queued for a peer that does not keep up (copies and
+ * operations waiting for the transport) is bounded by FERRY_MAX_QUEUED bytes (default 64m).
+ * Past it, ferry_am_send, ferry_am_sendv, ferry_tag_send and ferry_put on that endpoint
+ * return FERRY_ERR_NO_RESOURCE: nothing was taken, no callback comes; progress the worker
+ * (the queue drains as the peer reads) and send again.  Nothing already accepted is lost.
+ * (Transports keep small bounded queues of their own besides, e.g. FERRY_TCP_TX_QUEUE.)
  *
  * Parameter structs carry a field_mask: only fields whose bit is set are read, so fields can be
  * added in later versions without breaking callers.  An unknown bit is FERRY_ERR_INVALID_PARAM.
@@ -59,7 +67,7 @@ typedef enum ferry_status {
     FERRY_OK = 0,                      /* done */
     FERRY_INPROGRESS = 1,              /* started; exactly one callback later */
     FERRY_ERR_NO_MESSAGE = -1,         /* nothing matched (probe) */
-    FERRY_ERR_NO_RESOURCE = -2,        /* temporarily out of resources: retry after progress */
+    FERRY_ERR_NO_RESOURCE = -2,        /* out of resources, or FERRY_MAX_QUEUED: retry later */
     FERRY_ERR_NO_MEMORY = -3,          /* allocation failed */
     FERRY_ERR_INVALID_PARAM = -4,      /* a bad argument: NULL handle, bad mask, bad size */
     FERRY_ERR_UNSUPPORTED = -5,        /* not implemented, or not by the chosen transports */

@@ -145,9 +145,27 @@ ferry_status_t ferry_ep_get_stats(const ferry_ep_t *ep, ferry_ep_stats_t *stats)
 
 void fy_ep_add_pending(ferry_ep_t *ep, fy_op_t *op)
 {
+    /* what it holds: itself, and the data it sends (copied, or the caller's) */
+    op->qcost = sizeof(*op);
+    if (op->type == FY_OP_AM)
+        op->qcost += op->hdr_len + fy_iov_total(op->iov, op->iovcnt);
+    else if (op->type == FY_OP_PUT)
+        op->qcost += op->len;
+    ep->queued_bytes += op->qcost;
     fy_queue_push(&ep->pending, &op->q);
     if (!fy_list_is_linked(&ep->pending_link))
         fy_list_add_tail(&ep->worker->pending_eps, &ep->pending_link);
+}
+
+fy_op_t *fy_ep_pop_pending(ferry_ep_t *ep)
+{
+    fy_qelem_t *e = fy_queue_pop(&ep->pending);
+    if (e == NULL)
+        return NULL;
+    fy_op_t *op = fy_container_of(e, fy_op_t, q);
+    ep->queued_bytes -= op->qcost;
+    op->qcost = 0;
+    return op;
 }
 
 static void op_count(fy_op_t *op)
@@ -220,7 +238,7 @@ unsigned fy_worker_progress_pending(ferry_worker_t *w)
                 refused = 1;
                 break;
             }
-            fy_queue_pop(&ep->pending);
+            fy_ep_pop_pending(ep);
             n++;
             if (st != FERRY_INPROGRESS)
                 fy_worker_complete_later(w, op, st);
@@ -473,9 +491,9 @@ void fy_ep_fail(ferry_ep_t *ep, ferry_status_t st)
         fy_tag_ep_closing(ep); /* closed on this side: the peer can still hear it */
     ep->state = FY_EP_FAILED;
     ep->failure = st;
-    fy_qelem_t *e;
-    while ((e = fy_queue_pop(&ep->pending)) != NULL)
-        fy_worker_complete_later(w, fy_container_of(e, fy_op_t, q), st);
+    fy_op_t *pop;
+    while ((pop = fy_ep_pop_pending(ep)) != NULL)
+        fy_worker_complete_later(w, pop, st);
     if (fy_list_is_linked(&ep->pending_link))
         fy_list_del(&ep->pending_link);
     /* Emulated operations waiting for the peer's answer will never get it. */

@@ -169,6 +169,8 @@ ferry_status_t ferry_put(ferry_ep_t *ep, const void *buf, size_t len, uint64_t r
                 return st;
             }
         }
+        if (fy_ep_queue_full(ep, len))
+            return FERRY_ERR_NO_RESOURCE; /* FERRY_MAX_QUEUED: nothing taken */
         fy_op_t *op = fy_op_get(ep->worker, ep, FY_OP_PUT, req);
         if (op == NULL)
             return FERRY_ERR_NO_MEMORY;
@@ -189,6 +191,8 @@ ferry_status_t ferry_put(ferry_ep_t *ep, const void *buf, size_t len, uint64_t r
     }
     fy_rma_msg_t m;
     emu_init(&m, RMA_PUT, rkey, remote_addr, len);
+    if (fy_ep_queue_full(ep, sizeof(m) + len))
+        return FERRY_ERR_NO_RESOURCE; /* FERRY_MAX_QUEUED: nothing taken */
     struct iovec iov = {(void *)buf, len};
     ep->emulated_since_flush++;
     return fy_am_send(ep, FY_AM_ID_RMA, &m, sizeof(m), &iov, 1, req);

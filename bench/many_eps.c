@@ -75,7 +75,7 @@ int main(int argc, char **argv)
     }
     setenv("FERRY_TLS", "self", 0);
     ferry_context_t *ctx;
-    ferry_worker_t *wa, *wb;
+    ferry_worker_t *wa = NULL, *wb = NULL;
     ferry_status_t st;
     if ((st = ferry_context_create(NULL, &ctx)) != FERRY_OK)
         die("context", st);

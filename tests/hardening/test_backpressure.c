@@ -16,6 +16,22 @@
 #include "fytest_util.h"
 
 #define MAX_QUEUED (32u << 20)
+
+/* The bound on the sender's growth: FERRY_MAX_QUEUED + 10%.  AddressSanitizer adds a shadow
+ * byte per 8 and a redzone per allocation (rounded up to its size classes), which the
+ * library cannot see: half more there (the plain build checks the real bound). */
+#if defined(__SANITIZE_ADDRESS__)
+#define FY_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define FY_ASAN 1
+#endif
+#endif
+#ifdef FY_ASAN
+#define GROWTH_MAX ((long)MAX_QUEUED * 11 / 10 + (long)MAX_QUEUED / 2)
+#else
+#define GROWTH_MAX ((long)MAX_QUEUED * 11 / 10)
+#endif
 enum { MSG = 4096, EXTRA = 3000 };
 
 static double now_s(void)
@@ -170,7 +186,7 @@ static void stalled_peer(void)
         if (seq % 64 == 0) {
             long r = rss_bytes();
             peak = r > peak ? r : peak;
-            FY_ASSERT_MSG(peak - base < (long)MAX_QUEUED * 11 / 10,
+            FY_ASSERT_MSG(peak - base < GROWTH_MAX,
                           "sender grew by %ld bytes with the peer stalled (limit %u)", peak - base,
                           MAX_QUEUED);
         }
@@ -195,7 +211,7 @@ static void stalled_peer(void)
            (unsigned long long)(seq - refused_at), (peak - base) / (double)(1 << 20),
            MAX_QUEUED / (double)(1 << 20));
     FY_ASSERT_LT(seq - refused_at, 64);
-    FY_ASSERT_LT(peak - base, (long)MAX_QUEUED * 11 / 10);
+    FY_ASSERT_LT(peak - base, GROWTH_MAX);
     FY_ASSERT_GT(refused_at * MSG, MAX_QUEUED / 2); /* the limit, not something smaller */
 
     /* the peer resumes: the rest goes through, retried on NO_RESOURCE */

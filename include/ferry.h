@@ -30,7 +30,7 @@
  *
  * BACK-PRESSURE: what an endpoint holds queued for a peer that does not keep up (copies and
  * operations waiting for the transport) is bounded by FERRY_MAX_QUEUED bytes (default 64m).
- * Past it, ferry_am_send, ferry_am_sendv, ferry_tag_send and ferry_put on that endpoint
+ * Past it, ferry_am_send, ferry_am_sendv, ferry_tag_send (eager) and ferry_put on that endpoint
  * return FERRY_ERR_NO_RESOURCE: nothing was taken, no callback comes; progress the worker
  * (the queue drains as the peer reads) and send again.  Nothing already accepted is lost.
  * (Transports keep small bounded queues of their own besides, e.g. FERRY_TCP_TX_QUEUE.)

@@ -23,9 +23,17 @@
  *
  * A request may be NULL.  Sends and puts then copy whatever they need before returning, so
  * the caller's buffers are free at once (a later failure goes to the endpoint's error
- * handler).  Calls that must wait for an answer -- get, fetching atomics, flush, close --
- * then block, progressing their own worker, until done.  (In one thread driving two workers,
- * use requests: a blocking call progresses only its own worker.)
+ * handler and to the next ferry_ep_flush).  Calls that must wait for an answer -- get,
+ * fetching atomics, flush, close -- then block, progressing their own worker, until done.
+ * (In one thread driving two workers, use requests: a blocking call progresses only its own
+ * worker.)
+ *
+ * BACK-PRESSURE: what an endpoint holds queued for a peer that does not keep up (copies and
+ * operations waiting for the transport) is bounded by FERRY_MAX_QUEUED bytes (default 64m).
+ * Past it, ferry_am_send, ferry_am_sendv, ferry_tag_send (eager) and ferry_put on that endpoint
+ * return FERRY_ERR_NO_RESOURCE: nothing was taken, no callback comes; progress the worker
+ * (the queue drains as the peer reads) and send again.  Nothing already accepted is lost.
+ * (Transports keep small bounded queues of their own besides, e.g. FERRY_TCP_TX_QUEUE.)
  *
  * Parameter structs carry a field_mask: only fields whose bit is set are read, so fields can be
  * added in later versions without breaking callers.  An unknown bit is FERRY_ERR_INVALID_PARAM.
@@ -59,7 +67,7 @@ typedef enum ferry_status {
     FERRY_OK = 0,                      /* done */
     FERRY_INPROGRESS = 1,              /* started; exactly one callback later */
     FERRY_ERR_NO_MESSAGE = -1,         /* nothing matched (probe) */
-    FERRY_ERR_NO_RESOURCE = -2,        /* temporarily out of resources: retry after progress */
+    FERRY_ERR_NO_RESOURCE = -2,        /* out of resources, or FERRY_MAX_QUEUED: retry later */
     FERRY_ERR_NO_MEMORY = -3,          /* allocation failed */
     FERRY_ERR_INVALID_PARAM = -4,      /* a bad argument: NULL handle, bad mask, bad size */
     FERRY_ERR_UNSUPPORTED = -5,        /* not implemented, or not by the chosen transports */
@@ -217,7 +225,12 @@ FERRY_API ferry_status_t ferry_worker_signal(ferry_worker_t *worker);
  */
 FERRY_API ferry_status_t ferry_worker_get_address(ferry_worker_t *worker, void *buf, size_t *len);
 
-/** Flush: complete every operation of every endpoint of the worker remotely. */
+/**
+ * Flush: complete every operation of every endpoint of the worker remotely.  Nonblocking like
+ * any call given a request (OK now, or INPROGRESS and one callback when the last endpoint's
+ * flush is done); with req == NULL it blocks, progressing this worker.  Completes with the
+ * first error of an endpoint flush (see ferry_ep_flush: a refused put is reported here).
+ */
 FERRY_API ferry_status_t ferry_worker_flush(ferry_worker_t *worker, ferry_request_t *req);
 
 /** Print a worker's interfaces and per-endpoint lanes and statistics. */
@@ -261,7 +274,14 @@ enum ferry_ep_close_mode {
 /** Close an endpoint.  The handle is invalid once this returns OK or the request completes. */
 FERRY_API ferry_status_t ferry_ep_close(ferry_ep_t *ep, unsigned mode, ferry_request_t *req);
 
-/** Complete every earlier operation on this endpoint remotely. */
+/**
+ * Complete every earlier operation on this endpoint remotely.  A put the target refused
+ * (outside the key's region, or a key it no longer knows), or a failed operation that had no
+ * request, since the last flush that reported one, makes the flush covering it complete
+ * with that error (FERRY_ERR_ACCESS_DENIED for a refused put), once, on every transport; the
+ * target's memory was not touched.  This holds even when the put's own call or request
+ * already said so: an application that checks only its flushes loses nothing silently.
+ */
 FERRY_API ferry_status_t ferry_ep_flush(ferry_ep_t *ep, ferry_request_t *req);
 
 /** Order: operations issued after the fence are performed after those before it. */
@@ -387,7 +407,10 @@ FERRY_API ferry_status_t ferry_rkey_unpack(ferry_ep_t *ep, const void *buf, size
                                            ferry_rkey_t **rkey_p);
 FERRY_API void ferry_rkey_destroy(ferry_rkey_t *rkey);
 
-/** Write len bytes to remote_addr inside the region of rkey.  Remote completion: flush. */
+/**
+ * Write len bytes to remote_addr inside the region of rkey.  Remote completion: flush, which
+ * also reports a put the target refused (FERRY_ERR_ACCESS_DENIED).
+ */
 FERRY_API ferry_status_t ferry_put(ferry_ep_t *ep, const void *buf, size_t len,
                                    uint64_t remote_addr, ferry_rkey_t *rkey, ferry_request_t *req);
 /** Read len bytes from remote_addr.  Needs a request unless it completes at once. */

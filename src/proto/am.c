@@ -6,7 +6,8 @@
  * same through a transport buffer), or am_zcopy (sent from the caller's memory, completed
  * later).  Only when the transport pushes back (FERRY_ERR_NO_RESOURCE), or for zcopy, does an
  * operation object come from the worker's pool; without a request the data is copied so the
- * call can return FERRY_OK at once.
+ * call can return FERRY_OK at once.  What waits is bounded per endpoint (FERRY_MAX_QUEUED):
+ * past it a user's send returns FERRY_ERR_NO_RESOURCE and takes nothing.
  *
  * Receiving checks everything that came from outside before trusting it: the header length,
  * the AM id, that a handler is registered, and which endpoint the message belongs to.  Bad
@@ -186,7 +187,12 @@ static ferry_status_t am_send_slow(ferry_ep_t *ep, unsigned id, const void *head
                                    size_t header_len, const struct iovec *data, size_t iovcnt,
                                    size_t dlen, ferry_request_t *req)
 {
-    /* Slow path: an operation object (zcopy, or queued behind back-pressure). */
+    /* Slow path: an operation object (zcopy, or queued behind back-pressure).  A user's
+     * message (AM or eager tagged) that would pass FERRY_MAX_QUEUED is refused; ferry's own
+     * (answers, wireup, control) never are: the peer waits for them. */
+    if ((id < FY_AM_ID_INTERNAL_BASE || id == FY_AM_ID_TAG) &&
+        fy_ep_queue_full(ep, header_len + dlen))
+        return FERRY_ERR_NO_RESOURCE;
     fy_op_t *op = fy_op_get(ep->worker, ep, FY_OP_AM, req);
     if (op == NULL)
         return FERRY_ERR_NO_MEMORY;

@@ -53,6 +53,11 @@ static const fy_config_field_t ctx_fields[] = {
                          "sender sends it as a message after the receiver's CTS), or auto (get, "
                          "and am to a peer that once could not read us).",
                          fy_ctx_opts_t, tag_rndv_scheme, rndv_schemes),
+    FY_CONFIG_FIELD("MAX_QUEUED", "64m",
+                    "Bytes an endpoint may hold queued (copies and operations waiting for a "
+                    "peer that does not keep up) before sends, tagged sends and puts on it "
+                    "return FERRY_ERR_NO_RESOURCE, taking nothing, until progress drains it.",
+                    FY_CFG_SIZE, fy_ctx_opts_t, max_queued),
     FY_CONFIG_FIELD("JOB_KEY", "",
                     "A job key carried by network transports; datagrams and connections with "
                     "another key are refused.  Set by the launcher; empty = a fixed default.",

@@ -145,9 +145,27 @@ ferry_status_t ferry_ep_get_stats(const ferry_ep_t *ep, ferry_ep_stats_t *stats)
 
 void fy_ep_add_pending(ferry_ep_t *ep, fy_op_t *op)
 {
+    /* what it holds: itself, and the data it sends (copied, or the caller's) */
+    op->qcost = sizeof(*op);
+    if (op->type == FY_OP_AM)
+        op->qcost += op->hdr_len + fy_iov_total(op->iov, op->iovcnt);
+    else if (op->type == FY_OP_PUT)
+        op->qcost += op->len;
+    ep->queued_bytes += op->qcost;
     fy_queue_push(&ep->pending, &op->q);
     if (!fy_list_is_linked(&ep->pending_link))
         fy_list_add_tail(&ep->worker->pending_eps, &ep->pending_link);
+}
+
+fy_op_t *fy_ep_pop_pending(ferry_ep_t *ep)
+{
+    fy_qelem_t *e = fy_queue_pop(&ep->pending);
+    if (e == NULL)
+        return NULL;
+    fy_op_t *op = fy_container_of(e, fy_op_t, q);
+    ep->queued_bytes -= op->qcost;
+    op->qcost = 0;
+    return op;
 }
 
 static void op_count(fy_op_t *op)
@@ -188,31 +206,52 @@ ferry_status_t fy_ep_submit(ferry_ep_t *ep, fy_op_t *op)
         fy_ep_add_pending(ep, op);
         return op->req != NULL ? FERRY_INPROGRESS : FERRY_OK;
     default:
+        if (op->type == FY_OP_PUT)
+            fy_ep_note_error(ep, st); /* refused by the transport: the covering flush says so */
         fy_op_put(op);
         return st;
     }
 }
 
+/*
+ * Retry the endpoints that wait for resources.  An endpoint still refused goes to the back of
+ * the list, and a pass ends after FY_PENDING_MISSES refusals in a row or once round the list,
+ * so a pass costs what it moves plus a few refusals, not the number of endpoints waiting
+ * (they mostly wait for the same full ring or socket: asking each of them again is waste).
+ */
+#define FY_PENDING_MISSES 8
+
 unsigned fy_worker_progress_pending(ferry_worker_t *w)
 {
-    unsigned n = 0;
-    fy_list_t *pos, *tmp;
-    fy_list_for_each_safe(pos, tmp, &w->pending_eps)
-    {
+    unsigned n = 0, misses = 0;
+    fy_list_t *last = w->pending_eps.prev; /* once round: stop after this one */
+    while (!fy_list_is_empty(&w->pending_eps)) {
+        fy_list_t *pos = w->pending_eps.next;
+        int at_last = pos == last;
         ferry_ep_t *ep = fy_container_of(pos, ferry_ep_t, pending_link);
         fy_qelem_t *e;
+        int refused = 0;
         while ((e = fy_queue_peek(&ep->pending)) != NULL) {
             fy_op_t *op = fy_container_of(e, fy_op_t, q);
             ferry_status_t st = fy_op_start(op);
-            if (st == FERRY_ERR_NO_RESOURCE)
+            if (st == FERRY_ERR_NO_RESOURCE) {
+                refused = 1;
                 break;
-            fy_queue_pop(&ep->pending);
+            }
+            fy_ep_pop_pending(ep);
             n++;
             if (st != FERRY_INPROGRESS)
                 fy_worker_complete_later(w, op, st);
         }
-        if (fy_queue_is_empty(&ep->pending))
+        /* the start of an op may have failed the endpoint, which unlinks it */
+        if (fy_list_is_linked(&ep->pending_link)) {
             fy_list_del(&ep->pending_link);
+            if (!fy_queue_is_empty(&ep->pending))
+                fy_list_add_tail(&w->pending_eps, &ep->pending_link);
+        }
+        misses = refused ? misses + 1 : 0;
+        if (at_last || misses >= FY_PENDING_MISSES)
+            break;
     }
     return n;
 }
@@ -221,12 +260,31 @@ unsigned fy_worker_progress_pending(ferry_worker_t *w)
 /* Flush and close                                                                             */
 /* ------------------------------------------------------------------------------------------ */
 
+void fy_ep_note_error(ferry_ep_t *ep, ferry_status_t st)
+{
+    if (ep != NULL && st < 0 && st != FERRY_ERR_CANCELED && ep->op_error == FERRY_OK)
+        ep->op_error = st;
+}
+
+/* A flush is complete: every operation it covers has completed, so any refusal among them
+ * has been noted on the endpoint; the flush reports it (once). */
+static ferry_status_t flush_take_error(fy_op_t *op)
+{
+    ferry_ep_t *ep = op->ep;
+    if (ep != NULL && ep->op_error != FERRY_OK) {
+        if (op->status == FERRY_OK)
+            op->status = ep->op_error;
+        ep->op_error = FERRY_OK;
+    }
+    return op->status;
+}
+
 void fy_ep_flush_sub_done(fy_op_t *op, ferry_status_t st)
 {
     if (st != FERRY_OK && op->status == FERRY_OK)
         op->status = st;
     if (--op->nsub == 0)
-        fy_worker_complete_later(op->worker, op, op->status);
+        fy_worker_complete_later(op->worker, op, flush_take_error(op));
 }
 
 static void flush_comp_cb(fy_tl_comp_t *comp, ferry_status_t st)
@@ -280,7 +338,7 @@ ferry_status_t fy_ep_flush_start(fy_op_t *op)
         op->nsub++;
     }
     if (--op->nsub == 0)
-        return op->status == FERRY_OK ? FERRY_OK : op->status;
+        return flush_take_error(op);
     return FERRY_INPROGRESS;
 }
 
@@ -306,10 +364,6 @@ ferry_status_t ferry_ep_flush(ferry_ep_t *ep, ferry_request_t *req)
     if (op == NULL)
         return FERRY_ERR_NO_MEMORY;
     ferry_status_t st = fy_ep_submit(ep, op);
-    if (st == FERRY_OK && ep->rma_error != FERRY_OK) {
-        st = ep->rma_error;
-        ep->rma_error = FERRY_OK;
-    }
     if (st == FERRY_INPROGRESS && req == NULL)
         st = wait_req(ep->worker, r);
     return st;
@@ -324,23 +378,76 @@ ferry_status_t ferry_ep_fence(ferry_ep_t *ep)
     return ep->rma_native ? ferry_ep_flush(ep, NULL) : FERRY_OK;
 }
 
+/*
+ * Worker flush: one flush per endpoint, as children of one operation that completes when the
+ * last of them has (with the first error among them).  Nothing blocks: an endpoint whose
+ * flush must wait for resources queues it on its pending list like any other operation.
+ */
+static void wflush_child_done(fy_op_t *parent, ferry_status_t st)
+{
+    if (st < 0 && st != FERRY_ERR_CANCELED && parent->status == FERRY_OK)
+        parent->status = st;
+    if (--parent->nsub == 0)
+        fy_worker_complete_later(parent->worker, parent, parent->status);
+}
+
+void fy_op_child_done(fy_op_t *op, ferry_status_t st)
+{
+    fy_op_t *parent = op->parent;
+    op->parent = NULL;
+    wflush_child_done(parent, st);
+}
+
 ferry_status_t ferry_worker_flush(ferry_worker_t *w, ferry_request_t *req)
 {
     if (w == NULL)
         return FERRY_ERR_INVALID_PARAM;
-    /* Flush each endpoint in turn (blocking form); simple and correct. */
-    ferry_status_t result = FERRY_OK;
+    ferry_request_t local;
+    ferry_request_t *r = req;
+    if (r == NULL) {
+        memset(&local, 0, sizeof(local));
+        r = &local;
+    }
+    fy_op_t *wop = fy_op_get(w, NULL, FY_OP_FLUSH, r);
+    if (wop == NULL)
+        return FERRY_ERR_NO_MEMORY;
+    wop->status = FERRY_OK;
+    wop->nsub = 1; /* held until every endpoint's flush is started */
     for (uint32_t i = 0; i < w->eps_cap; i++) {
         ferry_ep_t *ep = w->eps[i];
-        if (ep == NULL || ep->state != FY_EP_CONNECTED)
+        if (ep == NULL || (ep->state != FY_EP_CONNECTED && ep->state != FY_EP_WIREUP))
             continue;
-        ferry_status_t st = ferry_ep_flush(ep, NULL);
-        if (st != FERRY_OK && result == FERRY_OK)
-            result = st;
+        fy_op_t *op = fy_op_get(w, ep, FY_OP_FLUSH, NULL);
+        if (op == NULL) {
+            wop->status = FERRY_ERR_NO_MEMORY;
+            break;
+        }
+        op->parent = wop;
+        ferry_status_t st =
+            fy_queue_is_empty(&ep->pending) ? fy_ep_flush_start(op) : FERRY_ERR_NO_RESOURCE;
+        if (st == FERRY_INPROGRESS) {
+            wop->nsub++; /* fy_op_finish tells the parent */
+        } else if (st == FERRY_ERR_NO_RESOURCE) {
+            wop->nsub++;
+            fy_ep_add_pending(ep, op);
+        } else {
+            op->parent = NULL;
+            fy_op_put(op);
+            if (st < 0 && wop->status == FERRY_OK)
+                wop->status = st;
+        }
     }
-    if (req != NULL)
-        req->status = result;
-    return result;
+    ferry_status_t st;
+    if (--wop->nsub == 0) {
+        st = wop->status;
+        fy_op_put(wop); /* done now: no callback */
+        r->status = st;
+    } else {
+        st = FERRY_INPROGRESS;
+    }
+    if (st == FERRY_INPROGRESS && req == NULL)
+        st = wait_req(w, r);
+    return st;
 }
 
 void fy_ep_destroy_now(ferry_ep_t *ep)
@@ -384,9 +491,9 @@ void fy_ep_fail(ferry_ep_t *ep, ferry_status_t st)
         fy_tag_ep_closing(ep); /* closed on this side: the peer can still hear it */
     ep->state = FY_EP_FAILED;
     ep->failure = st;
-    fy_qelem_t *e;
-    while ((e = fy_queue_pop(&ep->pending)) != NULL)
-        fy_worker_complete_later(w, fy_container_of(e, fy_op_t, q), st);
+    fy_op_t *pop;
+    while ((pop = fy_ep_pop_pending(ep)) != NULL)
+        fy_worker_complete_later(w, pop, st);
     if (fy_list_is_linked(&ep->pending_link))
         fy_list_del(&ep->pending_link);
     /* Emulated operations waiting for the peer's answer will never get it. */

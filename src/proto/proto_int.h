@@ -88,6 +88,7 @@ typedef struct fy_ctx_opts {
     size_t tag_rndv_thresh;    /* parsed; FY_TAG_THRESH_AUTO: per endpoint (tag.c) */
     int tag_rndv_scheme;       /* index into auto, get, am (FY_TAG_SCHEME_*) */
     char *job_key;
+    size_t max_queued; /* FERRY_MAX_QUEUED: bytes an ep may hold in its pending queue */
 } fy_ctx_opts_t;
 
 typedef struct fy_ctx_tl {
@@ -152,10 +153,13 @@ struct ferry_ep {
     int tag_no_get;         /* the peer cannot read our memory: offer it no get rendezvous */
     size_t tag_rndv_thresh; /* tagged messages above this size use rendezvous */
     fy_queue_t pending;     /* ops waiting for resources, in order */
+    size_t queued_bytes;    /* what pending holds: ops and their data (FERRY_MAX_QUEUED) */
     fy_list_t pending_link; /* on worker->pending_eps when pending is not empty */
     uint64_t outstanding;   /* ops started and not completed (for flush/close) */
     uint64_t emulated_since_flush;
-    ferry_status_t rma_error; /* a refused emulated put, reported by the next flush */
+    /* The first error of a refused put (or of an operation without a request) since a flush
+     * last reported one: the flush that covers it completes with it (fy_ep_note_error). */
+    ferry_status_t op_error;
     ferry_ep_err_cb_t err_cb;
     void *err_arg;
     void *user_data;
@@ -181,6 +185,8 @@ struct ferry_worker {
     fy_am_entry_t am[FY_AM_ID_TOTAL];
     ferry_ep_t **eps;
     uint32_t eps_cap;
+    uint32_t *free_ids; /* stack of free slots of eps (nfree of them) */
+    uint32_t nfree;
     fy_hash_t by_src; /* (peer uuid, peer ep id) -> ep, for FY_AM_F_SRC messages */
     fy_list_t pending_eps;
     fy_queue_t completed; /* ops whose callback runs at the next progress */
@@ -222,8 +228,10 @@ struct fy_op {
     ferry_worker_t *worker;
     fy_op_type_t type;
     ferry_status_t status;
-    int counted; /* in ep->outstanding */
-    int nsub;    /* sub-operations still running (flush of several lanes) */
+    int counted;     /* in ep->outstanding */
+    int nsub;        /* sub-operations still running (flush of several lanes) */
+    fy_op_t *parent; /* a worker flush this endpoint flush is part of */
+    size_t qcost;    /* counted in ep->queued_bytes while on ep->pending */
     /* arguments, kept for a retry after NO_RESOURCE */
     unsigned am_id;
     void *copy; /* owned copy of header+data when the caller gave no request */
@@ -295,11 +303,20 @@ ferry_status_t fy_ep_create_internal(ferry_worker_t *w, const void *addr, size_t
                                      ferry_ep_t **ep_p);
 void fy_ep_fail(ferry_ep_t *ep, ferry_status_t st);
 void fy_ep_add_pending(ferry_ep_t *ep, fy_op_t *op); /* retried by fy_op_start from progress */
+fy_op_t *fy_ep_pop_pending(ferry_ep_t *ep);
+/* A user's send of len bytes would pass FERRY_MAX_QUEUED: refuse it (NO_RESOURCE). */
+static inline int fy_ep_queue_full(const ferry_ep_t *ep, size_t len)
+{
+    return FY_UNLIKELY(ep->queued_bytes != 0 &&
+                       ep->queued_bytes + sizeof(fy_op_t) + len > ep->worker->ctx->opts.max_queued);
+}
 void fy_ep_op_done(ferry_ep_t *ep);
+void fy_ep_note_error(ferry_ep_t *ep, ferry_status_t st);
 void fy_ep_tl_err_cb(void *arg, fy_tl_ep_t *tl_ep, ferry_status_t status);
 void fy_ep_destroy_now(ferry_ep_t *ep);
 void fy_ep_close_now(ferry_ep_t *ep);
 ferry_status_t fy_ep_flush_start(fy_op_t *op);
+void fy_op_child_done(fy_op_t *op, ferry_status_t st); /* op->parent learns op's outcome */
 void fy_ep_flush_sub_done(fy_op_t *op, ferry_status_t st);
 /* am.c */
 void fy_am_recv_cb(void *arg, uint8_t am_id, const void *data, size_t len);

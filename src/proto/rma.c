@@ -6,8 +6,9 @@
  * request against the context's region table (id, key, bounds, rights) exactly as a native
  * transport's target would, and touches nothing outside a registered region.  A get or a
  * fetching atomic waits for its answer under a wait id (a hash lookup, never a raw pointer
- * from the wire).  A refused put has no request to fail: the target answers PUT_NACK and the
- * initiator's next flush of that endpoint reports FERRY_ERR_ACCESS_DENIED.  Flush after
+ * from the wire).  A refused put has no request to fail: the target answers PUT_NACK before it
+ * handles anything later, so the NACK is in before the PONG of the flush that covers the put,
+ * and that flush completes with FERRY_ERR_ACCESS_DENIED.  Flush after
  * emulated puts is a PING/PONG round trip: the target handles messages in order, so the PONG
  * means every earlier put has landed.
  *
@@ -162,9 +163,14 @@ ferry_status_t ferry_put(ferry_ep_t *ep, const void *buf, size_t len, uint64_t r
         if (len <= lane->iface->attr.max_put_short && fy_queue_is_empty(&ep->pending) &&
             lane->iface->tl->ops->put_short != NULL) {
             st = lane->iface->tl->ops->put_short(lane->tl_ep, buf, len, remote_addr, rkey->tl_rkey);
-            if (st != FERRY_ERR_NO_RESOURCE)
+            if (st != FERRY_ERR_NO_RESOURCE) {
+                if (st < 0)
+                    fy_ep_note_error(ep, st); /* refused: the covering flush says so too */
                 return st;
+            }
         }
+        if (fy_ep_queue_full(ep, len))
+            return FERRY_ERR_NO_RESOURCE; /* FERRY_MAX_QUEUED: nothing taken */
         fy_op_t *op = fy_op_get(ep->worker, ep, FY_OP_PUT, req);
         if (op == NULL)
             return FERRY_ERR_NO_MEMORY;
@@ -185,6 +191,8 @@ ferry_status_t ferry_put(ferry_ep_t *ep, const void *buf, size_t len, uint64_t r
     }
     fy_rma_msg_t m;
     emu_init(&m, RMA_PUT, rkey, remote_addr, len);
+    if (fy_ep_queue_full(ep, sizeof(m) + len))
+        return FERRY_ERR_NO_RESOURCE; /* FERRY_MAX_QUEUED: nothing taken */
     struct iovec iov = {(void *)buf, len};
     ep->emulated_since_flush++;
     return fy_am_send(ep, FY_AM_ID_RMA, &m, sizeof(m), &iov, 1, req);
@@ -377,8 +385,7 @@ static ferry_status_t rma_handler(void *arg, const void *header, size_t header_l
         fy_warn("a put to [0x%llx, +%llu) was refused by the target: %s",
                 (unsigned long long)m.addr, (unsigned long long)m.len,
                 ferry_status_string(m.status));
-        if (ep->rma_error == FERRY_OK)
-            ep->rma_error = m.status;
+        fy_ep_note_error(ep, m.status < 0 ? m.status : FERRY_ERR_ACCESS_DENIED);
         break;
     case RMA_GET_REP:
     case RMA_AMO_REP:

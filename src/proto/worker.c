@@ -22,6 +22,8 @@
 #include "proto/proto_int.h"
 #include "util/clock.h"
 
+static ferry_status_t eps_grow(ferry_worker_t *w, uint32_t ncap);
+
 static ferry_status_t open_ifaces(ferry_worker_t *w)
 {
     ferry_context_t *ctx = w->ctx;
@@ -118,12 +120,8 @@ ferry_status_t ferry_worker_create(ferry_context_t *ctx, const ferry_worker_para
         goto err_hash1;
     if ((st = fy_mpool_init(&w->ops, "ops", sizeof(fy_op_t), 64, 64, 0)) != FERRY_OK)
         goto err_hash2;
-    w->eps_cap = 64;
-    w->eps = calloc(w->eps_cap, sizeof(*w->eps));
-    if (w->eps == NULL) {
-        st = FERRY_ERR_NO_MEMORY;
-        goto err_mpool;
-    }
+    if ((st = eps_grow(w, 64)) != FERRY_OK)
+        goto err_eps;
     fy_rma_init_worker(w);
     fy_tag_init_worker(w);
     if ((st = open_ifaces(w)) != FERRY_OK)
@@ -140,8 +138,9 @@ err_ifaces:
     for (unsigned i = 0; i < w->nifaces; i++)
         w->ifaces[i].tl->ops->iface_close(w->ifaces[i].tl_iface);
     free(w->address);
+err_eps:
     free(w->eps);
-err_mpool:
+    free(w->free_ids);
     fy_mpool_destroy(&w->ops);
 err_hash2:
     fy_hash_destroy(&w->waiting);
@@ -183,6 +182,7 @@ void ferry_worker_destroy(ferry_worker_t *w)
     w->ctx->nworkers--;
     pthread_mutex_unlock(&w->ctx->lock);
     free(w->eps);
+    free(w->free_ids);
     free(w->address);
     fy_mpool_destroy(&w->ops);
     fy_hash_destroy(&w->waiting);
@@ -196,24 +196,37 @@ void ferry_worker_destroy(ferry_worker_t *w)
 /* Endpoint table and operation objects                                                        */
 /* ------------------------------------------------------------------------------------------ */
 
+/* Grow the endpoint table (and its free-slot stack) to ncap slots; the new ids go on the
+ * stack so the lowest is taken first. */
+static ferry_status_t eps_grow(ferry_worker_t *w, uint32_t ncap)
+{
+    ferry_ep_t **n = realloc(w->eps, ncap * sizeof(*n));
+    if (n == NULL)
+        return FERRY_ERR_NO_MEMORY;
+    w->eps = n;
+    uint32_t *f = realloc(w->free_ids, ncap * sizeof(*f));
+    if (f == NULL)
+        return FERRY_ERR_NO_MEMORY;
+    w->free_ids = f;
+    memset(n + w->eps_cap, 0, (ncap - w->eps_cap) * sizeof(*n));
+    for (uint32_t id = ncap; id-- > w->eps_cap;)
+        w->free_ids[w->nfree++] = id;
+    w->eps_cap = ncap;
+    return FERRY_OK;
+}
+
+/* A slot from the free stack: O(1), whatever the number of endpoints. */
 ferry_status_t fy_worker_ep_alloc(ferry_worker_t *w, ferry_ep_t **ep_p)
 {
-    uint32_t id;
-    for (id = 0; id < w->eps_cap; id++)
-        if (w->eps[id] == NULL)
-            break;
-    if (id == w->eps_cap) {
-        uint32_t ncap = w->eps_cap * 2;
-        ferry_ep_t **n = realloc(w->eps, ncap * sizeof(*n));
-        if (n == NULL)
-            return FERRY_ERR_NO_MEMORY;
-        memset(n + w->eps_cap, 0, (ncap - w->eps_cap) * sizeof(*n));
-        w->eps = n;
-        w->eps_cap = ncap;
+    if (w->nfree == 0) {
+        ferry_status_t st = eps_grow(w, w->eps_cap * 2);
+        if (st != FERRY_OK)
+            return st;
     }
     ferry_ep_t *ep = calloc(1, sizeof(*ep));
     if (ep == NULL)
         return FERRY_ERR_NO_MEMORY;
+    uint32_t id = w->free_ids[--w->nfree];
     ep->worker = w;
     ep->id = id;
     fy_queue_init(&ep->pending);
@@ -227,6 +240,7 @@ ferry_status_t fy_worker_ep_alloc(ferry_worker_t *w, ferry_ep_t **ep_p)
 void fy_worker_ep_free(ferry_worker_t *w, ferry_ep_t *ep)
 {
     w->eps[ep->id] = NULL;
+    w->free_ids[w->nfree++] = ep->id;
     free(ep);
 }
 
@@ -277,6 +291,12 @@ void fy_op_finish(fy_op_t *op, ferry_status_t st)
         fy_ep_close_now(ep);
         ep = NULL;
     }
+    /* A refused put, or a failed operation nobody waits for: the flush covering it reports it
+     * (noted before the count drops, which may complete that flush). */
+    if (counted && ep != NULL && st < 0 && (req == NULL || op->type == FY_OP_PUT))
+        fy_ep_note_error(ep, st);
+    if (FY_UNLIKELY(op->parent != NULL))
+        fy_op_child_done(op, st);
     op->req = NULL;
     fy_op_put(op);
     if (req != NULL) {

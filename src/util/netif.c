@@ -12,6 +12,7 @@
 #include <ctype.h>
 #include <errno.h>
 #include <fnmatch.h>
+#include <limits.h>
 #include <ifaddrs.h>
 #include <net/if.h>
 #include <stdio.h>
@@ -481,10 +482,21 @@ uint64_t fy_netif_host_id(void)
     return h != 0 ? h : 1;
 }
 
+int fy_netif_is_virtual(const char *name)
+{
+    char path[128], real[PATH_MAX];
+    if (name == NULL || name[0] == '\0' || strchr(name, '/') != NULL)
+        return -1;
+    snprintf(path, sizeof(path), "/sys/class/net/%s", name);
+    if (realpath(path, real) == NULL)
+        return -1;
+    return strncmp(real, "/sys/devices/virtual/", 21) == 0;
+}
+
 double fy_netif_speed(const char *name)
 {
     char path[128];
-    if (name == NULL || strchr(name, '/') != NULL)
+    if (name == NULL || strchr(name, '/') != NULL || fy_netif_is_virtual(name) != 0)
         return 0;
     snprintf(path, sizeof(path), "/sys/class/net/%s/speed", name);
     FILE *f = fopen(path, "r");

@@ -155,8 +155,12 @@ const char *fy_netif_addr_str(const fy_netif_addr_t *a, int with_prefix, char *b
  * share the kernel's network stack (boot id, hostname and the netns inode mixed).  Never 0. */
 uint64_t fy_netif_host_id(void);
 
-/* Rough link speed of an interface in bytes per second from sysfs, 0 if unknown (virtual
- * interfaces, loopback). */
+/* Link speed of an interface in bytes per second from sysfs, 0 if unknown: loopback and
+ * virtual devices (veth, bridges, tunnels) have none that means anything (a veth says 10 Gb/s
+ * and moves what the CPU copies). */
 double fy_netif_speed(const char *name);
+/* 1: a virtual device (under /sys/devices/virtual: lo, veth, bridge, tun...), 0: hardware,
+ * -1: unknown (no such name in this sysfs view). */
+int fy_netif_is_virtual(const char *name);
 
 #endif

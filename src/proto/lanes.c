@@ -247,7 +247,9 @@ void fy_lanes_print(ferry_worker_t *w, const fy_remote_addr_t *ra, const fy_lane
             }
             const fy_lane_cand_t *c = &plan->cand[chosen];
             cand_name(w, ra, c, name, sizeof(name));
-            double s = c->cost[k] >= 0 ? c->cost[k] : c->cost[FY_CLS_AM_BULK];
+            double s = c->cost[k] >= 0   ? c->cost[k]
+                       : k == FY_CLS_AMO ? c->cost[FY_CLS_AM_SHORT] + c->cost[FY_CLS_AM_SHORT]
+                                         : c->cost[FY_CLS_AM_BULK];
             fprintf(f, "  %-9s %-28s score %10.1f ns%s\n", fy_lane_class_names[k], name, s, note);
         }
     }

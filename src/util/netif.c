@@ -163,6 +163,24 @@ int fy_netif_addr_reachable(const fy_netif_addr_t *local, uint64_t local_host,
     return fy_netif_addr_same_subnet(local, remote);
 }
 
+void fy_netif_unreachable_why(const fy_netif_addr_t *local, uint64_t local_host,
+                              const fy_netif_addr_t *remote, uint64_t remote_host, char *buf,
+                              size_t len)
+{
+    char l[64], r[64];
+    fy_netif_addr_str(local, 1, l, sizeof(l));
+    fy_netif_addr_str(remote, 1, r, sizeof(r));
+    if (local->family != remote->family)
+        snprintf(buf, len, "IPv%u here, IPv%u there", local->family, remote->family);
+    else if (local_host == remote_host)
+        snprintf(buf, len, "reachable");
+    else if (fy_netif_addr_is_loopback(local) || fy_netif_addr_is_loopback(remote))
+        snprintf(buf, len, "another host or network namespace, and %s is loopback",
+                 fy_netif_addr_is_loopback(remote) ? r : l);
+    else
+        snprintf(buf, len, "another host or network namespace on another subnet (%s vs %s)", l, r);
+}
+
 const char *fy_netif_addr_str(const fy_netif_addr_t *a, int with_prefix, char *buf, size_t len)
 {
     char ip[INET6_ADDRSTRLEN] = "?";

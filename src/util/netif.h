@@ -149,6 +149,11 @@ int fy_netif_addr_reachable(const fy_netif_addr_t *local, uint64_t local_host,
 
 /* "192.0.2.7:4000", "[fd00::2]:4000" (no port part when the port is 0), "/24" appended
  * when with_prefix.  Returns buf. */
+/* Why fy_netif_addr_reachable said no, in a line ("another host, another subnet: ..."). */
+void fy_netif_unreachable_why(const fy_netif_addr_t *local, uint64_t local_host,
+                              const fy_netif_addr_t *remote, uint64_t remote_host, char *buf,
+                              size_t len);
+
 const char *fy_netif_addr_str(const fy_netif_addr_t *a, int with_prefix, char *buf, size_t len);
 
 /* An id of this host *and* network namespace: equal for two processes exactly when they

@@ -254,6 +254,17 @@ int fy_tcp_iface_is_reachable(fy_tl_iface_t *super, const void *dev_addr, const 
     return fy_netif_addr_reachable(&iface->addr, iface->md->host_id, &da.addr, le64toh(da.host_id));
 }
 
+void fy_tcp_iface_unreachable_why(fy_tl_iface_t *super, const void *dev_addr,
+                                  const void *iface_addr, char *buf, size_t len)
+{
+    (void)iface_addr;
+    fy_tcp_iface_t *iface = fy_tcp_iface(super);
+    fy_tcp_dev_addr_t da;
+    memcpy(&da, dev_addr, sizeof(da));
+    fy_netif_unreachable_why(&iface->addr, iface->md->host_id, &da.addr, le64toh(da.host_id), buf,
+                             len);
+}
+
 static void link_event(fy_tcp_iface_t *iface, fy_tcp_link_t *link, uint32_t events)
 {
     if (link->state == FY_TCP_LINK_CLOSED)

@@ -439,6 +439,16 @@ int fy_udp_iface_is_reachable(fy_tl_iface_t *tl_iface, const void *dev_addr, con
     return fy_netif_addr_reachable(&iface->addr, iface->host_id, &d.ip, d.host_id);
 }
 
+void fy_udp_iface_unreachable_why(fy_tl_iface_t *tl_iface, const void *dev_addr,
+                                  const void *iface_addr, char *buf, size_t len)
+{
+    (void)iface_addr;
+    fy_udp_iface_t *iface = fy_udp_iface(tl_iface);
+    fy_udp_dev_addr_t d;
+    memcpy(&d, dev_addr, sizeof(d));
+    fy_netif_unreachable_why(&iface->addr, iface->host_id, &d.ip, d.host_id, buf, len);
+}
+
 unsigned fy_udp_iface_progress(fy_tl_iface_t *tl_iface)
 {
     fy_udp_iface_t *iface = fy_udp_iface(tl_iface);

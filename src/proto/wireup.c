@@ -69,8 +69,16 @@ static void cand_label(ferry_worker_t *w, const fy_remote_addr_t *ra, unsigned b
                        size_t len)
 {
     int i = (int)(bit / FY_ADDR_MAX_IFACES), j = (int)(bit % FY_ADDR_MAX_IFACES);
-    snprintf(buf, len, "%s %s->%s", w->ifaces[i].tl->name, w->ifaces[i].tl_iface->dev_name,
-             ra->ifaces[j].dev);
+    const fy_tl_ops_t *ops = w->ifaces[i].tl->ops;
+    char where[64];
+    if (ops->addr_str != NULL) {
+        ops->addr_str(ra->ifaces[j].dev_addr, ra->ifaces[j].iface_addr, where, sizeof(where));
+        snprintf(buf, len, "%s %s (%s->%s)", w->ifaces[i].tl->name, where,
+                 w->ifaces[i].tl_iface->dev_name, ra->ifaces[j].dev);
+    } else {
+        snprintf(buf, len, "%s %s->%s", w->ifaces[i].tl->name, w->ifaces[i].tl_iface->dev_name,
+                 ra->ifaces[j].dev);
+    }
 }
 
 static void add_fail(fy_lane_fail_t *fails, unsigned *nfails, unsigned bit, const char *why)
@@ -95,7 +103,7 @@ static void plan_why(ferry_worker_t *w, const fy_remote_addr_t *ra, const fy_lan
         const fy_lane_cand_t *c = &plan->cand[k];
         if (c->usable)
             continue;
-        char name[64];
+        char name[160];
         cand_label(w, ra, fy_lane_pair_bit(c->local, c->remote), name, sizeof(name));
         int n = snprintf(buf + o, len - o, "%s%s: %s", o != 0 ? "; " : "", name, c->why);
         o += n > 0 ? (size_t)n : 0;
@@ -349,7 +357,7 @@ static void fail_all(ferry_ep_t *ep)
     size_t o = 0;
     list[0] = '\0';
     for (unsigned k = 0; k < wu->nfails && o < sizeof(list); k++) {
-        char name[64];
+        char name[160];
         cand_label(ep->worker, &wu->ra, wu->fails[k].bit, name, sizeof(name));
         int n = snprintf(list + o, sizeof(list) - o, "%s%s: %s", k != 0 ? "; " : "", name,
                          wu->fails[k].why);
@@ -377,7 +385,7 @@ static void switch_lane(ferry_ep_t *ep)
         fail_all(ep);
         return;
     }
-    char name[64];
+    char name[160];
     cand_label(ep->worker, &wu->ra, (unsigned)wu->lane_bit[FY_LANE_AM], name, sizeof(name));
     fy_info("endpoint %u to worker %016llx: %s failed (%s); trying %s", ep->id,
             (unsigned long long)ep->remote_uuid, wu->nfails ? wu->fails[wu->nfails - 1].why : "",

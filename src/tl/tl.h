@@ -198,6 +198,8 @@ typedef struct fy_tl_ops {
      * logs and `ferry_info --lanes` ("another host: boot ids differ") */
     void (*iface_unreachable_why)(fy_tl_iface_t *iface, const void *dev_addr,
                                   const void *iface_addr, char *buf, size_t len);
+    /* optional: a remote interface's address for people ("10.0.0.2:41000") */
+    void (*addr_str)(const void *dev_addr, const void *iface_addr, char *buf, size_t len);
 } fy_tl_ops_t;
 
 struct fy_tl_component {

@@ -9,11 +9,14 @@
  * It reaches below the API (proto/proto_int.h) to read the plan wireup made; each case runs
  * in a child of its own, so FERRY_TLS is set per case.
  */
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "fytest.h"
 #include "proto/proto_int.h"
+#include "util/clock.h"
 
 typedef struct two {
     ferry_context_t *ctx;
@@ -46,7 +49,8 @@ static void two_addrs(two_t *t)
 static void two_close(two_t *t)
 {
     for (int i = 0; i < 2; i++) {
-        ferry_worker_destroy(t->w[i]);
+        if (t->w[i] != NULL)
+            ferry_worker_destroy(t->w[i]);
         free(t->addr[i]);
     }
     ferry_context_destroy(t->ctx);
@@ -392,7 +396,64 @@ static void unreachable(void)
     two_close(&t);
 }
 
+static void on_err(void *arg, ferry_ep_t *ep, ferry_status_t st)
+{
+    (void)ep;
+    *(ferry_status_t *)arg = st;
+}
+
+/* The peer is gone: each lane fails in its own way (udp: silence; tcp: refused), the endpoint
+ * moves from one to the next and fails when none is left, naming each and why. */
+static void dead_peer_lists_each(void)
+{
+    char log[64];
+    snprintf(log, sizeof(log), "/tmp/fylanes-log-%d", (int)getpid());
+    int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    FY_ASSERT(fd >= 0);
+    int saved = dup(2);
+    dup2(fd, 2);
+    close(fd);
+    setenv("FERRY_UDP_IF_INCLUDE", "lo", 1); /* one device each: the listing stays short */
+    setenv("FERRY_TCP_IF_INCLUDE", "lo", 1);
+    two_t t;
+    two_open(&t, "udp,tcp");
+    two_addrs(&t);
+    ferry_worker_destroy(t.w[1]);
+    t.w[1] = NULL;
+    ferry_status_t err = FERRY_OK;
+    ferry_ep_t *ep;
+    ferry_ep_params_t p = {.field_mask = FERRY_EP_FIELD_ADDRESS | FERRY_EP_FIELD_ERR_HANDLER,
+                           .address = t.addr[1],
+                           .address_len = t.len[1],
+                           .err_cb = on_err,
+                           .err_arg = &err};
+    FY_ASSERT_OK(ferry_ep_create(t.w[0], &p, &ep));
+    ferry_am_send(ep, 3, NULL, 0, "x", 1, NULL);
+    uint64_t deadline = fy_time_ns() + 30 * FY_NSEC_PER_SEC;
+    while (err == FERRY_OK && fy_time_ns() < deadline)
+        ferry_worker_progress(t.w[0]);
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    FILE *f = fopen(log, "r");
+    FY_ASSERT(f != NULL);
+    char text[8192];
+    size_t n = fread(text, 1, sizeof(text) - 1, f);
+    text[n] = '\0';
+    fclose(f);
+    unlink(log);
+    FY_ASSERT_MSG(err == FERRY_ERR_UNREACHABLE, "error %d; log:\n%s", err, text);
+    const char *e = strstr(text, "no lane connects: ");
+    FY_ASSERT_MSG(e != NULL && strstr(e, "udp 127.0.0.1:") != NULL &&
+                      strstr(e, "tcp 127.0.0.1:") != NULL,
+                  "log:\n%s", text);
+    printf("  %.*s\n", (int)strcspn(e, "\n"), e);
+    ferry_ep_close(ep, FERRY_EP_CLOSE_FORCE, NULL);
+    two_close(&t);
+}
+
 FYTEST_MAIN(FYTEST_CASE(tls_narrowing), FYTEST_CASE(tcp_wins_bulk_between_hosts),
             FYTEST_CASE(both_ends_agree), FYTEST_CASE(rma_emulate), FYTEST_CASE(shm_reasons),
             FYTEST_CASE(duplicates_once), FYTEST_CASE(simultaneous_connect),
-            FYTEST_CASE(reply_ep_adopted), FYTEST_CASE(unreachable))
+            FYTEST_CASE(reply_ep_adopted), FYTEST_CASE(unreachable),
+            FYTEST_CASE(dead_peer_lists_each))

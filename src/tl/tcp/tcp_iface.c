@@ -265,6 +265,16 @@ void fy_tcp_iface_unreachable_why(fy_tl_iface_t *super, const void *dev_addr,
                              len);
 }
 
+void fy_tcp_addr_str(const void *dev_addr, const void *iface_addr, char *buf, size_t len)
+{
+    fy_tcp_dev_addr_t da;
+    fy_tcp_iface_addr_t ia;
+    memcpy(&da, dev_addr, sizeof(da));
+    memcpy(&ia, iface_addr, sizeof(ia));
+    da.addr.port_be = ia.port_be;
+    fy_netif_addr_str(&da.addr, 0, buf, len);
+}
+
 static void link_event(fy_tcp_iface_t *iface, fy_tcp_link_t *link, uint32_t events)
 {
     if (link->state == FY_TCP_LINK_CLOSED)

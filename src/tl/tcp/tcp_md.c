@@ -295,6 +295,7 @@ static const fy_tl_ops_t tcp_ops = {
     .iface_get_address = fy_tcp_iface_get_address,
     .iface_is_reachable = fy_tcp_iface_is_reachable,
     .iface_unreachable_why = fy_tcp_iface_unreachable_why,
+    .addr_str = fy_tcp_addr_str,
     .iface_progress = fy_tcp_iface_progress,
     .iface_event_fd = fy_tcp_iface_event_fd,
     .iface_event_arm = fy_tcp_iface_event_arm,

@@ -211,6 +211,7 @@ static const fy_tl_ops_t udp_ops = {
     .iface_get_address = fy_udp_iface_get_address,
     .iface_is_reachable = fy_udp_iface_is_reachable,
     .iface_unreachable_why = fy_udp_iface_unreachable_why,
+    .addr_str = fy_udp_addr_str,
     .iface_progress = fy_udp_iface_progress,
     .iface_event_fd = fy_udp_iface_event_fd,
     .iface_event_arm = fy_udp_iface_event_arm,

@@ -449,6 +449,16 @@ void fy_udp_iface_unreachable_why(fy_tl_iface_t *tl_iface, const void *dev_addr,
     fy_netif_unreachable_why(&iface->addr, iface->host_id, &d.ip, d.host_id, buf, len);
 }
 
+void fy_udp_addr_str(const void *dev_addr, const void *iface_addr, char *buf, size_t len)
+{
+    fy_udp_dev_addr_t d;
+    fy_udp_iface_addr_t a;
+    memcpy(&d, dev_addr, sizeof(d));
+    memcpy(&a, iface_addr, sizeof(a));
+    d.ip.port_be = htons(a.data_port);
+    fy_netif_addr_str(&d.ip, 0, buf, len);
+}
+
 unsigned fy_udp_iface_progress(fy_tl_iface_t *tl_iface)
 {
     fy_udp_iface_t *iface = fy_udp_iface(tl_iface);

@@ -9,6 +9,10 @@
  *   ferry_info -c              every configuration variable: value, default, meaning
  *   ferry_info -a              a worker's address and interfaces; under a launcher
  *                              (ferryrun -n 2 ferry_info -a) also the lanes to every rank
+ *   ferry_info --lanes PEER    the lanes a worker here would use to the peer whose address
+ *                              is PEER (a file holding it, raw or in hex, or the hex itself):
+ *                              per operation class the chosen lane and its score, and every
+ *                              rejected candidate with the reason
  *   ferry_info --health        is this host fit for ferry: shared memory, cross-memory
  *                              attach, loopback, clock, cpus (exit 1 if a check fails)
  *
@@ -42,6 +46,7 @@
 #include "tl/tl.h"
 #include "util/clock.h"
 #include "util/config.h"
+#include "proto/lanes.h"
 
 #define INFO_AM_PING 255
 
@@ -55,6 +60,9 @@ static void usage(FILE *f)
             "  -c            every configuration variable with its value, default and meaning\n"
             "  -a            a worker's address and interfaces; run under a launcher\n"
             "                (ferryrun -n 2 ferry_info -a) it also shows the lanes to each rank\n"
+            "  --lanes PEER  the lanes to the worker whose address is PEER (a file holding it,\n"
+            "                raw or hex as -a prints it, or the hex itself): per class the\n"
+            "                chosen lane and score, every rejected candidate and why\n"
             "  --health      check this host: shared memory, cross-memory attach, loopback,\n"
             "                clock, cpus; exit status 1 if a check fails\n"
             "  -h, --help    this help\n");
@@ -282,6 +290,101 @@ out:
     ferry_world_destroy(world);
     ferry_worker_destroy(w);
     ferry_context_destroy(ctx);
+    return rc;
+}
+
+/* The address in s: hex digits, perhaps after "address (N bytes): " as -a prints it. */
+static unsigned char *parse_hex(const char *s, size_t *len)
+{
+    const char *colon = strrchr(s, ':');
+    if (colon != NULL)
+        s = colon + 1;
+    size_t n = 0, cap = strlen(s) / 2 + 1;
+    unsigned char *b = malloc(cap);
+    int half = -1;
+    for (; b != NULL && *s != '\0'; s++) {
+        int v;
+        if (*s >= '0' && *s <= '9')
+            v = *s - '0';
+        else if (*s >= 'a' && *s <= 'f')
+            v = *s - 'a' + 10;
+        else if (*s >= 'A' && *s <= 'F')
+            v = *s - 'A' + 10;
+        else if (*s == ' ' || *s == '\n' || *s == '\t' || *s == '\r')
+            continue;
+        else
+            break;
+        if (half < 0) {
+            half = v;
+        } else {
+            b[n++] = (unsigned char)(half << 4 | v);
+            half = -1;
+        }
+    }
+    if (b == NULL || *s != '\0' || half >= 0 || n == 0) {
+        free(b);
+        return NULL;
+    }
+    *len = n;
+    return b;
+}
+
+/* PEER: a file (raw address, or hex) or hex on the command line. */
+static unsigned char *read_peer(const char *peer, size_t *len)
+{
+    FILE *f = fopen(peer, "rb");
+    if (f == NULL)
+        return parse_hex(peer, len);
+    size_t cap = 1 << 16, n;
+    unsigned char *b = malloc(cap + 1);
+    n = b != NULL ? fread(b, 1, cap, f) : 0;
+    fclose(f);
+    if (b == NULL || n == 0) {
+        free(b);
+        return NULL;
+    }
+    if (n >= 4 && memcmp(b, "FYWA", 4) == 0) { /* the raw blob ("FYWA" in host order) */
+        *len = n;
+        return b;
+    }
+    b[n] = '\0';
+    unsigned char *h = parse_hex((const char *)b, len);
+    free(b);
+    return h;
+}
+
+static int print_lanes(const char *peer)
+{
+    size_t len = 0;
+    unsigned char *addr = read_peer(peer, &len);
+    if (addr == NULL) {
+        fprintf(stderr,
+                "ferry_info: --lanes %s: not a worker address (a file holding one, raw or in "
+                "hex, or the hex itself)\n",
+                peer);
+        return 2;
+    }
+    ferry_context_t *ctx = NULL;
+    ferry_worker_t *w = NULL;
+    ferry_status_t st;
+    int rc = 1;
+    if ((st = ferry_context_create(NULL, &ctx)) != FERRY_OK ||
+        (st = ferry_worker_create(ctx, NULL, &w)) != FERRY_OK) {
+        fprintf(stderr, "ferry_info: cannot create a worker: %s\n", ferry_status_string(st));
+        goto out;
+    }
+    st = fy_lanes_explain(w, addr, len, stdout);
+    if (st != FERRY_OK) {
+        fprintf(stderr, "ferry_info: --lanes: the address (%zu bytes) is malformed: %s\n", len,
+                ferry_status_string(st));
+        rc = 2;
+        goto out;
+    }
+    rc = 0;
+out:
+    ferry_worker_destroy(w);
+    ferry_context_destroy(ctx);
+    free(addr);
     return rc;
 }
 
@@ -515,13 +618,11 @@ static int health(void)
 int main(int argc, char **argv)
 {
     static const struct option longopts[] = {
-        {"health", no_argument, NULL, 'H'},
-        {"help", no_argument, NULL, 'h'},
-        {"config", no_argument, NULL, 'c'},
-        {"address", no_argument, NULL, 'a'},
-        {NULL, 0, NULL, 0},
+        {"health", no_argument, NULL, 'H'},      {"help", no_argument, NULL, 'h'},
+        {"config", no_argument, NULL, 'c'},      {"address", no_argument, NULL, 'a'},
+        {"lanes", required_argument, NULL, 'L'}, {NULL, 0, NULL, 0},
     };
-    const char *only = NULL;
+    const char *only = NULL, *lanes_peer = NULL;
     int c, config = 0, address = 0, check = 0, rc = 0;
 
     opterr = 0;
@@ -538,6 +639,9 @@ int main(int argc, char **argv)
             break;
         case 'H':
             check = 1;
+            break;
+        case 'L':
+            lanes_peer = optarg;
             break;
         case 'h':
             usage(stdout);
@@ -566,7 +670,9 @@ int main(int argc, char **argv)
         rc |= print_config();
     if (address)
         rc |= print_worker();
-    if (!check && !config && !address)
+    if (lanes_peer != NULL)
+        rc |= print_lanes(lanes_peer);
+    if (!check && !config && !address && lanes_peer == NULL)
         rc = list_transports(only);
     return rc;
 }

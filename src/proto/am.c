@@ -96,6 +96,8 @@ ferry_status_t fy_op_start(fy_op_t *op)
         return fy_ep_flush_start(op);
     case FY_OP_TAG_GET:
         return fy_tag_get_retry(op);
+    case FY_OP_WIREUP_HOLD:
+        return fy_wireup_hold(op);
     default:
         return fy_rma_start(op);
     }

@@ -62,6 +62,11 @@ static const fy_config_field_t ctx_fields[] = {
                     "A job key carried by network transports; datagrams and connections with "
                     "another key are refused.  Set by the launcher; empty = a fixed default.",
                     FY_CFG_STRING, fy_ctx_opts_t, job_key),
+    FY_CONFIG_FIELD("WIREUP_TIMEOUT", "2s",
+                    "A new endpoint's lane that has not answered its wireup by then is given "
+                    "up and the next best lane tried (only where there is another one, on a "
+                    "network device); the endpoint fails when every lane did.",
+                    FY_CFG_TIME, fy_ctx_opts_t, wireup_timeout_ns),
 };
 
 const fy_config_table_t fy_ctx_config_table = {"context", "", ctx_fields,

@@ -42,30 +42,11 @@ ferry_status_t fy_ep_create_internal(ferry_worker_t *w, const void *addr, size_t
         return st;
     }
     fy_tag_ep_init(ep);
-    if (!is_reply) {
-        /* Introduce ourselves: the first message on the AM lane, so everything after it is
-         * known at the peer. */
-        fy_op_t *op = fy_op_get(w, ep, FY_OP_AM, NULL);
-        size_t need = sizeof(fy_wireup_msg_t) + w->address_len;
-        if (op == NULL || (op->copy = malloc(need)) == NULL) {
-            if (op != NULL)
-                fy_op_put(op);
-            fy_ep_destroy_now(ep);
-            return FERRY_ERR_NO_MEMORY;
-        }
-        fy_wireup_msg_t m = {w->uuid, ep->remote_uuid, ep->id, 0, (uint32_t)w->address_len, 0};
-        memcpy(op->copy, &m, sizeof(m));
-        memcpy((uint8_t *)op->copy + sizeof(m), w->address, w->address_len);
-        op->am_id = FY_TLAM_WIREUP_REQ;
-        op->hdr_len = 0;
-        op->iov[0].iov_base = op->copy;
-        op->iov[0].iov_len = need;
-        op->iovcnt = 1;
-        st = fy_ep_submit(ep, op);
-        if (st < 0) {
-            fy_ep_destroy_now(ep);
-            return st;
-        }
+    /* Introduce ourselves: the first message on the AM lane, so everything after it is
+     * known at the peer (wireup.c). */
+    if (!is_reply && (st = fy_wireup_start(ep)) < 0) {
+        fy_ep_destroy_now(ep);
+        return st;
     }
     *ep_p = ep;
     return FERRY_OK;
@@ -87,9 +68,11 @@ ferry_status_t ferry_ep_create(ferry_worker_t *w, const ferry_ep_params_t *param
         fy_error("ferry_ep_create: an address is required (FERRY_EP_FIELD_ADDRESS)");
         return FERRY_ERR_INVALID_PARAM;
     }
-    ferry_ep_t *ep;
-    ferry_status_t st = fy_ep_create_internal(w, params->address, params->address_len, 0, &ep);
-    if (st != FERRY_OK)
+    /* The peer may have connected to us first: its endpoint becomes the application's. */
+    ferry_ep_t *ep = fy_wireup_adopt(w, params->address, params->address_len);
+    ferry_status_t st = FERRY_OK;
+    if (ep == NULL &&
+        (st = fy_ep_create_internal(w, params->address, params->address_len, 0, &ep)) != FERRY_OK)
         return st;
     if (params->field_mask & FERRY_EP_FIELD_ERR_HANDLER) {
         ep->err_cb = params->err_cb;
@@ -525,7 +508,7 @@ void fy_ep_tl_err_cb(void *arg, fy_tl_ep_t *tl_ep, ferry_status_t status)
 {
     (void)arg;
     ferry_ep_t *ep = tl_ep->owner;
-    if (ep != NULL)
+    if (ep != NULL && !fy_wireup_tl_failed(ep, tl_ep, status)) /* the next lane, if any */
         fy_ep_fail(ep, status);
 }
 

@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include "ferry.h"
+#include "proto/lanes.h"
 #include "proto/proto.h"
 #include "tl/tl.h"
 #include "util/config.h"
@@ -30,7 +31,7 @@
 #define FY_IDLE_POLL    1024
 #define FY_ADDR_MAGIC   0x41575946u /* "FYWA" */
 #define FY_RKEY_MAGIC   0x4b525946u /* "FYRK" */
-#define FY_ADDR_VERSION 1
+#define FY_ADDR_VERSION 2           /* 2: per-interface overhead (docs/wire-formats.md) */
 
 /* Transport-level AM ids ferry uses (tl ids are 0..FY_TL_AM_ID_MAX). */
 enum {
@@ -88,7 +89,8 @@ typedef struct fy_ctx_opts {
     size_t tag_rndv_thresh;    /* parsed; FY_TAG_THRESH_AUTO: per endpoint (tag.c) */
     int tag_rndv_scheme;       /* index into auto, get, am (FY_TAG_SCHEME_*) */
     char *job_key;
-    size_t max_queued; /* FERRY_MAX_QUEUED: bytes an ep may hold in its pending queue */
+    size_t max_queued;          /* FERRY_MAX_QUEUED: bytes an ep may hold in its pending queue */
+    uint64_t wireup_timeout_ns; /* a lane that has not answered by then: try the next one */
 } fy_ctx_opts_t;
 
 typedef struct fy_ctx_tl {
@@ -146,8 +148,9 @@ struct ferry_ep {
     int state;
     int is_reply; /* created by the library on a peer's wireup */
     ferry_status_t failure;
-    fy_lane_t lanes[FY_LANE_COUNT];    /* lanes may share an iface/tl ep */
-    fy_tl_ep_t *tl_eps[FY_MAX_IFACES]; /* distinct tl eps, for flush/destroy */
+    fy_lane_t lanes[FY_LANE_COUNT];     /* lanes may share an iface/tl ep */
+    fy_tl_ep_t *tl_eps[FY_MAX_IFACES];  /* distinct tl eps, for flush/destroy */
+    uint16_t tl_ep_pair[FY_MAX_IFACES]; /* each one's (local, remote) pair (lanes.h) */
     unsigned ntl_eps;
     int rma_native, amo_native;
     int tag_no_get;         /* the peer cannot read our memory: offer it no get rendezvous */
@@ -164,7 +167,8 @@ struct ferry_ep {
     void *err_arg;
     void *user_data;
     ferry_ep_stats_t stats;
-    fy_list_t close_waiters; /* flush/close ops waiting for outstanding == 0 */
+    fy_list_t close_waiters;    /* flush/close ops waiting for outstanding == 0 */
+    struct fy_wireup_state *wu; /* while WIREUP: the peer's address and the lanes tried */
 };
 
 typedef struct fy_am_entry {
@@ -212,10 +216,11 @@ typedef enum fy_op_type {
     FY_OP_AMO,
     FY_OP_FLUSH,
     FY_OP_CLOSE,
-    FY_OP_RMA_EMU,  /* an emulated RMA/AMO waiting for its reply */
-    FY_OP_TAG_SEND, /* a rendezvous send waiting for the receiver's CTS */
-    FY_OP_TAG_RECV, /* a posted receive, or one waiting for rendezvous DATA */
-    FY_OP_TAG_GET,  /* a matched receive reading a rendezvous message from the sender */
+    FY_OP_RMA_EMU,     /* an emulated RMA/AMO waiting for its reply */
+    FY_OP_TAG_SEND,    /* a rendezvous send waiting for the receiver's CTS */
+    FY_OP_TAG_RECV,    /* a posted receive, or one waiting for rendezvous DATA */
+    FY_OP_TAG_GET,     /* a matched receive reading a rendezvous message from the sender */
+    FY_OP_WIREUP_HOLD, /* holds the ep's later ops until its lane answers (wireup.c) */
 } fy_op_type_t;
 
 typedef struct fy_op fy_op_t;
@@ -292,9 +297,12 @@ void fy_worker_complete_later(ferry_worker_t *w, fy_op_t *op, ferry_status_t st)
 fy_op_t *fy_op_get(ferry_worker_t *w, ferry_ep_t *ep, fy_op_type_t type, ferry_request_t *req);
 void fy_op_put(fy_op_t *op);
 void fy_op_finish(fy_op_t *op, ferry_status_t st); /* complete: callback now (from progress) */
-/* wireup.c */
-ferry_status_t fy_address_pack(ferry_worker_t *w);
+/* wireup.c (address: wireup_addr.c, scoring: lanes.c) */
 ferry_status_t fy_ep_connect(ferry_ep_t *ep, const void *addr, size_t len);
+ferry_status_t fy_wireup_start(ferry_ep_t *ep); /* send WIREUP_REQ (and hold what follows) */
+ferry_status_t fy_wireup_hold(fy_op_t *op);     /* fy_op_start of an FY_OP_WIREUP_HOLD */
+int fy_wireup_tl_failed(ferry_ep_t *ep, fy_tl_ep_t *tl_ep, ferry_status_t st); /* 1: handled */
+ferry_ep_t *fy_wireup_adopt(ferry_worker_t *w, const void *addr, size_t len);
 void fy_wireup_am_cb(void *arg, uint8_t am_id, const void *data, size_t len);
 ferry_ep_t *fy_wireup_find_src(ferry_worker_t *w, uint64_t uuid, uint32_t ep_id);
 void fy_wireup_forget(ferry_ep_t *ep);

@@ -1,267 +1,456 @@
 /*
- * wireup.c - the worker address blob, lane selection, and the wireup exchange.
+ * wireup.c - connecting an endpoint: its lanes, the WIREUP exchange, falling back to the next
+ * lane when one does not connect, and one endpoint per pair of workers.
  *
- * The address lists, per open interface: transport name, device, device and interface
- * addresses, latency, bandwidth and capabilities (the UCX address blob).  Creating an
- * endpoint scores every pair of a local interface and a reachable remote one for each
- * operation class -- AM, RMA, atomics -- and takes the best (the UCP wireup of the seed notes).
- * RMA and atomics prefer a transport that does them natively; without one they are emulated
- * over the AM lane.
+ * Creating an endpoint parses the peer's address (wireup_addr.c), scores the candidates
+ * (lanes.c), creates the transport endpoints of the chosen lanes and sends WIREUP_REQ on the
+ * AM lane: "I am worker U, endpoint E; here is my address".  The peer pairs it with its own
+ * endpoint to us if it has one still waiting for an answer (both sides connecting at once end
+ * in one endpoint each, paired with each other), or makes a reply endpoint, which its
+ * application later gets from ferry_ep_create (the same object, so a handler's endpoint is the
+ * application's, with its user data).  It answers WIREUP_REP with its endpoint id, after which
+ * our messages name it directly; until then they name their sender (FY_AM_F_SRC).
  *
- * Then the endpoint sends WIREUP_REQ on its AM lane: "I am worker U, endpoint E; here is my
- * address".  The peer makes (or finds) its reply endpoint to us and answers WIREUP_REP with its
- * own endpoint id, after which our messages name it directly.  Messages sent before the
- * answer name their sender instead (FY_AM_F_SRC), so the first message costs no round trip.
- *
- * Address wire format (host byte order):
- *   u32 magic "FYWA" | u8 version | u8 niface | u16 0 | u64 worker uuid |
- *   niface x { u8 tl_len | tl name | u8 dev_len | dev name | u16 dev_addr_len | dev_addr |
- *              u16 iface_addr_len | iface_addr | f32 latency ns | f32 bandwidth MB/s |
- *              u32 caps }
+ * Fallback.  A lane may not connect: refused, filtered, silent.  When the endpoint has another
+ * usable candidate on a network device, everything after the WIREUP_REQ waits behind a hold
+ * operation at the head of the endpoint's pending queue until the answer comes, so nothing
+ * is lost with a lane that never worked.  If the transport reports the lane failed, or no
+ * answer came within FERRY_WIREUP_TIMEOUT, the candidate is marked with the reason, the
+ * endpoint's transport endpoints are made again on the next best candidate, WIREUP_REQ goes
+ * out there, and the held operations follow it in order once it answers.  The peer answers on
+ * the interface the request came in on.  When every candidate failed, the endpoint fails with
+ * FERRY_ERR_UNREACHABLE and an error naming each candidate and why.  On loopback devices and
+ * shared memory, where the peer is checked to be reachable and a connect fails only when it
+ * is gone, nothing is held: the first message costs no round trip there.
  */
 #include <stdlib.h>
 #include <string.h>
 
 #include "proto/proto_int.h"
+#include "util/clock.h"
 
-typedef struct fy_remote_iface {
-    char tl[16];
-    char dev[32];
-    const uint8_t *dev_addr, *iface_addr;
-    uint16_t dev_addr_len, iface_addr_len;
-    float latency_ns, bandwidth_mbs;
-    uint32_t caps;
-} fy_remote_iface_t;
+#define MAX_FAILS 16
 
-typedef struct fy_remote_addr {
-    uint64_t uuid;
-    unsigned niface;
-    fy_remote_iface_t ifaces[FY_MAX_IFACES];
-} fy_remote_addr_t;
-
-ferry_status_t fy_address_pack(ferry_worker_t *w)
-{
-    size_t need = 16;
-    for (unsigned i = 0; i < w->nifaces; i++) {
-        fy_iface_t *fi = &w->ifaces[i];
-        need += 1 + strlen(fi->tl->name) + 1 + strlen(fi->tl_iface->dev_name) + 2 +
-                fi->attr.device_addr_len + 2 + fi->attr.iface_addr_len + 12;
-    }
-    uint8_t *buf = calloc(1, need);
-    if (buf == NULL)
-        return FERRY_ERR_NO_MEMORY;
-    uint8_t *p = buf;
-    uint32_t magic = FY_ADDR_MAGIC;
-    memcpy(p, &magic, 4);
-    p[4] = FY_ADDR_VERSION;
-    p[5] = (uint8_t)w->nifaces;
-    memcpy(p + 8, &w->uuid, 8);
-    p += 16;
-    for (unsigned i = 0; i < w->nifaces; i++) {
-        fy_iface_t *fi = &w->ifaces[i];
-        size_t l = strlen(fi->tl->name);
-        *p++ = (uint8_t)l;
-        memcpy(p, fi->tl->name, l);
-        p += l;
-        l = strlen(fi->tl_iface->dev_name);
-        *p++ = (uint8_t)l;
-        memcpy(p, fi->tl_iface->dev_name, l);
-        p += l;
-        uint16_t dl = (uint16_t)fi->attr.device_addr_len, il = (uint16_t)fi->attr.iface_addr_len;
-        uint8_t *dev = p + 2, *ifa = p + 2 + dl + 2;
-        memcpy(p, &dl, 2);
-        memcpy(p + 2 + dl, &il, 2);
-        ferry_status_t st = fi->tl->ops->iface_get_address(fi->tl_iface, dev, ifa);
-        if (st != FERRY_OK) {
-            free(buf);
-            return st;
-        }
-        p += 2 + dl + 2 + il;
-        float lat = (float)fi->attr.latency_ns, bw = (float)(fi->attr.bandwidth / 1e6);
-        uint32_t caps = (uint32_t)fi->attr.caps;
-        memcpy(p, &lat, 4);
-        memcpy(p + 4, &bw, 4);
-        memcpy(p + 8, &caps, 4);
-        p += 12;
-    }
-    free(w->address);
-    w->address = buf;
-    w->address_len = (size_t)(p - buf);
-    return FERRY_OK;
-}
-
-/* Parse and check every length against the blob's end: an address comes from outside. */
-static ferry_status_t address_unpack(const void *addr, size_t len, fy_remote_addr_t *ra)
-{
-    const uint8_t *p = addr, *end = p + len;
-    uint32_t magic;
-    if (addr == NULL || len < 16)
-        return FERRY_ERR_INVALID_ADDR;
-    memcpy(&magic, p, 4);
-    if (magic != FY_ADDR_MAGIC || p[4] != FY_ADDR_VERSION || p[5] > FY_MAX_IFACES)
-        return FERRY_ERR_INVALID_ADDR;
-    ra->niface = p[5];
-    memcpy(&ra->uuid, p + 8, 8);
-    p += 16;
-    for (unsigned i = 0; i < ra->niface; i++) {
-        fy_remote_iface_t *ri = &ra->ifaces[i];
-        if (p >= end || *p >= sizeof(ri->tl) || p + 1 + *p >= end)
-            return FERRY_ERR_INVALID_ADDR;
-        memcpy(ri->tl, p + 1, *p);
-        ri->tl[*p] = '\0';
-        p += 1 + *p;
-        if (*p >= sizeof(ri->dev) || p + 1 + *p + 2 > end)
-            return FERRY_ERR_INVALID_ADDR;
-        memcpy(ri->dev, p + 1, *p);
-        ri->dev[*p] = '\0';
-        p += 1 + *p;
-        memcpy(&ri->dev_addr_len, p, 2);
-        p += 2;
-        if (p + ri->dev_addr_len + 2 > end)
-            return FERRY_ERR_INVALID_ADDR;
-        ri->dev_addr = p;
-        p += ri->dev_addr_len;
-        memcpy(&ri->iface_addr_len, p, 2);
-        p += 2;
-        if (p + ri->iface_addr_len + 12 > end)
-            return FERRY_ERR_INVALID_ADDR;
-        ri->iface_addr = p;
-        p += ri->iface_addr_len;
-        memcpy(&ri->latency_ns, p, 4);
-        memcpy(&ri->bandwidth_mbs, p + 4, 4);
-        memcpy(&ri->caps, p + 8, 4);
-        p += 12;
-    }
-    return p == end ? FERRY_OK : FERRY_ERR_INVALID_ADDR;
-}
-
-/* Cost of a pair for a class, in ns for a typical operation (lower is better); <0: unusable. */
-static double lane_cost(int cls, const fy_iface_t *fi, const fy_remote_iface_t *ri)
-{
-    double lat = fi->attr.latency_ns > ri->latency_ns ? fi->attr.latency_ns : ri->latency_ns;
-    double bw = fi->attr.bandwidth;
-    double rbw = (double)ri->bandwidth_mbs * 1e6;
-    if (rbw > 0 && rbw < bw)
-        bw = rbw;
-    if (bw <= 0)
-        bw = 1e8;
-    uint64_t caps = fi->attr.caps & ri->caps;
-    switch (cls) {
-    case FY_LANE_AM:
-        if (!(caps & (FY_TL_CAP_AM_SHORT | FY_TL_CAP_AM_BCOPY)))
-            return -1;
-        return lat + fi->attr.overhead_ns + 8192.0 / bw * 1e9 - fi->attr.priority;
-    case FY_LANE_RMA:
-        if ((caps & (FY_TL_CAP_PUT | FY_TL_CAP_GET)) != (FY_TL_CAP_PUT | FY_TL_CAP_GET))
-            return -1;
-        return lat + 1048576.0 / bw * 1e9 - fi->attr.priority;
-    case FY_LANE_AMO:
-        if ((caps & (FY_TL_CAP_AMO32 | FY_TL_CAP_AMO64)) != (FY_TL_CAP_AMO32 | FY_TL_CAP_AMO64))
-            return -1;
-        return lat - fi->attr.priority;
-    }
-    return -1;
-}
-
-static ferry_status_t lane_ep(ferry_ep_t *ep, fy_iface_t *fi, const fy_remote_iface_t *ri,
-                              fy_lane_t *lane, int *pair_ep_idx, unsigned pair)
-{
-    if (pair_ep_idx[pair] < 0) {
-        fy_tl_ep_t *tl_ep;
-        ferry_status_t st =
-            fi->tl->ops->ep_create(fi->tl_iface, ri->dev_addr, ri->iface_addr, &tl_ep);
-        if (st != FERRY_OK)
-            return st;
-        tl_ep->owner = ep;
-        fi->neps++;
-        pair_ep_idx[pair] = (int)ep->ntl_eps;
-        ep->tl_eps[ep->ntl_eps++] = tl_ep;
-    }
-    lane->iface = fi;
-    lane->tl_ep = ep->tl_eps[pair_ep_idx[pair]];
-    return FERRY_OK;
-}
-
-/* Choose lanes and create the transport endpoints. */
-ferry_status_t fy_ep_connect(ferry_ep_t *ep, const void *addr, size_t len)
-{
-    ferry_worker_t *w = ep->worker;
-    fy_remote_addr_t *ra = malloc(sizeof(*ra));
-    if (ra == NULL)
-        return FERRY_ERR_NO_MEMORY;
-    ferry_status_t st = address_unpack(addr, len, ra);
-    if (st != FERRY_OK) {
-        fy_error("ferry_ep_create: the worker address (%zu bytes) is malformed", len);
-        goto out;
-    }
-    ep->remote_uuid = ra->uuid;
-    /* reachable[i][j]: local iface i reaches remote iface j */
-    int best[FY_LANE_COUNT][2];
-    double best_cost[FY_LANE_COUNT];
-    for (int c = 0; c < FY_LANE_COUNT; c++) {
-        best[c][0] = best[c][1] = -1;
-        best_cost[c] = 0;
-    }
-    for (unsigned i = 0; i < w->nifaces; i++) {
-        fy_iface_t *fi = &w->ifaces[i];
-        for (unsigned j = 0; j < ra->niface; j++) {
-            fy_remote_iface_t *ri = &ra->ifaces[j];
-            if (strcmp(ri->tl, fi->tl->name) != 0 || ri->dev_addr_len != fi->attr.device_addr_len ||
-                ri->iface_addr_len != fi->attr.iface_addr_len ||
-                !fi->tl->ops->iface_is_reachable(fi->tl_iface, ri->dev_addr, ri->iface_addr))
-                continue;
-            for (int c = 0; c < FY_LANE_COUNT; c++) {
-                if (c != FY_LANE_AM && w->ctx->opts.rma_emulate)
-                    continue;
-                double cost = lane_cost(c, fi, ri);
-                if (cost >= 0 && (best[c][0] < 0 || cost < best_cost[c])) {
-                    best[c][0] = (int)i;
-                    best[c][1] = (int)j;
-                    best_cost[c] = cost;
-                }
-            }
-        }
-    }
-    if (best[FY_LANE_AM][0] < 0) {
-        fy_error("ferry_ep_create: no transport reaches worker %016llx (it offers %u "
-                 "interface(s); FERRY_TLS may exclude the ones it shares with us)",
-                 (unsigned long long)ra->uuid, ra->niface);
-        st = FERRY_ERR_UNREACHABLE;
-        goto out;
-    }
-    int pair_ep_idx[FY_MAX_IFACES * FY_MAX_IFACES];
-    for (size_t k = 0; k < sizeof(pair_ep_idx) / sizeof(pair_ep_idx[0]); k++)
-        pair_ep_idx[k] = -1;
-    for (int c = 0; c < FY_LANE_COUNT; c++) {
-        int i = best[c][0], j = best[c][1];
-        if (i < 0) { /* emulated over the AM lane */
-            ep->lanes[c] = ep->lanes[FY_LANE_AM];
-            continue;
-        }
-        st = lane_ep(ep, &w->ifaces[i], &ra->ifaces[j], &ep->lanes[c], pair_ep_idx,
-                     (unsigned)(i * FY_MAX_IFACES + j));
-        if (st != FERRY_OK) {
-            fy_error("ferry_ep_create: %s endpoint to %016llx failed: %s", w->ifaces[i].tl->name,
-                     (unsigned long long)ra->uuid, ferry_status_string(st));
-            goto out;
-        }
-        if (c == FY_LANE_RMA)
-            ep->rma_native = 1;
-        if (c == FY_LANE_AMO)
-            ep->amo_native = 1;
-    }
-    fy_debug("ep %u -> %016llx: am %s, rma %s%s, amo %s%s", ep->id, (unsigned long long)ra->uuid,
-             ep->lanes[FY_LANE_AM].iface->tl->name, ep->lanes[FY_LANE_RMA].iface->tl->name,
-             ep->rma_native ? "" : " (emulated)", ep->lanes[FY_LANE_AMO].iface->tl->name,
-             ep->amo_native ? "" : " (emulated)");
-out:
-    free(ra);
-    return st;
-}
+typedef struct fy_wireup_state {
+    uint8_t *addr; /* the peer's address (ra points into it) */
+    fy_remote_addr_t ra;
+    fy_lane_fail_t fails[MAX_FAILS];
+    unsigned nfails;
+    int lane_bit[FY_LANE_COUNT]; /* the (local, remote) pair of each lane */
+    int hold;                    /* a hold op is in the pending queue */
+    int switch_pending;          /* a lane failed: choose again at the next check */
+    uint64_t deadline;           /* no answer by then: the AM lane failed */
+    fy_op_t *req_op;             /* a WIREUP_REQ the transport has not taken yet */
+} fy_wireup_state_t;
 
 static uint64_t src_key(uint64_t uuid, uint32_t ep_id)
 {
     return fy_hash_mix64(uuid ^ ((uint64_t)ep_id * 0x9e3779b97f4a7c15ull));
+}
+
+static void tl_ep_destroy(fy_tl_ep_t *te)
+{
+    fy_iface_t *fi = te->iface->params.am_arg;
+    if (fi->neps > 0)
+        fi->neps--;
+    te->iface->component->ops->ep_destroy(te);
+}
+
+static void destroy_tl_eps(ferry_ep_t *ep)
+{
+    for (unsigned i = 0; i < ep->ntl_eps; i++)
+        tl_ep_destroy(ep->tl_eps[i]);
+    ep->ntl_eps = 0;
+    memset(ep->lanes, 0, sizeof(ep->lanes));
+    ep->rma_native = ep->amo_native = 0;
+}
+
+static void cand_label(ferry_worker_t *w, const fy_remote_addr_t *ra, unsigned bit, char *buf,
+                       size_t len)
+{
+    int i = (int)(bit / FY_ADDR_MAX_IFACES), j = (int)(bit % FY_ADDR_MAX_IFACES);
+    const fy_tl_ops_t *ops = w->ifaces[i].tl->ops;
+    char where[64];
+    if (ops->addr_str != NULL) {
+        ops->addr_str(ra->ifaces[j].dev_addr, ra->ifaces[j].iface_addr, where, sizeof(where));
+        snprintf(buf, len, "%s %s (%s->%s)", w->ifaces[i].tl->name, where,
+                 w->ifaces[i].tl_iface->dev_name, ra->ifaces[j].dev);
+    } else {
+        snprintf(buf, len, "%s %s->%s", w->ifaces[i].tl->name, w->ifaces[i].tl_iface->dev_name,
+                 ra->ifaces[j].dev);
+    }
+}
+
+static void add_fail(fy_lane_fail_t *fails, unsigned *nfails, unsigned bit, const char *why)
+{
+    for (unsigned k = 0; k < *nfails; k++)
+        if (fails[k].bit == bit)
+            return;
+    if (*nfails == MAX_FAILS)
+        return;
+    fails[*nfails].bit = bit;
+    snprintf(fails[*nfails].why, sizeof(fails[*nfails].why), "%s", why);
+    (*nfails)++;
+}
+
+/* Every rejected candidate and why, "; "-separated, for an error message. */
+static void plan_why(ferry_worker_t *w, const fy_remote_addr_t *ra, const fy_lane_plan_t *plan,
+                     char *buf, size_t len)
+{
+    size_t o = 0;
+    buf[0] = '\0';
+    for (unsigned k = 0; k < plan->ncand && o < len; k++) {
+        const fy_lane_cand_t *c = &plan->cand[k];
+        if (c->usable)
+            continue;
+        char name[160];
+        cand_label(w, ra, fy_lane_pair_bit(c->local, c->remote), name, sizeof(name));
+        int n = snprintf(buf + o, len - o, "%s%s: %s", o != 0 ? "; " : "", name, c->why);
+        o += n > 0 ? (size_t)n : 0;
+    }
+    if (plan->nremote_only != 0 && o < len)
+        snprintf(buf + o, len - o, "%s%s: not running here (FERRY_TLS or no device)",
+                 o != 0 ? "; " : "", plan->remote_only);
+}
+
+static void log_plan(ferry_ep_t *ep, const fy_remote_addr_t *ra, const fy_lane_plan_t *plan)
+{
+    if (fy_log_level_current < (int)FY_LOG_INFO)
+        return;
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    if (f == NULL)
+        return;
+    fy_lanes_print(ep->worker, ra, plan, f);
+    fclose(f);
+    if (len > 0 && text[len - 1] == '\n')
+        text[len - 1] = '\0';
+    fy_info("endpoint %u: %s", ep->id, text);
+    free(text);
+}
+
+/*
+ * Choose the lanes (without the failed candidates) and make their transport endpoints.  An
+ * endpoint the new lanes still use is kept (it may be the one delivering the message that
+ * made us choose again); the others are destroyed.  A candidate whose endpoint cannot even be
+ * made joins the failed ones and the choice is made again.  On success *plan is the plan
+ * used and lane_bit the pair of each lane; FERRY_ERR_UNREACHABLE when no candidate is left.
+ */
+static ferry_status_t choose(ferry_ep_t *ep, const fy_remote_addr_t *ra, fy_lane_fail_t *fails,
+                             unsigned *nfails, int only_local, fy_lane_plan_t *plan, int *lane_bit)
+{
+    ferry_worker_t *w = ep->worker;
+    for (;;) {
+        fy_lanes_plan(w, ra, fails, *nfails, only_local, plan);
+        if (plan->am < 0)
+            return FERRY_ERR_UNREACHABLE;
+        int which[FY_LANE_COUNT] = {plan->am, plan->rma, plan->amo};
+        unsigned want[FY_LANE_COUNT];
+        for (int l = 0; l < FY_LANE_COUNT; l++) {
+            const fy_lane_cand_t *c = &plan->cand[which[l] >= 0 ? which[l] : plan->am];
+            want[l] = fy_lane_pair_bit(c->local, c->remote);
+        }
+        /* keep the endpoints of pairs still wanted, destroy the rest */
+        unsigned n = 0;
+        for (unsigned i = 0; i < ep->ntl_eps; i++) {
+            int keep = 0;
+            for (int l = 0; l < FY_LANE_COUNT; l++)
+                keep |= ep->tl_ep_pair[i] == want[l];
+            if (keep) {
+                ep->tl_eps[n] = ep->tl_eps[i];
+                ep->tl_ep_pair[n++] = ep->tl_ep_pair[i];
+            } else {
+                tl_ep_destroy(ep->tl_eps[i]);
+            }
+        }
+        ep->ntl_eps = n;
+        memset(ep->lanes, 0, sizeof(ep->lanes));
+        ferry_status_t st = FERRY_OK;
+        int l;
+        for (l = 0; l < FY_LANE_COUNT; l++) {
+            unsigned i;
+            for (i = 0; i < ep->ntl_eps && ep->tl_ep_pair[i] != want[l]; i++)
+                ;
+            const fy_lane_cand_t *c = &plan->cand[which[l] >= 0 ? which[l] : plan->am];
+            fy_iface_t *fi = &w->ifaces[c->local];
+            if (i == ep->ntl_eps) {
+                const fy_remote_iface_t *ri = &ra->ifaces[c->remote];
+                fy_tl_ep_t *tl_ep;
+                st = fi->tl->ops->ep_create(fi->tl_iface, ri->dev_addr, ri->iface_addr, &tl_ep);
+                if (st != FERRY_OK)
+                    break;
+                tl_ep->owner = ep;
+                fi->neps++;
+                ep->tl_ep_pair[i] = (uint16_t)want[l];
+                ep->tl_eps[ep->ntl_eps++] = tl_ep;
+            }
+            ep->lanes[l].iface = fi;
+            ep->lanes[l].tl_ep = ep->tl_eps[i];
+            lane_bit[l] = (int)want[l];
+        }
+        if (st == FERRY_OK) {
+            ep->rma_native = plan->rma >= 0;
+            ep->amo_native = plan->amo >= 0;
+            return FERRY_OK;
+        }
+        char why[FY_LANE_WHY_LEN];
+        snprintf(why, sizeof(why), "endpoint creation: %s", ferry_status_string(st));
+        add_fail(fails, nfails, want[l], why);
+        if (st == FERRY_ERR_NO_MEMORY) {
+            destroy_tl_eps(ep);
+            return st;
+        }
+    }
+}
+
+static int is_loopback_dev(const fy_iface_t *fi)
+{
+    for (unsigned d = 0; d < fi->ctl->ndevs; d++)
+        if (strcmp(fi->ctl->devs[d].name, fi->tl_iface->dev_name) == 0)
+            return fi->ctl->devs[d].is_loopback;
+    return 0;
+}
+
+ferry_status_t fy_ep_connect(ferry_ep_t *ep, const void *addr, size_t len)
+{
+    ferry_worker_t *w = ep->worker;
+    fy_wireup_state_t *wu = calloc(1, sizeof(*wu));
+    fy_lane_plan_t *plan = malloc(sizeof(*plan));
+    ferry_status_t st = FERRY_ERR_NO_MEMORY;
+    if (wu == NULL || plan == NULL || (wu->addr = malloc(len != 0 ? len : 1)) == NULL)
+        goto out;
+    if (addr != NULL)
+        memcpy(wu->addr, addr, len);
+    st = fy_address_unpack(addr != NULL ? wu->addr : NULL, len, &wu->ra);
+    if (st != FERRY_OK) {
+        fy_error("ferry_ep_create: the worker address (%zu bytes) is malformed", len);
+        goto out;
+    }
+    ep->remote_uuid = wu->ra.uuid;
+    st = choose(ep, &wu->ra, wu->fails, &wu->nfails, -1, plan, wu->lane_bit);
+    if (st != FERRY_OK) {
+        char why[1024];
+        plan_why(w, &wu->ra, plan, why, sizeof(why));
+        fy_error("ferry_ep_create: no transport reaches worker %016llx (it offers %u "
+                 "interface(s)): %s",
+                 (unsigned long long)wu->ra.uuid, wu->ra.niface,
+                 why[0] != '\0' ? why : "no candidate");
+        goto out;
+    }
+    log_plan(ep, &wu->ra, plan);
+    if (!ep->is_reply) {
+        unsigned others = 0;
+        for (unsigned k = 0; k < plan->ncand; k++)
+            others += plan->cand[k].usable && (int)k != plan->am;
+        wu->hold = others != 0 && !is_loopback_dev(ep->lanes[FY_LANE_AM].iface);
+        ep->wu = wu;
+        wu = NULL;
+    }
+out:
+    if (wu != NULL)
+        free(wu->addr);
+    free(wu);
+    free(plan);
+    return st;
+}
+
+/* ---- the exchange --------------------------------------------------------------------- */
+
+static fy_op_t *req_op_new(ferry_ep_t *ep)
+{
+    ferry_worker_t *w = ep->worker;
+    fy_op_t *op = fy_op_get(w, ep, FY_OP_AM, NULL);
+    size_t need = sizeof(fy_wireup_msg_t) + w->address_len;
+    if (op == NULL || (op->copy = malloc(need)) == NULL) {
+        if (op != NULL)
+            fy_op_put(op);
+        return NULL;
+    }
+    fy_wireup_msg_t m = {w->uuid, ep->remote_uuid, ep->id, 0, (uint32_t)w->address_len, 0};
+    memcpy(op->copy, &m, sizeof(m));
+    memcpy((uint8_t *)op->copy + sizeof(m), w->address, w->address_len);
+    op->am_id = FY_TLAM_WIREUP_REQ;
+    op->hdr_len = 0;
+    op->iov[0].iov_base = op->copy;
+    op->iov[0].iov_len = need;
+    op->iovcnt = 1;
+    return op;
+}
+
+static void count_op(fy_op_t *op)
+{
+    if (!op->counted) {
+        op->counted = 1;
+        op->ep->outstanding++;
+    }
+}
+
+ferry_status_t fy_wireup_start(ferry_ep_t *ep)
+{
+    fy_op_t *op = req_op_new(ep);
+    if (op == NULL)
+        return FERRY_ERR_NO_MEMORY;
+    ferry_status_t st = fy_ep_submit(ep, op);
+    if (st < 0)
+        return st;
+    fy_wireup_state_t *wu = ep->wu;
+    if (wu != NULL && wu->hold) {
+        fy_op_t *h = fy_op_get(ep->worker, ep, FY_OP_WIREUP_HOLD, NULL);
+        if (h == NULL)
+            return FERRY_ERR_NO_MEMORY;
+        wu->deadline = fy_time_ns() + ep->worker->ctx->opts.wireup_timeout_ns;
+        st = fy_ep_submit(ep, h);
+    }
+    return st < 0 ? st : FERRY_OK;
+}
+
+static void wireup_done(ferry_ep_t *ep)
+{
+    fy_wireup_state_t *wu = ep->wu;
+    if (wu == NULL)
+        return;
+    if (wu->req_op != NULL)
+        fy_op_put(wu->req_op);
+    free(wu->addr);
+    free(wu);
+    ep->wu = NULL;
+}
+
+/* The peer's endpoint id is known: messages name it from now on. */
+static ferry_status_t connected(ferry_ep_t *ep, uint32_t remote_id)
+{
+    ferry_worker_t *w = ep->worker;
+    ep->remote_id = remote_id;
+    ep->state = FY_EP_CONNECTED;
+    wireup_done(ep);
+    uint64_t k = src_key(ep->remote_uuid, remote_id);
+    if (fy_hash_get(&w->by_src, k) == NULL)
+        return fy_hash_put(&w->by_src, k, ep);
+    return FERRY_OK;
+}
+
+/* Send WIREUP_REQ on the (new) AM lane, ahead of the held operations. */
+static void send_req_now(ferry_ep_t *ep, fy_op_t *op)
+{
+    fy_wireup_state_t *wu = ep->wu;
+    ferry_status_t st = fy_op_start(op);
+    wu->req_op = NULL;
+    if (st == FERRY_INPROGRESS) {
+        count_op(op);
+    } else if (st == FERRY_OK) {
+        fy_op_put(op);
+    } else if (st == FERRY_ERR_NO_RESOURCE) {
+        wu->req_op = op; /* retried by the hold */
+    } else {
+        fy_op_put(op);
+        add_fail(wu->fails, &wu->nfails, (unsigned)wu->lane_bit[FY_LANE_AM],
+                 ferry_status_string(st));
+        wu->switch_pending = 1;
+    }
+}
+
+static void fail_all(ferry_ep_t *ep)
+{
+    fy_wireup_state_t *wu = ep->wu;
+    char list[1024];
+    size_t o = 0;
+    list[0] = '\0';
+    for (unsigned k = 0; k < wu->nfails && o < sizeof(list); k++) {
+        char name[160];
+        cand_label(ep->worker, &wu->ra, wu->fails[k].bit, name, sizeof(name));
+        int n = snprintf(list + o, sizeof(list) - o, "%s%s: %s", k != 0 ? "; " : "", name,
+                         wu->fails[k].why);
+        o += n > 0 ? (size_t)n : 0;
+    }
+    fy_error("endpoint %u to worker %016llx: no lane connects: %s", ep->id,
+             (unsigned long long)ep->remote_uuid, list);
+    fy_ep_fail(ep, FERRY_ERR_UNREACHABLE);
+}
+
+/* The AM lane failed: move every lane to the next best candidate, or fail the endpoint. */
+static void switch_lane(ferry_ep_t *ep)
+{
+    fy_wireup_state_t *wu = ep->wu;
+    fy_lane_plan_t *plan = malloc(sizeof(*plan));
+    if (wu->req_op != NULL) {
+        fy_op_put(wu->req_op);
+        wu->req_op = NULL;
+    }
+    ferry_status_t st = plan != NULL
+                            ? choose(ep, &wu->ra, wu->fails, &wu->nfails, -1, plan, wu->lane_bit)
+                            : FERRY_ERR_NO_MEMORY;
+    if (st != FERRY_OK) {
+        free(plan);
+        fail_all(ep);
+        return;
+    }
+    char name[160];
+    cand_label(ep->worker, &wu->ra, (unsigned)wu->lane_bit[FY_LANE_AM], name, sizeof(name));
+    fy_info("endpoint %u to worker %016llx: %s failed (%s); trying %s", ep->id,
+            (unsigned long long)ep->remote_uuid, wu->nfails ? wu->fails[wu->nfails - 1].why : "",
+            wu->nfails ? "the next lane" : "", name);
+    log_plan(ep, &wu->ra, plan);
+    free(plan);
+    fy_tag_ep_init(ep);
+    wu->deadline = fy_time_ns() + ep->worker->ctx->opts.wireup_timeout_ns;
+    fy_op_t *op = req_op_new(ep);
+    if (op == NULL) {
+        fy_ep_fail(ep, FERRY_ERR_NO_MEMORY);
+        return;
+    }
+    send_req_now(ep, op);
+}
+
+ferry_status_t fy_wireup_hold(fy_op_t *op)
+{
+    ferry_ep_t *ep = op->ep;
+    fy_wireup_state_t *wu = ep->wu;
+    if (ep->state != FY_EP_WIREUP || wu == NULL)
+        return FERRY_OK;
+    if (!wu->switch_pending && fy_time_ns() >= wu->deadline) {
+        char why[48];
+        snprintf(why, sizeof(why), "no answer in %.1f s",
+                 (double)ep->worker->ctx->opts.wireup_timeout_ns / 1e9);
+        add_fail(wu->fails, &wu->nfails, (unsigned)wu->lane_bit[FY_LANE_AM], why);
+        wu->switch_pending = 1;
+    }
+    for (int tries = 0; wu->switch_pending && tries < MAX_FAILS; tries++) {
+        wu->switch_pending = 0;
+        switch_lane(ep);
+        if (ep->state != FY_EP_WIREUP || ep->wu == NULL)
+            return FERRY_ERR_NO_RESOURCE; /* failed: the queue is emptied */
+    }
+    if (wu->req_op != NULL)
+        send_req_now(ep, wu->req_op);
+    return FERRY_ERR_NO_RESOURCE;
+}
+
+int fy_wireup_tl_failed(ferry_ep_t *ep, fy_tl_ep_t *tl_ep, ferry_status_t st)
+{
+    fy_wireup_state_t *wu = ep->wu;
+    if (ep->state != FY_EP_WIREUP || wu == NULL)
+        return 0;
+    int l;
+    for (l = 0; l < FY_LANE_COUNT; l++)
+        if (ep->lanes[l].tl_ep == tl_ep)
+            break;
+    if (l == FY_LANE_COUNT)
+        return 1; /* an endpoint of a lane given up already */
+    add_fail(wu->fails, &wu->nfails, (unsigned)wu->lane_bit[l], ferry_status_string(st));
+    wu->switch_pending = 1;
+    /* The switch happens from the pending queue, outside the transport's callback. */
+    if (!wu->hold) {
+        fy_op_t *h = fy_op_get(ep->worker, ep, FY_OP_WIREUP_HOLD, NULL);
+        if (h == NULL)
+            return 0;
+        count_op(h);
+        fy_queue_push_head(&ep->pending, &h->q);
+        if (!fy_list_is_linked(&ep->pending_link))
+            fy_list_add_tail(&ep->worker->pending_eps, &ep->pending_link);
+        wu->hold = 1;
+    }
+    return 1;
 }
 
 /* Find the reply endpoint for messages from (uuid, ep id). */
@@ -275,31 +464,96 @@ ferry_ep_t *fy_wireup_find_src(ferry_worker_t *w, uint64_t uuid, uint32_t ep_id)
 
 void fy_wireup_forget(ferry_ep_t *ep)
 {
-    if (ep->is_reply) {
-        uint64_t k = src_key(ep->remote_uuid, ep->remote_id);
-        if (fy_hash_get(&ep->worker->by_src, k) == ep)
-            fy_hash_del(&ep->worker->by_src, k);
+    wireup_done(ep);
+    if (ep->state == FY_EP_WIREUP)
+        return;
+    uint64_t k = src_key(ep->remote_uuid, ep->remote_id);
+    if (fy_hash_get(&ep->worker->by_src, k) == ep)
+        fy_hash_del(&ep->worker->by_src, k);
+}
+
+ferry_ep_t *fy_wireup_adopt(ferry_worker_t *w, const void *addr, size_t len)
+{
+    uint32_t magic;
+    uint64_t uuid;
+    if (addr == NULL || len < 16)
+        return NULL;
+    memcpy(&magic, addr, 4);
+    memcpy(&uuid, (const uint8_t *)addr + 8, 8);
+    if (magic != FY_ADDR_MAGIC)
+        return NULL;
+    for (uint32_t i = 0; i < w->eps_cap; i++) {
+        ferry_ep_t *ep = w->eps[i];
+        if (ep != NULL && ep->is_reply && ep->remote_uuid == uuid && ep->state == FY_EP_CONNECTED) {
+            ep->is_reply = 0;
+            return ep;
+        }
     }
+    return NULL;
+}
+
+/* An application endpoint to uuid still waiting for its answer: a connect from both sides. */
+static ferry_ep_t *find_unpaired(ferry_worker_t *w, uint64_t uuid)
+{
+    for (uint32_t i = 0; i < w->eps_cap; i++) {
+        ferry_ep_t *ep = w->eps[i];
+        if (ep != NULL && !ep->is_reply && ep->remote_uuid == uuid && ep->state == FY_EP_WIREUP)
+            return ep;
+    }
+    return NULL;
+}
+
+/* The request came in on fi: answer on a lane from fi, the path the peer found working. */
+static void follow_iface(ferry_ep_t *ep, fy_iface_t *fi, const void *addr, size_t len)
+{
+    if (ep->lanes[FY_LANE_AM].iface == fi)
+        return;
+    fy_remote_addr_t *ra = malloc(sizeof(*ra));
+    fy_lane_plan_t *plan = malloc(sizeof(*plan));
+    fy_lane_fail_t fails[MAX_FAILS];
+    unsigned nfails = 0;
+    int lane_bit[FY_LANE_COUNT];
+    if (ra != NULL && plan != NULL && fy_address_unpack(addr, len, ra) == FERRY_OK) {
+        if (choose(ep, ra, fails, &nfails, (int)fi->index, plan, lane_bit) == FERRY_OK) {
+            fy_info("endpoint %u to worker %016llx: the peer came in on %s %s; answering there",
+                    ep->id, (unsigned long long)ep->remote_uuid, fi->tl->name,
+                    fi->tl_iface->dev_name);
+            fy_tag_ep_init(ep);
+        } else {
+            fy_ep_fail(ep, FERRY_ERR_UNREACHABLE);
+        }
+    }
+    free(plan);
+    free(ra);
 }
 
 static void wireup_req(fy_iface_t *fi, const fy_wireup_msg_t *m, const void *addr)
 {
     ferry_worker_t *w = fi->worker;
     ferry_ep_t *ep = fy_wireup_find_src(w, m->src_uuid, m->src_ep_id);
-    if (ep == NULL) {
+    int fresh = ep == NULL;
+    if (ep == NULL && (ep = find_unpaired(w, m->src_uuid)) != NULL) {
+        /* both sides connected at once: pair the two endpoints */
+        if (connected(ep, m->src_ep_id) != FERRY_OK) {
+            fy_ep_fail(ep, FERRY_ERR_NO_MEMORY);
+            return;
+        }
+    } else if (ep == NULL) {
         ferry_status_t st = fy_ep_create_internal(w, addr, m->addr_len, 1, &ep);
         if (st != FERRY_OK) {
             fy_warn("wireup from %016llx ep %u: cannot reach it back: %s",
                     (unsigned long long)m->src_uuid, m->src_ep_id, ferry_status_string(st));
             return;
         }
-        ep->remote_id = m->src_ep_id;
-        ep->state = FY_EP_CONNECTED;
-        if (fy_hash_put(&w->by_src, src_key(m->src_uuid, m->src_ep_id), ep) != FERRY_OK) {
+        if (connected(ep, m->src_ep_id) != FERRY_OK) {
             fy_ep_fail(ep, FERRY_ERR_NO_MEMORY);
             return;
         }
     }
+    if (fresh || ep->is_reply || ep->outstanding == 0)
+        follow_iface(ep, fi, addr, m->addr_len);
+    if (ep->state != FY_EP_CONNECTED)
+        return;
     fy_wireup_msg_t rep = {w->uuid, m->src_uuid, ep->id, m->src_ep_id, 0, 0};
     fy_op_t *op = fy_op_get(w, ep, FY_OP_AM, NULL);
     if (op == NULL)
@@ -319,10 +573,8 @@ static void wireup_rep(fy_iface_t *fi, const fy_wireup_msg_t *m)
         w->drops_unknown_ep++;
         return;
     }
-    if (ep->state == FY_EP_WIREUP) {
-        ep->remote_id = m->src_ep_id;
-        ep->state = FY_EP_CONNECTED;
-    }
+    if (ep->state == FY_EP_WIREUP && connected(ep, m->src_ep_id) != FERRY_OK)
+        fy_ep_fail(ep, FERRY_ERR_NO_MEMORY);
 }
 
 void fy_wireup_am_cb(void *arg, uint8_t am_id, const void *data, size_t len)

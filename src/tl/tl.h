@@ -194,6 +194,12 @@ typedef struct fy_tl_ops {
      * once), or FERRY_ERR_NO_RESOURCE when it cannot, and proto takes the get_zcopy path */
     ferry_status_t (*get_short)(fy_tl_ep_t *ep, void *buf, size_t len, uint64_t remote_addr,
                                 const void *rkey);
+    /* optional: why iface_is_reachable says no to this remote iface, one short line for the
+     * logs and `ferry_info --lanes` ("another host: boot ids differ") */
+    void (*iface_unreachable_why)(fy_tl_iface_t *iface, const void *dev_addr,
+                                  const void *iface_addr, char *buf, size_t len);
+    /* optional: a remote interface's address for people ("10.0.0.2:41000") */
+    void (*addr_str)(const void *dev_addr, const void *iface_addr, char *buf, size_t len);
 } fy_tl_ops_t;
 
 struct fy_tl_component {

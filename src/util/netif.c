@@ -12,6 +12,7 @@
 #include <ctype.h>
 #include <errno.h>
 #include <fnmatch.h>
+#include <limits.h>
 #include <ifaddrs.h>
 #include <net/if.h>
 #include <stdio.h>
@@ -160,6 +161,24 @@ int fy_netif_addr_reachable(const fy_netif_addr_t *local, uint64_t local_host,
     if (fy_netif_addr_is_loopback(local) || fy_netif_addr_is_loopback(remote))
         return 0;
     return fy_netif_addr_same_subnet(local, remote);
+}
+
+void fy_netif_unreachable_why(const fy_netif_addr_t *local, uint64_t local_host,
+                              const fy_netif_addr_t *remote, uint64_t remote_host, char *buf,
+                              size_t len)
+{
+    char l[64], r[64];
+    fy_netif_addr_str(local, 1, l, sizeof(l));
+    fy_netif_addr_str(remote, 1, r, sizeof(r));
+    if (local->family != remote->family)
+        snprintf(buf, len, "IPv%u here, IPv%u there", local->family, remote->family);
+    else if (local_host == remote_host)
+        snprintf(buf, len, "reachable");
+    else if (fy_netif_addr_is_loopback(local) || fy_netif_addr_is_loopback(remote))
+        snprintf(buf, len, "another host or network namespace, and %s is loopback",
+                 fy_netif_addr_is_loopback(remote) ? r : l);
+    else
+        snprintf(buf, len, "another host or network namespace on another subnet (%s vs %s)", l, r);
 }
 
 const char *fy_netif_addr_str(const fy_netif_addr_t *a, int with_prefix, char *buf, size_t len)
@@ -481,10 +500,21 @@ uint64_t fy_netif_host_id(void)
     return h != 0 ? h : 1;
 }
 
+int fy_netif_is_virtual(const char *name)
+{
+    char path[128], real[PATH_MAX];
+    if (name == NULL || name[0] == '\0' || strchr(name, '/') != NULL)
+        return -1;
+    snprintf(path, sizeof(path), "/sys/class/net/%s", name);
+    if (realpath(path, real) == NULL)
+        return -1;
+    return strncmp(real, "/sys/devices/virtual/", 21) == 0;
+}
+
 double fy_netif_speed(const char *name)
 {
     char path[128];
-    if (name == NULL || strchr(name, '/') != NULL)
+    if (name == NULL || strchr(name, '/') != NULL || fy_netif_is_virtual(name) != 0)
         return 0;
     snprintf(path, sizeof(path), "/sys/class/net/%s/speed", name);
     FILE *f = fopen(path, "r");

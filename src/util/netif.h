@@ -149,14 +149,23 @@ int fy_netif_addr_reachable(const fy_netif_addr_t *local, uint64_t local_host,
 
 /* "192.0.2.7:4000", "[fd00::2]:4000" (no port part when the port is 0), "/24" appended
  * when with_prefix.  Returns buf. */
+/* Why fy_netif_addr_reachable said no, in a line ("another host, another subnet: ..."). */
+void fy_netif_unreachable_why(const fy_netif_addr_t *local, uint64_t local_host,
+                              const fy_netif_addr_t *remote, uint64_t remote_host, char *buf,
+                              size_t len);
+
 const char *fy_netif_addr_str(const fy_netif_addr_t *a, int with_prefix, char *buf, size_t len);
 
 /* An id of this host *and* network namespace: equal for two processes exactly when they
  * share the kernel's network stack (boot id, hostname and the netns inode mixed).  Never 0. */
 uint64_t fy_netif_host_id(void);
 
-/* Rough link speed of an interface in bytes per second from sysfs, 0 if unknown (virtual
- * interfaces, loopback). */
+/* Link speed of an interface in bytes per second from sysfs, 0 if unknown: loopback and
+ * virtual devices (veth, bridges, tunnels) have none that means anything (a veth says 10 Gb/s
+ * and moves what the CPU copies). */
 double fy_netif_speed(const char *name);
+/* 1: a virtual device (under /sys/devices/virtual: lo, veth, bridge, tun...), 0: hardware,
+ * -1: unknown (no such name in this sysfs view). */
+int fy_netif_is_virtual(const char *name);
 
 #endif

@@ -251,6 +251,13 @@ static int self_iface_is_reachable(fy_tl_iface_t *iface, const void *dev_addr,
     return token == process_token;
 }
 
+static void self_iface_unreachable_why(fy_tl_iface_t *iface, const void *dev_addr,
+                                       const void *iface_addr, char *buf, size_t len)
+{
+    (void)iface, (void)dev_addr, (void)iface_addr;
+    snprintf(buf, len, "another process (self joins the workers of one process)");
+}
+
 /* ---- receiving ---- */
 
 static int rxbuf_reserve(self_iface_t *si, size_t len)
@@ -590,6 +597,7 @@ static const fy_tl_ops_t self_ops = {
     .iface_query = self_iface_query,
     .iface_get_address = self_iface_get_address,
     .iface_is_reachable = self_iface_is_reachable,
+    .iface_unreachable_why = self_iface_unreachable_why,
     .iface_progress = self_iface_progress,
     .iface_event_fd = self_iface_event_fd,
     .iface_event_arm = self_iface_event_arm,

@@ -69,8 +69,8 @@
 #include "util/status.h"
 
 #define SHM_SEG_MAGIC    0x316d737972726566ull /* "ferrysm1" */
-#define SHM_ADDR_VERSION 1
-#define SHM_RKEY_MAGIC   0x6b72736du /* "msrk" */
+#define SHM_ADDR_VERSION 2                     /* 2: the /dev/shm probe in the device address */
+#define SHM_RKEY_MAGIC   0x6b72736du           /* "msrk" */
 
 #define SHM_MAX_IOV       16
 #define SHM_MAX_ZCOPY_HDR 2048
@@ -128,10 +128,17 @@ typedef struct shm_seg_hdr {
     uint64_t waiters[SHM_MAX_WAITERS]; /* ids of senders waiting for room */
 } shm_seg_hdr_t;
 
-/* Device address: which host and namespaces (48 bytes). */
+/*
+ * Device address (48 bytes): the kernel (boot id), and the probe that proves a shared
+ * /dev/shm: the md creates /dev/shm/ferry-probe-<probe, 16 hex digits> holding the 8 bytes
+ * of `probe` (random); a peer that opens that file and reads the same bytes shares our
+ * /dev/shm.  Namespace ids prove nothing either way: two `ip netns exec` shells share it
+ * with different mount namespaces, and private mounts hide it in the same ipc namespace.
+ */
 typedef struct shm_dev_addr {
     uint8_t boot_id[16];
-    uint64_t ns_ipc, ns_mnt, ns_pid, ns_net;
+    uint64_t probe;
+    uint64_t reserved[3];
 } shm_dev_addr_t;
 
 /*
@@ -252,6 +259,8 @@ typedef struct shm_md {
     fy_tl_md_t super;
     shm_opts_t opts;
     shm_dev_addr_t dev_addr;
+    char probe_path[64]; /* our /dev/shm probe file, removed at md_close ("" if none) */
+    int32_t probe_pid;   /* who made it */
 } shm_md_t;
 
 /* A peer iface this iface sends to or answers: its mapped segment and liveness. */
@@ -403,6 +412,7 @@ struct shm_iface {
     uint64_t next_check_ns;
     uint32_t stuck_ticket;
     int stuck_seen;
+    uint64_t probe_seen, wake_seen; /* the last peer probe / wake-up socket found reachable */
     struct {
         uint64_t rx_msgs, rx_bytes, rx_pull, rx_frag, rx_amo, rx_obox, drops_malformed, drops_dead;
         uint64_t tx_obox, obox_full;
@@ -510,6 +520,8 @@ void fy_shm_iface_close(fy_tl_iface_t *iface);
 void fy_shm_iface_query(fy_tl_iface_t *iface, fy_tl_iface_attr_t *attr);
 ferry_status_t fy_shm_iface_get_address(fy_tl_iface_t *iface, void *dev_addr, void *iface_addr);
 int fy_shm_iface_is_reachable(fy_tl_iface_t *iface, const void *dev_addr, const void *iface_addr);
+void fy_shm_iface_unreachable_why(fy_tl_iface_t *iface, const void *dev_addr,
+                                  const void *iface_addr, char *buf, size_t len);
 unsigned fy_shm_iface_progress(fy_tl_iface_t *iface);
 int fy_shm_iface_event_fd(fy_tl_iface_t *iface);
 ferry_status_t fy_shm_iface_event_arm(fy_tl_iface_t *iface);

@@ -10,6 +10,7 @@
  * counter.  See shm.h for the ring protocol, shm_rx.c for delivery, shm_peer.c for peers.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
@@ -235,17 +236,105 @@ ferry_status_t fy_shm_iface_get_address(fy_tl_iface_t *tl_iface, void *dev_addr,
     return FERRY_OK;
 }
 
-int fy_shm_iface_is_reachable(fy_tl_iface_t *tl_iface, const void *dev_addr, const void *iface_addr)
+/* Does the peer's /dev/shm probe open here with its value? */
+static int probe_matches(uint64_t probe)
 {
-    shm_iface_t *iface = (shm_iface_t *)tl_iface;
-    if (memcmp(dev_addr, &iface->md->dev_addr, sizeof(shm_dev_addr_t)) != 0)
-        return 0; /* another host, or other namespaces */
+    char path[64];
+    uint64_t v = 0;
+    snprintf(path, sizeof(path), "/dev/shm/ferry-probe-%016llx", (unsigned long long)probe);
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    if (fd < 0)
+        return 0;
+    ssize_t n = read(fd, &v, sizeof(v)); /* the file's first 8 bytes: the probe */
+    close(fd);
+    return n == (ssize_t)sizeof(v) && v == probe;
+}
+
+/* Is the peer's wake-up socket (abstract: one per network namespace) visible from here? */
+static int wake_socket_visible(uint64_t id)
+{
+    struct sockaddr_un sun;
+    socklen_t len;
+    fy_shm_sock_name(id, &sun, &len);
+    int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return 1; /* cannot tell: let the connect decide */
+    int ok = connect(fd, (struct sockaddr *)&sun, len) == 0;
+    close(fd);
+    return ok;
+}
+
+/*
+ * Reachability is proved, never inferred: the same kernel, the peer's /dev/shm probe readable
+ * here with its value (so its segments and ours live in one tmpfs world), its wake-up socket
+ * visible, and buffers as large as ours.  Whether its segment can be mapped (same pid
+ * namespace, ptrace rules) is proved by ep_create, which maps it; a failure there sends
+ * proto to the next lane.  Returns 1, or 0 with the reason in why.
+ */
+static int shm_check(shm_iface_t *iface, const void *dev_addr, const void *iface_addr, char *why,
+                     size_t len)
+{
+    shm_dev_addr_t d;
+    const shm_dev_addr_t *mine = &iface->md->dev_addr;
+    memcpy(&d, dev_addr, sizeof(d));
+    if (memcmp(d.boot_id, mine->boot_id, sizeof(d.boot_id)) != 0) {
+        snprintf(why, len, "another host (its kernel's boot id differs)");
+        return 0;
+    }
+    if (d.probe != mine->probe || mine->probe == 0) {
+        if (d.probe == 0) {
+            snprintf(why, len, "it has no /dev/shm probe (it could not create one)");
+            return 0;
+        }
+        if (d.probe != iface->probe_seen) {
+            if (!probe_matches(d.probe)) {
+                snprintf(why, len,
+                         "no shared /dev/shm: its probe /dev/shm/ferry-probe-%016llx is not here",
+                         (unsigned long long)d.probe);
+                return 0;
+            }
+            iface->probe_seen = d.probe;
+        }
+    }
     if (iface_addr == NULL)
         return 1;
     shm_iface_addr_t a;
     memcpy(&a, iface_addr, sizeof(a));
+    if (a.version != SHM_ADDR_VERSION || a.pid <= 0) {
+        snprintf(why, len, "address version %u (this build speaks %u)", a.version,
+                 SHM_ADDR_VERSION);
+        return 0;
+    }
     /* The peer's buffers must hold what our attributes promise. */
-    return a.version == SHM_ADDR_VERSION && a.pid > 0 && a.bcopy_size >= iface->bcopy_size;
+    if (a.bcopy_size < iface->bcopy_size) {
+        snprintf(why, len, "its FERRY_SHM_BCOPY_SIZE (%u) is below ours (%u)", a.bcopy_size,
+                 (unsigned)iface->bcopy_size);
+        return 0;
+    }
+    if (a.id != iface->wake_seen) {
+        if (!wake_socket_visible(a.id)) {
+            snprintf(why, len, "its wake-up socket is not visible (another network namespace)");
+            return 0;
+        }
+        iface->wake_seen = a.id;
+    }
+    return 1;
+}
+
+int fy_shm_iface_is_reachable(fy_tl_iface_t *tl_iface, const void *dev_addr, const void *iface_addr)
+{
+    char why[128];
+    if (shm_check((shm_iface_t *)tl_iface, dev_addr, iface_addr, why, sizeof(why)))
+        return 1;
+    fy_info("shm: refused: %s", why);
+    return 0;
+}
+
+void fy_shm_iface_unreachable_why(fy_tl_iface_t *tl_iface, const void *dev_addr,
+                                  const void *iface_addr, char *buf, size_t len)
+{
+    if (shm_check((shm_iface_t *)tl_iface, dev_addr, iface_addr, buf, len))
+        snprintf(buf, len, "reachable");
 }
 
 /* Free the cells consumed so far, then wake senders that wait for room. */

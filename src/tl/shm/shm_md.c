@@ -11,8 +11,11 @@
  * cross-memory attach (process_vm_writev/readv), or an atomic request served by the target.
  * Either way the initiator checks bounds and rights against the key before touching anything.
  */
+#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/prctl.h>
@@ -136,12 +139,79 @@ static int parse_boot_id(const char *s, uint8_t out[16])
     return n == 32 ? 0 : -1;
 }
 
-static uint64_t ns_inode(const char *name)
+/* What a probe file holds: its value, and who made it (to sweep the probes of the dead). */
+typedef struct shm_probe_file {
+    uint64_t probe;
+    uint64_t pidns; /* inode of the maker's pid namespace */
+    int32_t pid;
+    uint32_t pad;
+} shm_probe_file_t;
+
+static uint64_t pidns_inode(void)
 {
-    char path[64];
     struct stat sb;
-    snprintf(path, sizeof(path), "/proc/self/ns/%s", name);
-    return stat(path, &sb) == 0 ? (uint64_t)sb.st_ino : 0;
+    return stat("/proc/self/ns/pid", &sb) == 0 ? (uint64_t)sb.st_ino : 0;
+}
+
+/* Remove the probes of processes of our pid namespace that died without closing (killed). */
+static void sweep_probes(uint64_t pidns)
+{
+    DIR *d = opendir("/dev/shm");
+    struct dirent *e;
+    if (d == NULL || pidns == 0) {
+        if (d != NULL)
+            closedir(d);
+        return;
+    }
+    while ((e = readdir(d)) != NULL) {
+        if (strncmp(e->d_name, "ferry-probe-", 12) != 0)
+            continue;
+        char path[300];
+        shm_probe_file_t pf;
+        snprintf(path, sizeof(path), "/dev/shm/%s", e->d_name);
+        int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+        if (fd < 0)
+            continue;
+        ssize_t n = read(fd, &pf, sizeof(pf));
+        close(fd);
+        if (n == (ssize_t)sizeof(pf) && pf.pidns == pidns && pf.pid > 0 && kill(pf.pid, 0) != 0 &&
+            errno == ESRCH)
+            unlink(path);
+    }
+    closedir(d);
+}
+
+/* Create our /dev/shm probe (see shm_dev_addr_t).  Without one, no peer can prove it shares
+ * our /dev/shm and shm reaches only this process's own workers.  A process killed before
+ * md_close leaves its probe (32 bytes); the next md_open of this pid namespace sweeps it. */
+static void make_probe(shm_md_t *md)
+{
+    shm_probe_file_t pf = {0, pidns_inode(), (int32_t)getpid(), 0};
+    sweep_probes(pf.pidns);
+    for (int tries = 0; tries < 4; tries++) {
+        pf.probe = fy_random64() | 1;
+        snprintf(md->probe_path, sizeof(md->probe_path), "/dev/shm/ferry-probe-%016llx",
+                 (unsigned long long)pf.probe);
+        int fd = open(md->probe_path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+        if (fd < 0 && errno == EEXIST)
+            continue;
+        if (fd >= 0 && write(fd, &pf, sizeof(pf)) == (ssize_t)sizeof(pf)) {
+            close(fd);
+            md->dev_addr.probe = pf.probe;
+            md->probe_pid = pf.pid;
+            return;
+        }
+        int err = errno;
+        if (fd >= 0) {
+            close(fd);
+            unlink(md->probe_path);
+        }
+        fy_info("shm: cannot create %s (%s): no peer process can prove it shares /dev/shm "
+                "with us, so shm reaches only this process",
+                md->probe_path, strerror(err));
+        break;
+    }
+    md->probe_path[0] = '\0';
 }
 
 static ferry_status_t read_dev_addr(shm_dev_addr_t *d)
@@ -157,10 +227,6 @@ static ferry_status_t read_dev_addr(shm_dev_addr_t *d)
         return FERRY_ERR_NO_DEVICE;
     }
     fclose(f);
-    d->ns_ipc = ns_inode("ipc");
-    d->ns_mnt = ns_inode("mnt");
-    d->ns_pid = ns_inode("pid");
-    d->ns_net = ns_inode("net");
     return FERRY_OK;
 }
 
@@ -175,14 +241,18 @@ static ferry_status_t shm_md_open(const fy_tl_component_t *tl, fy_tl_md_t **md_p
         goto err_free;
     if ((st = check_opts(&md->opts)) != FERRY_OK || (st = read_dev_addr(&md->dev_addr)) != FERRY_OK)
         goto err_config;
+    make_probe(md);
     pthread_mutex_lock(&region_lock);
     if (region_users == 0)
         st = fy_region_table_init(&region_table);
     if (st == FERRY_OK)
         region_users++;
     pthread_mutex_unlock(&region_lock);
-    if (st != FERRY_OK)
+    if (st != FERRY_OK) {
+        if (md->probe_path[0] != '\0')
+            unlink(md->probe_path);
         goto err_config;
+    }
     /* Let any process of ours read us with process_vm_readv under Yama ptrace_scope=1 (a
      * no-op error where Yama is absent). */
     if (md->opts.cma)
@@ -206,6 +276,8 @@ static void shm_md_close(fy_tl_md_t *tl_md)
     if (--region_users == 0)
         fy_region_table_destroy(&region_table);
     pthread_mutex_unlock(&region_lock);
+    if (md->probe_path[0] != '\0' && md->probe_pid == (int32_t)getpid())
+        unlink(md->probe_path); /* (not a forked child's to remove) */
     fy_config_release(&fy_shm_config_table, &md->opts);
     free(md);
 }
@@ -344,6 +416,7 @@ static const fy_tl_ops_t shm_ops = {
     .iface_query = fy_shm_iface_query,
     .iface_get_address = fy_shm_iface_get_address,
     .iface_is_reachable = fy_shm_iface_is_reachable,
+    .iface_unreachable_why = fy_shm_iface_unreachable_why,
     .iface_progress = fy_shm_iface_progress,
     .iface_event_fd = fy_shm_iface_event_fd,
     .iface_event_arm = fy_shm_iface_event_arm,

@@ -476,6 +476,9 @@ void fy_tcp_iface_close(fy_tl_iface_t *iface);
 void fy_tcp_iface_query(fy_tl_iface_t *iface, fy_tl_iface_attr_t *attr);
 ferry_status_t fy_tcp_iface_get_address(fy_tl_iface_t *iface, void *dev_addr, void *iface_addr);
 int fy_tcp_iface_is_reachable(fy_tl_iface_t *iface, const void *dev_addr, const void *iface_addr);
+void fy_tcp_addr_str(const void *dev_addr, const void *iface_addr, char *buf, size_t len);
+void fy_tcp_iface_unreachable_why(fy_tl_iface_t *iface, const void *dev_addr,
+                                  const void *iface_addr, char *buf, size_t len);
 unsigned fy_tcp_iface_progress(fy_tl_iface_t *iface);
 int fy_tcp_iface_event_fd(fy_tl_iface_t *iface);
 ferry_status_t fy_tcp_iface_event_arm(fy_tl_iface_t *iface);

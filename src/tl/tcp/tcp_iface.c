@@ -198,15 +198,22 @@ void fy_tcp_iface_query(fy_tl_iface_t *super, fy_tl_iface_attr_t *attr)
     attr->caps = FY_TL_CAP_AM_SHORT | FY_TL_CAP_AM_BCOPY | FY_TL_CAP_AM_ZCOPY | FY_TL_CAP_PUT |
                  FY_TL_CAP_GET | FY_TL_CAP_AM_ORDERED | FY_TL_CAP_EVENT_FD |
                  FY_TL_CAP_CONNECT_TO_IFACE;
-    /* Measured on this project's 2-core VM over loopback (docs/tcp.md): 3.2-3.4 us one way,
-     * 9.6-11 GB/s for 1 MiB messages.  A NIC adds its wire time (10 us is a typical
-     * Ethernet round of kernel + switch), and its speed (from sysfs) bounds the bandwidth. */
+    /* Measured on this project's 2-core VM (docs/tcp.md): over loopback 3.2-3.4 us one way
+     * and 9.6-11 GB/s for 1 MiB messages; between network namespaces over a veth ~7 GB/s (the
+     * kernel's segmentation offloads make the stream cost what the copies cost, whatever the
+     * MTU).  A hardware NIC adds its wire time (10 us is a typical Ethernet round of kernel +
+     * switch), and its speed (sysfs) bounds the bandwidth; a virtual device's speed means
+     * nothing, so only the copy rate does. */
     double speed = fy_netif_speed(super->dev_name);
-    attr->latency_ns = cfg->latency_ns > 0 ? cfg->latency_ns : iface->is_loopback ? 3300 : 10000;
-    attr->bandwidth = cfg->bandwidth > 0   ? cfg->bandwidth
-                      : speed > 0          ? speed * 0.95
-                      : iface->is_loopback ? 10.0e9
-                                           : 1.25e9;
+    int virt = iface->is_loopback || fy_netif_is_virtual(super->dev_name) != 0;
+    double cpu_bw = iface->is_loopback ? 10.0e9 : 7.0e9;
+    attr->latency_ns = cfg->latency_ns > 0  ? cfg->latency_ns
+                       : iface->is_loopback ? 3300
+                       : virt               ? 4000
+                                            : 10000;
+    attr->bandwidth = cfg->bandwidth > 0                   ? cfg->bandwidth
+                      : speed > 0 && speed * 0.95 < cpu_bw ? speed * 0.95
+                                                           : cpu_bw;
     attr->overhead_ns = 1000;
     attr->max_short = FY_TCP_SHORT_COPY;
     attr->max_bcopy = 64 * 1024;
@@ -245,6 +252,27 @@ int fy_tcp_iface_is_reachable(fy_tl_iface_t *super, const void *dev_addr, const 
     if (da.addr.family != 4 && da.addr.family != 6)
         return 0;
     return fy_netif_addr_reachable(&iface->addr, iface->md->host_id, &da.addr, le64toh(da.host_id));
+}
+
+void fy_tcp_iface_unreachable_why(fy_tl_iface_t *super, const void *dev_addr,
+                                  const void *iface_addr, char *buf, size_t len)
+{
+    (void)iface_addr;
+    fy_tcp_iface_t *iface = fy_tcp_iface(super);
+    fy_tcp_dev_addr_t da;
+    memcpy(&da, dev_addr, sizeof(da));
+    fy_netif_unreachable_why(&iface->addr, iface->md->host_id, &da.addr, le64toh(da.host_id), buf,
+                             len);
+}
+
+void fy_tcp_addr_str(const void *dev_addr, const void *iface_addr, char *buf, size_t len)
+{
+    fy_tcp_dev_addr_t da;
+    fy_tcp_iface_addr_t ia;
+    memcpy(&da, dev_addr, sizeof(da));
+    memcpy(&ia, iface_addr, sizeof(ia));
+    da.addr.port_be = ia.port_be;
+    fy_netif_addr_str(&da.addr, 0, buf, len);
 }
 
 static void link_event(fy_tcp_iface_t *iface, fy_tcp_link_t *link, uint32_t events)

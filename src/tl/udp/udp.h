@@ -367,6 +367,9 @@ ferry_status_t fy_udp_iface_open(fy_tl_md_t *md, const fy_tl_iface_params_t *par
 void fy_udp_iface_close(fy_tl_iface_t *tl_iface);
 void fy_udp_iface_query(fy_tl_iface_t *tl_iface, fy_tl_iface_attr_t *attr);
 ferry_status_t fy_udp_iface_get_address(fy_tl_iface_t *tl_iface, void *dev_addr, void *iface_addr);
+void fy_udp_addr_str(const void *dev_addr, const void *iface_addr, char *buf, size_t len);
+void fy_udp_iface_unreachable_why(fy_tl_iface_t *tl_iface, const void *dev_addr,
+                                  const void *iface_addr, char *buf, size_t len);
 int fy_udp_iface_is_reachable(fy_tl_iface_t *tl_iface, const void *dev_addr,
                               const void *iface_addr);
 unsigned fy_udp_iface_progress(fy_tl_iface_t *tl_iface);

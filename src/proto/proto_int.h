@@ -191,7 +191,8 @@ struct ferry_worker {
     uint32_t eps_cap;
     uint32_t *free_ids; /* stack of free slots of eps (nfree of them) */
     uint32_t nfree;
-    fy_hash_t by_src; /* (peer uuid, peer ep id) -> ep, for FY_AM_F_SRC messages */
+    fy_hash_t by_src;  /* (peer uuid, peer ep id) -> ep, for FY_AM_F_SRC messages */
+    fy_hash_t by_peer; /* peer uuid -> an ep to adopt or to pair (wireup.c), so neither scans */
     fy_list_t pending_eps;
     fy_queue_t completed; /* ops whose callback runs at the next progress */
     fy_mpool_t ops;

@@ -116,8 +116,10 @@ ferry_status_t ferry_worker_create(ferry_context_t *ctx, const ferry_worker_para
         goto err_sigfd;
     if ((st = fy_hash_init(&w->by_src, 64)) != FERRY_OK)
         goto err_sigfd;
-    if ((st = fy_hash_init(&w->waiting, 64)) != FERRY_OK)
+    if ((st = fy_hash_init(&w->by_peer, 64)) != FERRY_OK)
         goto err_hash1;
+    if ((st = fy_hash_init(&w->waiting, 64)) != FERRY_OK)
+        goto err_hash_peer;
     if ((st = fy_mpool_init(&w->ops, "ops", sizeof(fy_op_t), 64, 64, 0)) != FERRY_OK)
         goto err_hash2;
     if ((st = eps_grow(w, 64)) != FERRY_OK)
@@ -144,6 +146,8 @@ err_eps:
     fy_mpool_destroy(&w->ops);
 err_hash2:
     fy_hash_destroy(&w->waiting);
+err_hash_peer:
+    fy_hash_destroy(&w->by_peer);
 err_hash1:
     fy_hash_destroy(&w->by_src);
 err_sigfd:
@@ -186,6 +190,7 @@ void ferry_worker_destroy(ferry_worker_t *w)
     free(w->address);
     fy_mpool_destroy(&w->ops);
     fy_hash_destroy(&w->waiting);
+    fy_hash_destroy(&w->by_peer);
     fy_hash_destroy(&w->by_src);
     close(w->sigfd);
     close(w->epfd);

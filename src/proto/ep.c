@@ -76,19 +76,28 @@ ferry_status_t ferry_ep_create(ferry_worker_t *w, const ferry_ep_params_t *param
 {
     if (w == NULL || params == NULL || ep_p == NULL)
         return FERRY_ERR_INVALID_PARAM;
-    uint64_t known = FERRY_EP_FIELD_ADDRESS | FERRY_EP_FIELD_ERR_HANDLER | FERRY_EP_FIELD_USER_DATA;
+    uint64_t known = FERRY_EP_FIELD_ADDRESS | FERRY_EP_FIELD_ERR_HANDLER |
+                     FERRY_EP_FIELD_USER_DATA | FERRY_EP_FIELD_SOCKADDR |
+                     FERRY_EP_FIELD_CONN_REQUEST;
     if ((params->field_mask & ~known) != 0) {
         fy_error("ferry_ep_create: unknown field_mask bits 0x%llx",
                  (unsigned long long)(params->field_mask & ~known));
         return FERRY_ERR_INVALID_PARAM;
     }
-    if (!(params->field_mask & FERRY_EP_FIELD_ADDRESS) || params->address == NULL ||
-        params->address_len == 0) {
-        fy_error("ferry_ep_create: an address is required (FERRY_EP_FIELD_ADDRESS)");
+    uint64_t peer = params->field_mask & (FERRY_EP_FIELD_ADDRESS | FERRY_EP_FIELD_SOCKADDR |
+                                          FERRY_EP_FIELD_CONN_REQUEST);
+    if (peer == 0 || (peer & (peer - 1)) != 0 ||
+        (peer == FERRY_EP_FIELD_ADDRESS && (params->address == NULL || params->address_len == 0))) {
+        fy_error("ferry_ep_create: exactly one peer is required: an address "
+                 "(FERRY_EP_FIELD_ADDRESS), an ip:port (FERRY_EP_FIELD_SOCKADDR) or a "
+                 "connection request (FERRY_EP_FIELD_CONN_REQUEST)");
         return FERRY_ERR_INVALID_PARAM;
     }
     ferry_ep_t *ep;
-    ferry_status_t st = fy_ep_create_internal(w, params->address, params->address_len, 0, &ep);
+    ferry_status_t st =
+        peer == FERRY_EP_FIELD_ADDRESS
+            ? fy_ep_create_internal(w, params->address, params->address_len, 0, &ep)
+            : fy_listener_ep_create(w, params, &ep); /* the sockaddr manager (listener.c) */
     if (st != FERRY_OK)
         return st;
     if (params->field_mask & FERRY_EP_FIELD_ERR_HANDLER) {

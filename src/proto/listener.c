@@ -10,7 +10,9 @@
  * connections being received on every pass while there are any.  Bounds: at most
  * FY_LISTENER_MAX_CONNS connections being read per listener (more are closed at once), and
  * each must deliver its request within FERRY_CM_TIMEOUT, or it is dropped: a silent or
- * garbage client costs a file descriptor for a while, never the listener.
+ * garbage client costs a file descriptor for a while, never the listener.  A timerfd in the
+ * epoll set, armed at the earliest of those deadlines, wakes a worker that sleeps with no
+ * timeout so that the deadline is enforced there too.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -18,6 +20,7 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
+#include <sys/timerfd.h>
 #include <unistd.h>
 
 #include "proto/proto_int.h"
@@ -46,6 +49,8 @@ struct ferry_listener {
     void *arg;
     fy_list_t conns; /* ferry_conn_request: being read and waiting for the application */
     unsigned nreading;
+    int timer_fd;      /* wakes a sleeping worker at the earliest deadline of a request */
+    uint64_t armed_ns; /* the deadline it is armed for (0: disarmed) */
     struct ferry_listener *next;
 };
 
@@ -148,14 +153,38 @@ static unsigned read_requests(ferry_listener_t *l)
     return n;
 }
 
+/* Arm the timer at the earliest deadline of a request being read (or disarm it). */
+static void arm_timer(ferry_listener_t *l)
+{
+    uint64_t first = 0;
+    fy_list_t *pos;
+    fy_list_for_each(pos, &l->conns)
+    {
+        ferry_conn_request_t *c = fy_container_of(pos, ferry_conn_request_t, link);
+        if (c->state == CONN_READING && (first == 0 || c->deadline_ns < first))
+            first = c->deadline_ns;
+    }
+    if (first == l->armed_ns)
+        return;
+    uint64_t v;
+    while (read(l->timer_fd, &v, sizeof(v)) == sizeof(v)) {
+    }
+    struct itimerspec its = {{0, 0},
+                             {(time_t)(first / FY_NSEC_PER_SEC), (long)(first % FY_NSEC_PER_SEC)}};
+    timerfd_settime(l->timer_fd, TFD_TIMER_ABSTIME, &its, NULL);
+    l->armed_ns = first;
+}
+
 unsigned fy_listener_progress(ferry_worker_t *w, int poll_all)
 {
     unsigned n = 0;
     for (ferry_listener_t *l = w->listeners; l != NULL; l = l->next) {
         if (poll_all)
             n += accept_some(l);
-        if (l->nreading != 0)
+        if (l->nreading != 0 || l->armed_ns != 0) {
             n += read_requests(l);
+            arm_timer(l);
+        }
     }
     return n;
 }
@@ -191,11 +220,19 @@ ferry_status_t ferry_listener_create(ferry_worker_t *w, const ferry_listener_par
         free(l);
         return st;
     }
+    l->timer_fd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+    if (l->timer_fd < 0) {
+        fy_error("ferry_listener_create: timerfd_create: %s", strerror(errno));
+        close(l->fd);
+        free(l);
+        return FERRY_ERR_IO;
+    }
     l->worker = w;
     l->cb = params->conn_cb;
     l->arg = params->conn_arg;
     fy_list_init(&l->conns);
     epoll_add(w, l->fd);
+    epoll_add(w, l->timer_fd);
     l->next = w->listeners;
     w->listeners = l;
     w->poll_all = 1;
@@ -257,7 +294,9 @@ void ferry_listener_destroy(ferry_listener_t *l)
             conn_free(c);
     }
     epoll_ctl(w->epfd, EPOLL_CTL_DEL, l->fd, NULL);
+    epoll_ctl(w->epfd, EPOLL_CTL_DEL, l->timer_fd, NULL);
     close(l->fd);
+    close(l->timer_fd);
     free(l);
 }
 

@@ -310,7 +310,8 @@ FERRY_API ferry_status_t ferry_ep_get_stats(const ferry_ep_t *ep, ferry_ep_stats
  * A client asked to connect.  Runs from ferry_worker_progress() of the listener's worker.
  * The application answers, in the handler or later from the same thread, with either
  * ferry_ep_create(FERRY_EP_FIELD_CONN_REQUEST) or ferry_listener_reject(); a request
- * answered neither way is rejected when the listener is destroyed.
+ * answered neither way is rejected when the listener is destroyed.  The handler may answer its
+ * own request only, and must not destroy the listener.
  */
 typedef void (*ferry_listener_conn_cb_t)(ferry_conn_request_t *conn_request, void *arg);
 

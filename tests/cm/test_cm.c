@@ -418,6 +418,77 @@ static void registry_priorities(void)
     fy_config_list_release(&bad);
 }
 
-FYTEST_MAIN(FYTEST_CASE(connect_and_exchange), FYTEST_CASE(rejected_then_accepted),
+/* A worker destroyed with its listener still open and a request half read: all closed (the
+ * sanitizer build checks nothing leaks), and the client sees its connection end. */
+static void destroy_with_open_listener(void)
+{
+    client_t c;
+    client_open(&c);
+    ferry_listener_t *l = NULL;
+    ferry_listener_params_t lp = {.field_mask = FERRY_LISTENER_FIELD_SOCKADDR |
+                                                FERRY_LISTENER_FIELD_CONN_HANDLER,
+                                  .ip = "127.0.0.1",
+                                  .conn_cb = (ferry_listener_conn_cb_t)server_conn};
+    FY_ASSERT_OK(ferry_listener_create(c.w, &lp, &l));
+    ferry_listener_attr_t attr;
+    FY_ASSERT_OK(ferry_listener_query(l, &attr));
+    int fd = raw_connect(attr.port);
+    FY_ASSERT_EQ(write(fd, "FYCM", 4), 4);
+    for (int i = 0; i < 2100; i++) /* past two FY_IDLE_POLL rounds: it was accepted */
+        ferry_worker_progress(c.w);
+    client_close(&c);
+    expect_dropped(fd, "half a request at worker destroy");
+}
+
+/* The request parser on hostile bytes: random headers (with valid magic and version more
+ * often than chance) through a socket pair.  It must never accept what is not a whole valid
+ * message, and never read past what it was told. */
+static void rx_hostile_bytes(void)
+{
+    uint64_t key = 0x1234;
+    unsigned seed = 12345;
+    for (int iter = 0; iter < 3000; iter++) {
+        int sv[2];
+        FY_ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, sv), 0);
+        uint8_t msg[64];
+        for (size_t i = 0; i < sizeof(msg); i++) {
+            seed = seed * 1103515245u + 12345u;
+            msg[i] = (uint8_t)(seed >> 16);
+        }
+        fy_cm_msg_hdr_t h;
+        memcpy(&h, msg, sizeof(h));
+        if (iter % 2 == 0) {
+            h.magic = FY_CM_MAGIC;
+            h.version = FY_CM_VERSION;
+        }
+        if (iter % 4 == 0)
+            h.job_key = key;
+        if (iter % 8 == 0)
+            h.addr_len %= 48;
+        memcpy(msg, &h, sizeof(h));
+        size_t n = (size_t)(seed % (sizeof(msg) + 1));
+        FY_ASSERT_EQ(write(sv[1], msg, n), (ssize_t)n);
+        if (iter % 3 == 0)
+            close(sv[1]); /* the peer leaves after what it sent */
+        fy_cm_rx_t rx = {0};
+        ferry_status_t st = fy_cm_rx_progress(&rx, sv[0], key);
+        int valid = n >= sizeof(h) && h.magic == FY_CM_MAGIC && h.version == FY_CM_VERSION &&
+                    h.type >= FY_CM_HELLO && h.type <= FY_CM_REJECT && h.job_key == key &&
+                    h.addr_len <= FY_CM_ADDR_MAX && (h.addr_len > 0 || h.type == FY_CM_REJECT) &&
+                    n >= sizeof(h) + h.addr_len;
+        if (st == FERRY_OK)
+            FY_ASSERT_MSG(valid, "iteration %d: accepted an invalid or partial message", iter);
+        else if (valid)
+            FY_ASSERT_MSG(0, "iteration %d: refused a valid message: %s", iter,
+                          ferry_status_string(st));
+        fy_cm_rx_release(&rx);
+        close(sv[0]);
+        if (iter % 3 != 0)
+            close(sv[1]);
+    }
+}
+
+FYTEST_MAIN(FYTEST_CASE(destroy_with_open_listener), FYTEST_CASE(rx_hostile_bytes),
+            FYTEST_CASE(connect_and_exchange), FYTEST_CASE(rejected_then_accepted),
             FYTEST_CASE(no_listener), FYTEST_CASE(bad_clients), FYTEST_CASE(bad_params),
             FYTEST_CASE(cm_narrowing), FYTEST_CASE(registry_priorities))

@@ -12,6 +12,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <time.h>
 
 enum { AM_ECHO = 1, AM_ECHOED = 2 };
 
@@ -111,11 +113,16 @@ static int run_client(const char *ip, unsigned port, unsigned count)
     ferry_ep_params_t p = {
         .field_mask = FERRY_EP_FIELD_SOCKADDR, .sockaddr_ip = ip, .sockaddr_port = (uint16_t)port};
     ferry_ep_t *ep;
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
     ferry_status_t st = ferry_ep_create(w, &p, &ep);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
     if (st != FERRY_OK) {
         fprintf(stderr, "client: cannot connect to %s:%u: %s\n", ip, port, ferry_status_string(st));
         return 1;
     }
+    printf("client: endpoint to %s:%u in %.0f us\n", ip, port,
+           (double)(t1.tv_sec - t0.tv_sec) * 1e6 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e3);
     unsigned char buf[4096];
     for (unsigned seq = 0; seq < count; seq++) {
         for (size_t i = 0; i < sizeof(buf); i++)

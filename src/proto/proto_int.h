@@ -198,9 +198,10 @@ struct ferry_worker {
     /* ops waiting for a reply (emulated get/amo, flush round trips), by id */
     fy_hash_t waiting;
     uint64_t next_wait_id;
-    fy_list_t tag_posted;             /* posted receives, in order (op->wait_link) */
-    fy_list_t tag_unexp;              /* unexpected messages, in arrival order */
-    struct ferry_listener *listeners; /* sockaddr listeners (listener.c), polled by progress */
+    fy_list_t tag_posted; /* posted receives, in order (op->wait_link) */
+    fy_list_t tag_unexp;  /* unexpected messages, in arrival order */
+    /* sockaddr listeners (listener.c), polled by progress */
+    struct ferry_listener *listeners;
 };
 
 /* An operation in flight.  Allocated from worker->ops; the user's request points to it. */

@@ -109,6 +109,8 @@ typedef struct ferry_mem ferry_mem_t;
 typedef struct ferry_rkey ferry_rkey_t;
 typedef struct ferry_world ferry_world_t;
 typedef struct ferry_request ferry_request_t;
+typedef struct ferry_listener ferry_listener_t;
+typedef struct ferry_conn_request ferry_conn_request_t;
 
 /** Completion callback of a request: called once, from progress, with the final status. */
 typedef void (*ferry_request_cb_t)(ferry_request_t *req, ferry_status_t status);
@@ -247,6 +249,8 @@ enum ferry_ep_field {
     FERRY_EP_FIELD_ADDRESS = 1u << 0, /* address + address_len: a peer's worker address */
     FERRY_EP_FIELD_ERR_HANDLER = 1u << 1,
     FERRY_EP_FIELD_USER_DATA = 1u << 2,
+    FERRY_EP_FIELD_SOCKADDR = 1u << 3,     /* sockaddr_ip + sockaddr_port: a peer's listener */
+    FERRY_EP_FIELD_CONN_REQUEST = 1u << 4, /* conn_request: accept a listener's request */
 };
 
 typedef struct ferry_ep_params {
@@ -256,12 +260,29 @@ typedef struct ferry_ep_params {
     ferry_ep_err_cb_t err_cb;
     void *err_arg;
     void *user_data;
+    const char *sockaddr_ip; /* "192.0.2.1" or "2001:db8::1" */
+    uint16_t sockaddr_port;
+    ferry_conn_request_t *conn_request;
 } ferry_ep_params_t;
 
 /**
- * Create an endpoint to the worker whose address is given.  The connection is made lazily:
- * sends may be issued at once.  FERRY_ERR_INVALID_ADDR for a malformed address,
- * FERRY_ERR_UNREACHABLE when no transport reaches it.
+ * Create an endpoint.  Exactly one of three ways to name the peer:
+ *
+ *   FERRY_EP_FIELD_ADDRESS       the peer's worker address (given to us out of band).  The
+ *                                connection is made lazily: sends may be issued at once.
+ *   FERRY_EP_FIELD_SOCKADDR      the ip:port of a peer's ferry_listener (no launcher needed).
+ *                                The call exchanges worker addresses with the listener over
+ *                                a short TCP connection and so BLOCKS until the server has
+ *                                accepted or rejected the request, at most FERRY_CM_TIMEOUT
+ *                                (default 10 s); the server must be progressing its worker.
+ *                                FERRY_ERR_UNREACHABLE: nothing listens there;
+ *                                FERRY_ERR_ACCESS_DENIED: the server rejected us (or has
+ *                                another FERRY_JOB_KEY); FERRY_ERR_TIMED_OUT: no answer.
+ *   FERRY_EP_FIELD_CONN_REQUEST  accept a request a listener's handler received: the endpoint
+ *                                is to that client.  Consumes the request (also on failure).
+ *
+ * FERRY_ERR_INVALID_ADDR for a malformed address, FERRY_ERR_UNREACHABLE when no transport
+ * reaches it, FERRY_ERR_UNSUPPORTED for the sockaddr forms when FERRY_CM excludes sockaddr.
  */
 FERRY_API ferry_status_t ferry_ep_create(ferry_worker_t *worker, const ferry_ep_params_t *params,
                                          ferry_ep_t **ep_p);
@@ -300,6 +321,59 @@ typedef struct ferry_ep_stats {
 } ferry_ep_stats_t;
 
 FERRY_API ferry_status_t ferry_ep_get_stats(const ferry_ep_t *ep, ferry_ep_stats_t *stats);
+
+/* ---------------------------------------------------------------------------------------- */
+/* Listener: accept endpoints by ip:port (client/server programs with no launcher)            */
+/* ---------------------------------------------------------------------------------------- */
+
+/**
+ * A client asked to connect.  Runs from ferry_worker_progress() of the listener's worker.
+ * The application answers, in the handler or later from the same thread, with either
+ * ferry_ep_create(FERRY_EP_FIELD_CONN_REQUEST) or ferry_listener_reject(); a request
+ * answered neither way is rejected when the listener is destroyed.  The handler may answer its
+ * own request only, and must not destroy the listener.
+ */
+typedef void (*ferry_listener_conn_cb_t)(ferry_conn_request_t *conn_request, void *arg);
+
+enum ferry_listener_field {
+    FERRY_LISTENER_FIELD_SOCKADDR = 1u << 0,     /* ip + port (ip NULL or "": every address) */
+    FERRY_LISTENER_FIELD_CONN_HANDLER = 1u << 1, /* conn_cb + conn_arg (required) */
+};
+
+typedef struct ferry_listener_params {
+    uint64_t field_mask;
+    const char *ip;
+    uint16_t port; /* 0: any free port (ferry_listener_query says which) */
+    ferry_listener_conn_cb_t conn_cb;
+    void *conn_arg;
+} ferry_listener_params_t;
+
+/**
+ * Listen on ip:port.  The listening socket is polled by the worker's progress and is part of
+ * its event fd.  FERRY_ERR_BUSY: the port is taken; FERRY_ERR_INVALID_PARAM: a malformed ip;
+ * FERRY_ERR_UNSUPPORTED: FERRY_CM excludes sockaddr.
+ */
+FERRY_API ferry_status_t ferry_listener_create(ferry_worker_t *worker,
+                                               const ferry_listener_params_t *params,
+                                               ferry_listener_t **listener_p);
+/** Stop listening; requests not yet answered are rejected.  NULL is accepted. */
+FERRY_API void ferry_listener_destroy(ferry_listener_t *listener);
+
+typedef struct ferry_listener_attr {
+    uint16_t port; /* the bound port (the one chosen when 0 was asked) */
+} ferry_listener_attr_t;
+
+FERRY_API ferry_status_t ferry_listener_query(const ferry_listener_t *listener,
+                                              ferry_listener_attr_t *attr);
+
+/** Refuse a request: the client's ferry_ep_create fails with FERRY_ERR_ACCESS_DENIED.
+ *  Consumes the request. */
+FERRY_API ferry_status_t ferry_listener_reject(ferry_listener_t *listener,
+                                               ferry_conn_request_t *conn_request);
+
+/** The client's "ip:port" as the listener saw it, for logs and access decisions. */
+FERRY_API ferry_status_t ferry_conn_request_peer(const ferry_conn_request_t *conn_request,
+                                                 char *buf, size_t len);
 
 /* ---------------------------------------------------------------------------------------- */
 /* Active messages                                                                            */

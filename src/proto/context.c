@@ -67,6 +67,15 @@ static const fy_config_field_t ctx_fields[] = {
                     "up and the next best lane tried (only where there is another one, on a "
                     "network device); the endpoint fails when every lane did.",
                     FY_CFG_TIME, fy_ctx_opts_t, wireup_timeout_ns),
+    FY_CONFIG_FIELD("CM", "all",
+                    "Connection managers to use, comma-separated (direct, am, oob, sockaddr), or "
+                    "'all'; a leading ^ excludes the listed ones instead.  Without sockaddr, "
+                    "listeners and endpoints by ip:port are refused.",
+                    FY_CFG_LIST, fy_ctx_opts_t, cms),
+    FY_CONFIG_FIELD("CM_TIMEOUT", "10s",
+                    "sockaddr: how long a client waits for a listener's answer, and how long a "
+                    "listener keeps an accepted connection that has not sent its request.",
+                    FY_CFG_TIME, fy_ctx_opts_t, cm_timeout_ns),
 };
 
 const fy_config_table_t fy_ctx_config_table = {"context", "", ctx_fields,
@@ -159,6 +168,9 @@ ferry_status_t ferry_context_create(const ferry_context_params_t *params,
     st = check_tls(&ctx->opts.tls);
     if (st != FERRY_OK)
         goto err_opts;
+    st = fy_cm_set_init(&ctx->cms, &ctx->opts.cms);
+    if (st != FERRY_OK)
+        goto err_opts;
     ctx->opts.tag_rndv_thresh = FY_TAG_THRESH_AUTO;
     if (strcasecmp(ctx->opts.tag_rndv_thresh_str, "auto") != 0 &&
         fy_config_parse_size(ctx->opts.tag_rndv_thresh_str, &ctx->opts.tag_rndv_thresh) !=
@@ -216,6 +228,7 @@ err_mds:
         ctx->tls[i].tl->ops->md_close(ctx->tls[i].md);
     fy_region_table_destroy(&ctx->regions);
 err_opts:
+    fy_cm_set_finalize(&ctx->cms);
     fy_config_release(&fy_ctx_config_table, &ctx->opts);
 err_free:
     pthread_mutex_destroy(&ctx->lock);
@@ -232,6 +245,7 @@ void ferry_context_destroy(ferry_context_t *ctx)
     for (unsigned i = 0; i < ctx->ntls; i++)
         ctx->tls[i].tl->ops->md_close(ctx->tls[i].md);
     fy_region_table_destroy(&ctx->regions);
+    fy_cm_set_finalize(&ctx->cms);
     fy_config_release(&fy_ctx_config_table, &ctx->opts);
     pthread_mutex_destroy(&ctx->lock);
     free(ctx);

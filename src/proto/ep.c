@@ -57,22 +57,34 @@ ferry_status_t ferry_ep_create(ferry_worker_t *w, const ferry_ep_params_t *param
 {
     if (w == NULL || params == NULL || ep_p == NULL)
         return FERRY_ERR_INVALID_PARAM;
-    uint64_t known = FERRY_EP_FIELD_ADDRESS | FERRY_EP_FIELD_ERR_HANDLER | FERRY_EP_FIELD_USER_DATA;
+    uint64_t known = FERRY_EP_FIELD_ADDRESS | FERRY_EP_FIELD_ERR_HANDLER |
+                     FERRY_EP_FIELD_USER_DATA | FERRY_EP_FIELD_SOCKADDR |
+                     FERRY_EP_FIELD_CONN_REQUEST;
     if ((params->field_mask & ~known) != 0) {
         fy_error("ferry_ep_create: unknown field_mask bits 0x%llx",
                  (unsigned long long)(params->field_mask & ~known));
         return FERRY_ERR_INVALID_PARAM;
     }
-    if (!(params->field_mask & FERRY_EP_FIELD_ADDRESS) || params->address == NULL ||
-        params->address_len == 0) {
-        fy_error("ferry_ep_create: an address is required (FERRY_EP_FIELD_ADDRESS)");
+    uint64_t peer = params->field_mask & (FERRY_EP_FIELD_ADDRESS | FERRY_EP_FIELD_SOCKADDR |
+                                          FERRY_EP_FIELD_CONN_REQUEST);
+    if (peer == 0 || (peer & (peer - 1)) != 0 ||
+        (peer == FERRY_EP_FIELD_ADDRESS && (params->address == NULL || params->address_len == 0))) {
+        fy_error("ferry_ep_create: exactly one peer is required: an address "
+                 "(FERRY_EP_FIELD_ADDRESS), an ip:port (FERRY_EP_FIELD_SOCKADDR) or a "
+                 "connection request (FERRY_EP_FIELD_CONN_REQUEST)");
         return FERRY_ERR_INVALID_PARAM;
     }
     /* The peer may have connected to us first: its endpoint becomes the application's. */
-    ferry_ep_t *ep = fy_wireup_adopt(w, params->address, params->address_len);
+    ferry_ep_t *ep = NULL;
     ferry_status_t st = FERRY_OK;
-    if (ep == NULL &&
-        (st = fy_ep_create_internal(w, params->address, params->address_len, 0, &ep)) != FERRY_OK)
+    if (peer == FERRY_EP_FIELD_ADDRESS) {
+        ep = fy_wireup_adopt(w, params->address, params->address_len);
+        if (ep == NULL)
+            st = fy_ep_create_internal(w, params->address, params->address_len, 0, &ep);
+    } else {
+        st = fy_listener_ep_create(w, params, &ep); /* the sockaddr manager (listener.c) */
+    }
+    if (st != FERRY_OK)
         return st;
     if (params->field_mask & FERRY_EP_FIELD_ERR_HANDLER) {
         ep->err_cb = params->err_cb;

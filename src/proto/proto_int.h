@@ -11,6 +11,7 @@
 
 #include "ferry.h"
 #include "proto/lanes.h"
+#include "cm/cm.h"
 #include "proto/proto.h"
 #include "tl/tl.h"
 #include "util/config.h"
@@ -91,6 +92,8 @@ typedef struct fy_ctx_opts {
     char *job_key;
     size_t max_queued;          /* FERRY_MAX_QUEUED: bytes an ep may hold in its pending queue */
     uint64_t wireup_timeout_ns; /* a lane that has not answered by then: try the next one */
+    fy_config_list_t cms;       /* FERRY_CM */
+    uint64_t cm_timeout_ns;     /* FERRY_CM_TIMEOUT */
 } fy_ctx_opts_t;
 
 typedef struct fy_ctx_tl {
@@ -109,6 +112,7 @@ struct ferry_context {
     unsigned ntls;
     uint64_t job_key;
     fy_region_table_t regions; /* for RMA emulated over AM */
+    fy_cm_set_t cms;           /* connection managers FERRY_CM selected */
     pthread_mutex_t lock;
     unsigned nworkers;
 };
@@ -207,6 +211,8 @@ struct ferry_worker {
     uint64_t next_wait_id;
     fy_list_t tag_posted; /* posted receives, in order (op->wait_link) */
     fy_list_t tag_unexp;  /* unexpected messages, in arrival order */
+    /* sockaddr listeners (listener.c), polled by progress */
+    struct ferry_listener *listeners;
 };
 
 /* An operation in flight.  Allocated from worker->ops; the user's request points to it. */
@@ -331,6 +337,12 @@ void fy_ep_flush_sub_done(fy_op_t *op, ferry_status_t st);
 void fy_am_recv_cb(void *arg, uint8_t am_id, const void *data, size_t len);
 ferry_status_t fy_op_start(fy_op_t *op);
 unsigned fy_worker_progress_pending(ferry_worker_t *w);
+
+/* listener.c: sockaddr listeners of a worker, and endpoints by ip:port or a conn request. */
+unsigned fy_listener_progress(ferry_worker_t *w, int poll_all);
+void fy_listener_destroy_all(ferry_worker_t *w);
+ferry_status_t fy_listener_ep_create(ferry_worker_t *w, const ferry_ep_params_t *params,
+                                     ferry_ep_t **ep_p);
 ferry_status_t fy_ep_submit(ferry_ep_t *ep, fy_op_t *op);
 /* tag.c */
 void fy_tag_init_worker(ferry_worker_t *w);

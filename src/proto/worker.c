@@ -164,6 +164,7 @@ void ferry_worker_destroy(ferry_worker_t *w)
     if (w == NULL)
         return;
     w->closing = 1;
+    fy_listener_destroy_all(w);
     /* Close every endpoint by force: their operations complete with CANCELED. */
     for (uint32_t i = 0; i < w->eps_cap; i++)
         if (w->eps[i] != NULL)
@@ -337,6 +338,8 @@ unsigned ferry_worker_progress(ferry_worker_t *w)
     for (unsigned i = 0; i < w->nifaces; i++)
         if (w->ifaces[i].neps != 0 || all)
             n += w->ifaces[i].tl->ops->iface_progress(w->ifaces[i].tl_iface);
+    if (FY_UNLIKELY(w->listeners != NULL))
+        n += fy_listener_progress(w, all);
     if (FY_UNLIKELY(!fy_list_is_empty(&w->pending_eps)))
         n += fy_worker_progress_pending(w);
     if (FY_UNLIKELY(!fy_queue_is_empty(&w->completed))) {

@@ -17,18 +17,17 @@
 #include "util/log.h"
 #include "util/region.h"
 
+/* A registration is an entry of the process-wide region table: a key names (id, key), and
+ * every access is checked against the table, so a key whose region was deregistered (or a
+ * forged one) is refused instead of reaching memory that may have been freed. */
 typedef struct self_memh {
-    uintptr_t base;
-    size_t length;
-    unsigned access;
+    fy_region_t region;
 } self_memh_t;
 
 typedef struct self_rkey {
     uint64_t token;
-    uint64_t base;
-    uint64_t length;
-    uint32_t access;
-    uint32_t pad;
+    uint64_t id;
+    uint64_t key;
 } self_rkey_t;
 
 /* The process-wide table of ports, by id: taken by iface_open, iface_close and ep_create. */
@@ -39,9 +38,13 @@ static pthread_once_t token_once = PTHREAD_ONCE_INIT;
 
 _Thread_local self_zc_t *fy_self_reading;
 
+static fy_region_table_t regions; /* process lifetime: created once, never destroyed */
+static ferry_status_t regions_status;
+
 static void token_init(void)
 {
     process_token = fy_random64() ^ (uint64_t)getpid();
+    regions_status = fy_region_table_init(&regions);
 }
 
 /* ---- the port ---- */
@@ -69,6 +72,8 @@ static fy_tl_md_t self_md_singleton;
 static ferry_status_t self_md_open(const fy_tl_component_t *tl, fy_tl_md_t **md_p)
 {
     pthread_once(&token_once, token_init);
+    if (regions_status != FERRY_OK)
+        return regions_status;
     self_md_singleton.component = tl;
     *md_p = &self_md_singleton;
     return FERRY_OK;
@@ -97,22 +102,21 @@ static ferry_status_t self_mem_reg(fy_tl_md_t *md, void *addr, size_t len, unsig
 {
     (void)md;
     self_memh_t *m = memh;
-    m->base = (uintptr_t)addr;
-    m->length = len;
-    m->access = access;
-    return FERRY_OK;
+    return fy_region_add(&regions, addr, len, access, &m->region);
 }
 
 static void self_mem_dereg(fy_tl_md_t *md, void *memh)
 {
-    (void)md, (void)memh;
+    (void)md;
+    self_memh_t *m = memh;
+    fy_region_remove(&regions, m->region.id);
 }
 
 static ferry_status_t self_rkey_pack(fy_tl_md_t *md, const void *memh, void *buf)
 {
     (void)md;
     const self_memh_t *m = memh;
-    self_rkey_t rk = {process_token, m->base, m->length, m->access, 0};
+    self_rkey_t rk = {process_token, m->region.id, m->region.key};
     memcpy(buf, &rk, sizeof(rk));
     return FERRY_OK;
 }
@@ -470,7 +474,7 @@ static ferry_status_t self_ep_flush(fy_tl_ep_t *tl_ep, fy_tl_comp_t *comp)
     if (fy_list_is_empty(&ep->zcs))
         return FERRY_OK; /* everything else completed inside its call */
     if (comp == NULL)
-        return FERRY_ERR_INVALID_PARAM;
+        return FERRY_ERR_NO_RESOURCE; /* not yet: progress and ask again (tl.h) */
     self_flush_t *f = malloc(sizeof(*f));
     if (f == NULL)
         return FERRY_ERR_NO_RESOURCE;
@@ -485,10 +489,8 @@ static ferry_status_t self_ep_flush(fy_tl_ep_t *tl_ep, fy_tl_comp_t *comp)
 static ferry_status_t rkey_check(const void *rkey, uint64_t addr, size_t len, unsigned access)
 {
     const self_rkey_t *rk = rkey;
-    if (addr < rk->base || len > rk->length || addr - rk->base > rk->length - len ||
-        !(rk->access & access))
-        return FERRY_ERR_ACCESS_DENIED;
-    return FERRY_OK;
+    void *local;
+    return fy_region_check(&regions, rk->id, rk->key, addr, len, access, &local);
 }
 
 static ferry_status_t self_put_short(fy_tl_ep_t *ep, const void *buf, size_t len,
@@ -597,8 +599,8 @@ static const fy_tl_ops_t self_ops = {
     .ep_create = self_ep_create,
     .ep_destroy = self_ep_destroy,
     .ep_flush = self_ep_flush,
-    .am_short = fy_self_am_send,
-    .am_bcopy = fy_self_am_send,
+    .am_short = fy_self_am_short,
+    .am_bcopy = fy_self_am_bcopy,
     .am_zcopy = fy_self_am_zcopy,
     .put_short = self_put_short,
     .put_zcopy = self_put_zcopy,

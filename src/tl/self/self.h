@@ -289,7 +289,8 @@ void fy_self_port_unref(self_port_t *p);
 extern _Thread_local self_zc_t *fy_self_reading;
 
 /* self_tx.c: sending */
-ferry_status_t fy_self_am_send(fy_tl_ep_t *ep, uint8_t id, const struct iovec *iov, size_t iovcnt);
+ferry_status_t fy_self_am_short(fy_tl_ep_t *ep, uint8_t id, const struct iovec *iov, size_t iovcnt);
+ferry_status_t fy_self_am_bcopy(fy_tl_ep_t *ep, uint8_t id, const struct iovec *iov, size_t iovcnt);
 ferry_status_t fy_self_am_zcopy(fy_tl_ep_t *ep, uint8_t id, const void *hdr, size_t hdr_len,
                                 const struct iovec *iov, size_t iovcnt, fy_tl_comp_t *comp);
 /* Receiver side: done with a tx (status: what became of it); it may be reused at once. */

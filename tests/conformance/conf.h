@@ -62,6 +62,16 @@ struct conf_node {
     ferry_status_t err_st;
 };
 
+/* Set while the suite is inside a send / RMA / flush call: a callback then is a breach of
+ * the contract (tl.h: WHO CALLS BACK). */
+extern int conf_in_call;
+#define CONF_CALL(st, expr)                                                                        \
+    do {                                                                                           \
+        conf_in_call = 1;                                                                          \
+        (st) = (expr);                                                                             \
+        conf_in_call = 0;                                                                          \
+    } while (0)
+
 void conf_env(void);
 void conf_open(conf_node_t *n);
 void conf_close(conf_node_t *n);

@@ -15,7 +15,8 @@
  *   destroy_in_cb   ep_destroy from inside a completion, a flush completion and a receive
  *   back_pressure   a receiver that does not progress: NO_RESOURCE, then everything arrives
  *   peer_death_*    a real peer process killed before connect, mid-transfer, during a
- *                   flush: an error (err_cb / completion / NOT_CONNECTED), never a hang
+ *                   flush, while idle: an error (err_cb / completion / NOT_CONNECTED), never
+ *                   a hang
  *   api_*           through the public API (FERRY_TLS=<tl>): an AM and a put larger than the
  *                   transport's maximum succeed (proto splits them); a put out of bounds
  *                   is reported by the flush that covers it
@@ -117,19 +118,19 @@ static ferry_status_t send_am(pair_t *p, fy_tl_ep_t *ep, int cls, uint8_t id, co
         ferry_status_t st;
         if (cls == AM_SHORT) {
             struct iovec v[2] = {{(void *)b, len / 2}, {(void *)(b + len / 2), len - len / 2}};
-            st = p->a.ops->am_short(ep, id, v, p->a.attr.max_iov >= 2 ? 2 : 1);
+            CONF_CALL(st, p->a.ops->am_short(ep, id, v, p->a.attr.max_iov >= 2 ? 2 : 1));
             if (p->a.attr.max_iov < 2) {
                 v[0].iov_len = len;
-                st = p->a.ops->am_short(ep, id, v, 1);
+                CONF_CALL(st, p->a.ops->am_short(ep, id, v, 1));
             }
         } else if (cls == AM_BCOPY) {
             struct iovec v[1] = {{(void *)b, len}};
-            st = p->a.ops->am_bcopy(ep, id, v, 1);
+            CONF_CALL(st, p->a.ops->am_bcopy(ep, id, v, 1));
         } else {
             size_t rest = len - hdr_len, half = rest / 2;
             struct iovec v[2] = {{(void *)(b + hdr_len), half},
                                  {(void *)(b + hdr_len + half), rest - half}};
-            st = p->a.ops->am_zcopy(ep, id, b, hdr_len, v, 2, &c->super);
+            CONF_CALL(st, p->a.ops->am_zcopy(ep, id, b, hdr_len, v, 2, &c->super));
         }
         if (st != FERRY_ERR_NO_RESOURCE)
             return st;
@@ -452,11 +453,11 @@ static ferry_status_t do_put(pair_t *p, const region_t *r, const void *src, size
     for (;;) {
         ferry_status_t st;
         if (!force_zcopy && p->a.ops->put_short != NULL && len <= p->a.attr.max_put_short) {
-            st = p->a.ops->put_short(p->ab, src, len, raddr(r, off), r->rkey);
+            CONF_CALL(st, p->a.ops->put_short(p->ab, src, len, raddr(r, off), r->rkey));
         } else {
             struct iovec v[2] = {{(void *)src, len / 2},
                                  {(char *)(uintptr_t)src + len / 2, len - len / 2}};
-            st = p->a.ops->put_zcopy(p->ab, v, 2, raddr(r, off), r->rkey, &c->super);
+            CONF_CALL(st, p->a.ops->put_zcopy(p->ab, v, 2, raddr(r, off), r->rkey, &c->super));
         }
         if (st != FERRY_ERR_NO_RESOURCE)
             return st;
@@ -471,7 +472,8 @@ static ferry_status_t do_get(pair_t *p, const region_t *r, void *dst, size_t len
     int64_t end = now_ms() + CONF_DEADLINE;
     for (;;) {
         struct iovec v[2] = {{dst, len / 3}, {(char *)dst + len / 3, len - len / 3}};
-        ferry_status_t st = p->a.ops->get_zcopy(p->ab, v, 2, raddr(r, off), r->rkey, &c->super);
+        ferry_status_t st;
+        CONF_CALL(st, p->a.ops->get_zcopy(p->ab, v, 2, raddr(r, off), r->rkey, &c->super));
         if (st != FERRY_ERR_NO_RESOURCE)
             return st;
         FY_ASSERT(now_ms() < end);
@@ -486,7 +488,10 @@ static ferry_status_t flush_wait(pair_t *p, fy_tl_ep_t *ep)
     conf_comp_init(&c);
     ferry_status_t st;
     int64_t end = now_ms() + CONF_DEADLINE;
-    while ((st = p->a.ops->ep_flush(ep, &c.super)) == FERRY_ERR_NO_RESOURCE) {
+    for (;;) {
+        CONF_CALL(st, p->a.ops->ep_flush(ep, &c.super));
+        if (st != FERRY_ERR_NO_RESOURCE)
+            break;
         FY_ASSERT(now_ms() < end);
         pump(p);
     }
@@ -1205,6 +1210,85 @@ static void peer_death(int stage)
     conf_close(&n);
 }
 
+/* The peer dies while the ep is idle: a flush then must not keep saying OK as if the peer
+ * were there; within the deadline it (or err_cb) reports the death. */
+static void peer_death_idle_flush(void)
+{
+    if (!conf_tl.cross_process) {
+        printf("  %s: peers are in one process only\n", conf_tl.name);
+        return;
+    }
+    conf_node_t n;
+    conf_open(&n);
+    n.on_am = count_am;
+    fyproc_t child;
+    FY_ASSERT_EQ(fyproc_spawn(&child, "peer", NULL, 120), 0);
+    conf_addr_t mine, theirs;
+    conf_addr(&n, &mine);
+    FY_ASSERT(fyproc_recv(child.rfd, &theirs, sizeof(theirs), CONF_DEADLINE) == 0);
+    FY_ASSERT_EQ(fyproc_send(child.wfd, &mine, sizeof(mine)), 0);
+    char ch;
+    FY_ASSERT(fyproc_recv(child.rfd, &ch, 1, CONF_DEADLINE) == 0);
+    fy_tl_ep_t *ep = NULL;
+    FY_ASSERT_OK(n.ops->ep_create(n.iface, theirs.bytes, theirs.bytes + theirs.dlen, &ep));
+    char m[64] = {0};
+    struct iovec v = {m, sizeof(m)};
+    int64_t end = now_ms() + CONF_DEADLINE;
+    while (!fyproc_readable(child.rfd)) { /* the peer has 10 messages */
+        FY_ASSERT(now_ms() < end);
+        ferry_status_t st = n.ops->am_short(ep, 1, &v, 1);
+        FY_ASSERT(st == FERRY_OK || st == FERRY_ERR_NO_RESOURCE);
+        conf_progress(&n);
+    }
+    conf_comp_t fc;
+    conf_comp_init(&fc);
+    ferry_status_t st = n.ops->ep_flush(ep, &fc.super);
+    if (st == FERRY_INPROGRESS)
+        while (fc.calls == 0) {
+            FY_ASSERT(now_ms() < end);
+            conf_progress(&n);
+        }
+    fyproc_kill(&child, SIGKILL);
+    /* idle now, and the peer is gone: a transport that watches its peers (tcp: the socket,
+     * shm: the process) says so within a moment; udp learns it from traffic only */
+    end = now_ms() + 3000;
+    ferry_status_t fl = FERRY_OK;
+    while (n.nerr == 0 && !is_error(fl) && now_ms() < end) {
+        conf_progress(&n);
+        fl = n.ops->ep_flush(ep, NULL);
+        FY_ASSERT_MSG(fl != FERRY_INPROGRESS, "flush(NULL) said INPROGRESS");
+    }
+    printf("  idle: err_cb %u, flush %s\n", n.nerr, ferry_status_string(fl));
+    if (n.nerr == 0 && !is_error(fl)) {
+        /* not noticed while idle: the next operation and its flush must fail */
+        ferry_status_t st1 = n.ops->am_short(ep, 1, &v, 1);
+        conf_comp_init(&fc);
+        st = is_error(st1) ? st1 : n.ops->ep_flush(ep, &fc.super);
+        FY_ASSERT_MSG(st != FERRY_OK, "%s: flush after a send to a dead peer said OK",
+                      conf_tl.name);
+        end = now_ms() + CONF_DEADLINE;
+        while (st == FERRY_INPROGRESS && fc.calls == 0) {
+            FY_ASSERT_MSG(now_ms() < end, "%s: flush to a dead peer pending for %d ms",
+                          conf_tl.name, CONF_DEADLINE);
+            conf_progress(&n);
+        }
+        FY_ASSERT_MSG(st != FERRY_INPROGRESS || is_error(fc.st),
+                      "%s: flush to a dead peer completed with %s", conf_tl.name,
+                      ferry_status_string(fc.st));
+        printf("  after a send: err_cb %u, flush %s\n", n.nerr,
+               ferry_status_string(st == FERRY_INPROGRESS ? fc.st : st));
+    }
+    if (n.nerr > 0) { /* after err_cb, the ep reports its failure */
+        fl = n.ops->ep_flush(ep, NULL);
+        FY_ASSERT_MSG(is_error(fl), "%s: flush on a failed ep said %s", conf_tl.name,
+                      ferry_status_string(fl));
+        FY_ASSERT_MSG(is_error(n.ops->am_short(ep, 1, &v, 1)), "a send on a failed ep");
+    }
+    n.ops->ep_destroy(ep);
+    fyproc_release(&child);
+    conf_close(&n);
+}
+
 static void peer_death_before_connect(void)
 {
     peer_death(DIE_BEFORE_CONNECT);
@@ -1429,5 +1513,6 @@ FYTEST_MAIN_ROLES(roles, FYTEST_CASE(am_sizes), FYTEST_CASE(am_beyond_max), FYTE
                   FYTEST_CASE(flush), FYTEST_CASE(close_flush), FYTEST_CASE(close_force),
                   FYTEST_CASE(destroy_in_cb), FYTEST_CASE(back_pressure),
                   FYTEST_CASE(peer_death_before_connect), FYTEST_CASE(peer_death_mid_transfer),
-                  FYTEST_CASE(peer_death_during_flush), FYTEST_CASE(api_am_beyond_max),
-                  FYTEST_CASE(api_put_beyond_max), FYTEST_CASE(api_put_refused))
+                  FYTEST_CASE(peer_death_during_flush), FYTEST_CASE(peer_death_idle_flush),
+                  FYTEST_CASE(api_am_beyond_max), FYTEST_CASE(api_put_beyond_max),
+                  FYTEST_CASE(api_put_refused))

@@ -13,6 +13,8 @@
 #include "conf.h"
 #include "fytest.h"
 
+int conf_in_call;
+
 void conf_env(void)
 {
     for (size_t i = 0; conf_tl.env != NULL && conf_tl.env[i] != NULL; i++) {
@@ -28,6 +30,7 @@ void conf_env(void)
 static void node_am(void *arg, uint8_t id, const void *data, size_t len)
 {
     conf_node_t *n = arg;
+    FY_ASSERT_MSG(!conf_in_call, "am_cb ran inside a send, RMA or flush call");
     n->rx_msgs++;
     n->rx_bytes += len;
     if (n->on_am != NULL)
@@ -37,6 +40,7 @@ static void node_am(void *arg, uint8_t id, const void *data, size_t len)
 static void node_err(void *arg, fy_tl_ep_t *ep, ferry_status_t st)
 {
     conf_node_t *n = arg;
+    FY_ASSERT_MSG(!conf_in_call, "err_cb ran inside a send, RMA or flush call");
     n->nerr++;
     n->err_ep = ep;
     n->err_st = st;
@@ -104,6 +108,7 @@ unsigned conf_progress(conf_node_t *n)
 static void comp_cb(fy_tl_comp_t *c, ferry_status_t st)
 {
     conf_comp_t *t = (conf_comp_t *)c;
+    FY_ASSERT_MSG(!conf_in_call, "a completion ran inside a send, RMA or flush call");
     FY_ASSERT_MSG(t->calls == 0, "a completion called twice (first %s, then %s)",
                   ferry_status_string(t->st), ferry_status_string(st));
     FY_ASSERT_MSG(st != FERRY_INPROGRESS, "a completion called with FERRY_INPROGRESS");

@@ -6,6 +6,7 @@
  *
  * Before exec the child joins a process group of its own, asks to die with its parent, and
  * arms its hard timeout: alarm() survives exec, so even a role that never returns is killed.
+ * fyproc_fork is the same without the exec, for peers that need the parent's memory.
  * The parent never sleeps a fixed time: reads poll with a deadline, and the wait polls
  * waitpid with a deadline, killing the whole group when it passes.
  */
@@ -36,12 +37,9 @@ static int64_t now_ms(void)
     return (int64_t)t.tv_sec * 1000 + t.tv_nsec / 1000000;
 }
 
-int fyproc_spawn(fyproc_t *p, const char *role, const char *const *args, unsigned timeout_s)
+/* Pipes for a child: down = parent -> child, up = child -> parent, all close-on-exec. */
+static int make_pipes(int down[2], int up[2])
 {
-    int down[2], up[2];
-    memset(p, 0, sizeof(*p));
-    p->pid = -1;
-    p->rfd = p->wfd = -1;
     if (pipe2(down, O_CLOEXEC) != 0)
         return -1;
     if (pipe2(up, O_CLOEXEC) != 0) {
@@ -49,11 +47,56 @@ int fyproc_spawn(fyproc_t *p, const char *role, const char *const *args, unsigne
         close(down[1]);
         return -1;
     }
+    return 0;
+}
+
+static void close_pipes(int down[2], int up[2])
+{
+    close(down[0]);
+    close(down[1]);
+    close(up[0]);
+    close(up[1]);
+}
+
+/* In the child, right after fork: its own group, death with the parent, the hard timeout. */
+static void child_setup(pid_t parent, unsigned timeout_s)
+{
+    setpgid(0, 0);
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent)
+        _exit(127); /* the parent died before the line above */
+    alarm(timeout_s);
+}
+
+static void parent_setup(fyproc_t *p, pid_t pid, int down[2], int up[2])
+{
+    setpgid(pid, pid); /* also here: whichever runs first */
+    close(down[0]);
+    close(up[1]);
+    p->pid = pid;
+    p->rfd = up[0];
+    p->wfd = down[1];
+}
+
+static void init(fyproc_t *p)
+{
+    memset(p, 0, sizeof(*p));
+    p->pid = -1;
+    p->rfd = p->wfd = -1;
+}
+
+int fyproc_spawn(fyproc_t *p, const char *role, const char *const *args, unsigned timeout_s)
+{
+    int down[2], up[2];
+    init(p);
+    if (make_pipes(down, up) != 0)
+        return -1;
     char exe[4096];
     ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
     if (n <= 0) {
         fprintf(stderr, "fyproc: /proc/self/exe: %s\n", strerror(errno));
-        goto fail;
+        close_pipes(down, up);
+        return -1;
     }
     exe[n] = '\0';
     char rs[16], ws[16];
@@ -75,34 +118,48 @@ int fyproc_spawn(fyproc_t *p, const char *role, const char *const *args, unsigne
     pid_t pid = fork();
     if (pid < 0) {
         fprintf(stderr, "fyproc: fork: %s\n", strerror(errno));
-        goto fail;
+        close_pipes(down, up);
+        return -1;
     }
     if (pid == 0) {
-        setpgid(0, 0);
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
-        if (getppid() != parent)
-            _exit(127); /* the parent died before the line above */
+        child_setup(parent, timeout_s); /* alarm() survives exec */
         /* the child's ends survive exec; the parent's ends do not (O_CLOEXEC) */
         if (fcntl(down[0], F_SETFD, 0) != 0 || fcntl(up[1], F_SETFD, 0) != 0)
             _exit(127);
-        alarm(timeout_s);
         execv(exe, argv);
         fprintf(stderr, "fyproc: exec %s: %s\n", exe, strerror(errno));
         _exit(127);
     }
-    setpgid(pid, pid); /* also here: whichever runs first */
-    close(down[0]);
-    close(up[1]);
-    p->pid = pid;
-    p->rfd = up[0];
-    p->wfd = down[1];
+    parent_setup(p, pid, down, up);
     return 0;
-fail:
-    close(down[0]);
-    close(down[1]);
-    close(up[0]);
-    close(up[1]);
-    return -1;
+}
+
+int fyproc_fork(fyproc_t *p, fyproc_body_t fn, void *arg, unsigned timeout_s)
+{
+    int down[2], up[2];
+    init(p);
+    if (make_pipes(down, up) != 0)
+        return -1;
+    pid_t parent = getpid();
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    if (pid < 0) {
+        fprintf(stderr, "fyproc: fork: %s\n", strerror(errno));
+        close_pipes(down, up);
+        return -1;
+    }
+    if (pid == 0) {
+        child_setup(parent, timeout_s);
+        close(down[1]);
+        close(up[0]);
+        fn(down[0], up[1], arg);
+        fflush(stdout);
+        fflush(stderr);
+        exit(0);
+    }
+    parent_setup(p, pid, down, up);
+    return 0;
 }
 
 static int decode(int st)

@@ -44,6 +44,13 @@ typedef struct fyproc_role {
  * (may be NULL), killed after timeout_s seconds.  0 on success, -1 (with a message). */
 int fyproc_spawn(fyproc_t *p, const char *role, const char *const *args, unsigned timeout_s);
 
+/* The same child set-up (own process group, dies with the parent, hard timeout, pipes) for
+ * a peer that needs the parent's memory as it was: fork without exec and run fn(rfd, wfd,
+ * arg) in the child, which then leaves through exit(0) (fn may exit with another status).
+ * For the transport tests' older peers; new tests prefer roles (fyproc_spawn). */
+typedef void (*fyproc_body_t)(int rfd, int wfd, void *arg);
+int fyproc_fork(fyproc_t *p, fyproc_body_t fn, void *arg, unsigned timeout_s);
+
 /* Wait up to timeout_ms for the child to exit; on timeout kill its process group.  Returns
  * the exit status (0..255), 128 + signal when it was killed by one, -1 on timeout. */
 int fyproc_wait(fyproc_t *p, int timeout_ms);

@@ -47,19 +47,11 @@ static void comp_cb(fy_tl_comp_t *c, ferry_status_t st)
 
 static pid_t spawn_peer(int (*fn)(int rfd, int wfd, void *arg), void *arg, int *rfd, int *wfd)
 {
-    int c2p[2], p2c[2];
-    FY_ASSERT(pipe(c2p) == 0 && pipe(p2c) == 0);
-    pid_t pid = fork();
-    FY_ASSERT(pid >= 0);
-    if (pid == 0) {
-        close(c2p[0]);
-        close(p2c[1]);
-        _exit(fn(p2c[0], c2p[1], arg));
-    }
-    close(c2p[1]);
-    close(p2c[0]);
-    *rfd = c2p[0];
-    *wfd = p2c[1];
+    fyproc_t p;
+    pid_t pid = ut_spawn(&p, fn, arg);
+    FY_ASSERT(pid > 0);
+    *rfd = p.rfd;
+    *wfd = p.wfd;
     return pid;
 }
 

@@ -96,7 +96,10 @@
  * DESTROY.  ep_destroy takes effect at once: every outstanding operation of the ep (sends,
  * RMA, flushes) completes before ep_destroy returns, with OK if it had finished or
  * FERRY_ERR_CANCELED, and nothing of the ep is called afterwards; the caller may free every
- * buffer it gave [close_force].
+ * buffer it gave [close_force].  A cancelled send was delivered whole or not at all.  Known
+ * gap: shm's receiver may still pull a cancelled zero-copy AM from the sender's memory after
+ * ep_destroy returned (it reads the buffer by cross-memory attach when it gets to the
+ * descriptor), so it can deliver what the user wrote there since [close_force, pending].
  * It does not wait for the peer and tells it nothing that it must act on: a transport whose
  * connection serves both directions (udp) may let the peer's ep to us fail later.
  * iface_close destroys the eps still open the same way (no err_cb); no callback runs after

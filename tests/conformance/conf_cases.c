@@ -613,7 +613,7 @@ static void rma_edges(void)
  * completion, or through the flush that covers it), and must leave the ep usable. */
 static void expect_refused(pair_t *p, region_t *r, const char *what, int kind, long off, size_t len)
 {
-    char before[3 * PAGE], src[PAGE], dst[PAGE];
+    char before[3 * PAGE], src[2 * PAGE], dst[2 * PAGE]; /* a request may exceed the region */
     memcpy(before, r->mem, 3 * PAGE);
     conf_fill(src, sizeof(src), 999);
     memset(dst, 0x5a, sizeof(dst));

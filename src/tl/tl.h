@@ -45,7 +45,7 @@
  * inside iface_progress, and comp->cb also inside ep_destroy and iface_close (CANCELED).  No
  * send, RMA, atomic, flush or ep_create call ever runs a callback: an error found inside
  * such a call is its return value, and the failure it reveals (err_cb, completions of other
- * operations) follows from the next progress [every case: a callback inside a call fails].  Inside
+ * operations) follows from the next progress [sends, RMA, flushes in every case].  Inside
  * any callback the owner may: send, put, get, flush on any ep of the iface (a handler answers on
  * the spot); ep_create; and ep_destroy on any ep, including the one the callback is about
  * [destroy_in_cb, peer_death_*: ep_destroy inside comp->cb, a flush's comp->cb, am_cb and err_cb].
@@ -63,6 +63,8 @@
  * [am_sizes, am_iov].  A transport never splits an operation for its caller: proto splits
  * anything above a transport's maximum (an AM above max_zcopy, a put or get above max_rma),
  * so every size works through the public API [api_am_beyond_max, api_put_beyond_max].
+ * Known gap in proto: an AM above the lane's max_zcopy is refused, not split
+ * [api_am_beyond_max, pending], and a put or get above max_rma (tcp: 1 GiB) is not split.
  * Empty iov entries are allowed anywhere; an AM may have no data at all.
  *
  * ORDER.  The AMs of one ep, whatever their classes, reach am_cb at the target in the order
@@ -103,7 +105,7 @@
  * It does not wait for the peer and tells it nothing that it must act on: a transport whose
  * connection serves both directions (udp) may let the peer's ep to us fail later.
  * iface_close destroys the eps still open the same way (no err_cb); no callback runs after
- * it returns.
+ * it returns [iface_close_open_eps].
  *
  * FAILURE.  A peer is dead when the transport knows it: tcp from its socket (reset, close,
  * keepalive), shm from its process being gone (a liveness check), udp from silence

@@ -160,6 +160,7 @@ static ferry_status_t self_iface_open(fy_tl_md_t *md, const fy_tl_iface_params_t
     si->port = p;
     si->cells = p->cells;
     fy_list_init(&si->zc_flight);
+    fy_list_init(&si->eps);
     fy_list_init(&si->buf_flight);
     pthread_mutex_lock(&table_lock);
     fy_list_add_tail(&table, &p->link);
@@ -196,6 +197,7 @@ static void ring_drain(self_iface_t *si, uint64_t end)
     }
     __atomic_store_n(&si->port->released, si->head, __ATOMIC_RELEASE);
 }
+static void self_ep_destroy(fy_tl_ep_t *tl_ep);
 
 static void self_iface_close(fy_tl_iface_t *iface)
 {
@@ -203,6 +205,9 @@ static void self_iface_close(fy_tl_iface_t *iface)
         return;
     self_iface_t *si = (self_iface_t *)iface;
     self_port_t *p = si->port;
+    /* Eps still open go as by ep_destroy: their zcopies and flushes complete (CANCELED). */
+    while (!fy_list_is_empty(&si->eps))
+        self_ep_destroy(&fy_container_of(si->eps.next, self_ep_t, link)->super);
     pthread_mutex_lock(&table_lock);
     fy_list_del(&p->link);
     pthread_mutex_unlock(&table_lock);
@@ -442,6 +447,7 @@ static ferry_status_t self_ep_create(fy_tl_iface_t *iface, const void *dev_addr,
     ep->iface = (self_iface_t *)iface;
     fy_list_init(&ep->zcs);
     fy_list_init(&ep->flushes);
+    fy_list_add_tail(&ep->iface->eps, &ep->link);
     *ep_p = &ep->super;
     return FERRY_OK;
 }
@@ -464,6 +470,7 @@ static void self_ep_destroy(fy_tl_ep_t *tl_ep)
         f->comp->cb(f->comp, FERRY_ERR_CANCELED);
         free(f);
     }
+    fy_list_del(&ep->link);
     fy_self_port_unref(ep->peer);
     free(ep);
 }

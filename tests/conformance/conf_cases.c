@@ -20,7 +20,8 @@
  *                   a hang
  *   api_*           through the public API (FERRY_TLS=<tl>): an AM and a put larger than the
  *                   transport's maximum succeed (proto splits them); a put out of bounds
- *                   is reported by the flush that covers it
+ *                   is reported by the flush that covers it; ferry_ep_close in FLUSH and
+ *                   FORCE modes with requests outstanding
  *
  * Cases that fail only because of defects being fixed elsewhere run when FYCONF_PENDING=1;
  * otherwise they print the defect and pass without checking that clause (see conf_pending).
@@ -1602,6 +1603,90 @@ static void api_put_refused(void)
     api_close(&a);
 }
 
+/* ferry_ep_close through the API in both modes, with AMs outstanding: FLUSH completes them
+ * all (and they arrive), FORCE completes each once (OK or CANCELED) and the worker goes on. */
+static unsigned api_count;
+static ferry_status_t api_count_recv(void *arg, const void *header, size_t header_len,
+                                     const void *data, size_t len, ferry_ep_t *reply_ep)
+{
+    (void)arg, (void)header, (void)header_len, (void)data, (void)len, (void)reply_ep;
+    api_count++;
+    return FERRY_OK;
+}
+
+static unsigned api_done_count;
+static void api_done_cb(ferry_request_t *req, ferry_status_t st)
+{
+    FY_ASSERT_MSG(st == FERRY_OK || st == FERRY_ERR_CANCELED, "%s: a request ended with %s",
+                  conf_tl.name, ferry_status_string(st));
+    FY_ASSERT_MSG(req->user_data == NULL, "a request completed twice");
+    req->user_data = req; /* marks it done */
+    api_done_count++;
+}
+
+static void api_close_modes(void)
+{
+    api_t a;
+    api_open(&a);
+    FY_ASSERT_OK(ferry_worker_set_am_handler(a.w[1], 6, api_count_recv, NULL));
+    enum { N = 16 };
+    size_t len = 1u << 20;
+    char *buf = calloc(1, len);
+    ferry_request_t reqs[N], creq;
+    int pend[N];
+    for (int mode = 0; mode < 2; mode++) {
+        if (mode == 1) { /* a fresh ep from w[0] to w[1] */
+            char addr[4096];
+            size_t alen = sizeof(addr);
+            FY_ASSERT_OK(ferry_worker_get_address(a.w[1], addr, &alen));
+            ferry_ep_params_t epp = {
+                .field_mask = FERRY_EP_FIELD_ADDRESS, .address = addr, .address_len = alen};
+            FY_ASSERT_OK(ferry_ep_create(a.w[0], &epp, &a.ep[0]));
+        }
+        api_count = 0;
+        api_done_count = 0;
+        unsigned started = 0;
+        for (int i = 0; i < N; i++) {
+            api_req(&reqs[i]);
+            reqs[i].cb = api_done_cb;
+            ferry_status_t st = ferry_am_send(a.ep[0], 6, NULL, 0, buf, len, &reqs[i]);
+            FY_ASSERT_MSG(st == FERRY_OK || st == FERRY_INPROGRESS, "am_send: %s",
+                          ferry_status_string(st));
+            pend[i] = st == FERRY_INPROGRESS;
+            started += pend[i];
+        }
+        unsigned mode_flag = mode == 0 ? FERRY_EP_CLOSE_FLUSH : FERRY_EP_CLOSE_FORCE;
+        ferry_status_t st = ferry_ep_close(a.ep[0], mode_flag, api_req(&creq));
+        FY_ASSERT_MSG(api_run(&a, &creq, st) == FERRY_OK, "%s: ferry_ep_close(%s): %s",
+                      conf_tl.name, mode ? "FORCE" : "FLUSH", ferry_status_string(creq.status));
+        a.ep[0] = NULL;
+        int64_t end = now_ms() + 4 * CONF_DEADLINE;
+        while (api_done_count < started || (mode == 0 && api_count < N)) {
+            FY_ASSERT_MSG(now_ms() < end, "%s: close %s: %u of %u requests, %u of %d AMs",
+                          conf_tl.name, mode ? "FORCE" : "FLUSH", api_done_count, started,
+                          api_count, N);
+            ferry_worker_progress(a.w[0]);
+            ferry_worker_progress(a.w[1]);
+        }
+        if (mode == 0)
+            for (int i = 0; i < N; i++)
+                FY_ASSERT_MSG(!pend[i] || reqs[i].status == FERRY_OK, "FLUSH close: request %d: %s",
+                              i, ferry_status_string(reqs[i].status));
+        for (int i = 0; i < 1000; i++) { /* nothing completes twice (api_done_cb checks) */
+            ferry_worker_progress(a.w[0]);
+            ferry_worker_progress(a.w[1]);
+        }
+        FY_ASSERT_EQ(api_done_count, started);
+        printf("  close %s: %u of %d requests were pending; %u AMs arrived\n",
+               mode ? "FORCE" : "FLUSH", started, N, api_count);
+    }
+    free(buf);
+    FY_ASSERT_OK(ferry_ep_close(a.ep[1], FERRY_EP_CLOSE_FORCE, NULL));
+    for (int i = 0; i < 2; i++)
+        ferry_worker_destroy(a.w[i]);
+    ferry_context_destroy(a.ctx);
+}
+
 FYTEST_MAIN_ROLES(roles, FYTEST_CASE(am_sizes), FYTEST_CASE(am_beyond_max), FYTEST_CASE(am_iov),
                   FYTEST_CASE(am_order), FYTEST_CASE(rma_edges), FYTEST_CASE(rma_refused),
                   FYTEST_CASE(flush), FYTEST_CASE(close_flush), FYTEST_CASE(close_force),
@@ -1609,4 +1694,5 @@ FYTEST_MAIN_ROLES(roles, FYTEST_CASE(am_sizes), FYTEST_CASE(am_beyond_max), FYTE
                   FYTEST_CASE(back_pressure), FYTEST_CASE(peer_death_before_connect),
                   FYTEST_CASE(peer_death_mid_transfer), FYTEST_CASE(peer_death_during_flush),
                   FYTEST_CASE(peer_death_idle_flush), FYTEST_CASE(api_am_beyond_max),
-                  FYTEST_CASE(api_put_beyond_max), FYTEST_CASE(api_put_refused))
+                  FYTEST_CASE(api_put_beyond_max), FYTEST_CASE(api_put_refused),
+                  FYTEST_CASE(api_close_modes))

@@ -21,7 +21,8 @@
  *   api_*           through the public API (FERRY_TLS=<tl>): an AM and a put larger than the
  *                   transport's maximum succeed (proto splits them); a put out of bounds
  *                   is reported by the flush that covers it; ferry_ep_close in FLUSH and
- *                   FORCE modes with requests outstanding
+ *                   FORCE modes with requests outstanding; ferry_worker_flush with a
+ *                   request; back-pressure (FERRY_MAX_QUEUED) to the application
  *
  * Cases that fail only because of defects being fixed elsewhere run when FYCONF_PENDING=1;
  * otherwise they print the defect and pass without checking that clause (see conf_pending).
@@ -1687,6 +1688,75 @@ static void api_close_modes(void)
     ferry_context_destroy(a.ctx);
 }
 
+/* ferry_worker_flush with a request returns at once (OK or INPROGRESS) and completes the
+ * request from progress, even while the peer is not progressing (issue 14, defect 2: it
+ * ignored req and spun; only checked with FYCONF_PENDING=1, since it would hang here). */
+static void api_worker_flush_req(void)
+{
+    if (!conf_pending("defect 2: ferry_worker_flush ignores req and blocks"))
+        return;
+    api_t a;
+    api_open(&a);
+    FY_ASSERT_OK(ferry_worker_set_am_handler(a.w[1], 6, api_count_recv, NULL));
+    api_count = 0;
+    size_t len = 1u << 20;
+    char *buf = calloc(1, len);
+    for (int i = 0; i < 4; i++)
+        FY_ASSERT(ferry_am_send(a.ep[0], 6, NULL, 0, buf, len, NULL) == FERRY_OK);
+    ferry_request_t req;
+    /* w[1] is not progressed: the flush cannot finish now, and must not wait for it */
+    ferry_status_t st = ferry_worker_flush(a.w[0], api_req(&req));
+    FY_ASSERT_MSG(st == FERRY_OK || st == FERRY_INPROGRESS, "worker_flush: %s",
+                  ferry_status_string(st));
+    FY_ASSERT_OK(api_run(&a, &req, st));
+    int64_t end = now_ms() + CONF_DEADLINE;
+    while (api_count < 4) {
+        FY_ASSERT(now_ms() < end);
+        ferry_worker_progress(a.w[1]);
+    }
+    free(buf);
+    api_close(&a);
+}
+
+/* A receiver that stops progressing: the sender's queue stays under FERRY_MAX_QUEUED and the
+ * application is told FERRY_ERR_NO_RESOURCE; when the receiver resumes, everything accepted
+ * arrives (issue 14, defect 4; checked with FYCONF_PENDING=1, since without the limit the
+ * sender would queue the whole 256 MiB). */
+static void api_back_pressure(void)
+{
+    if (!conf_pending("defect 4: no send-queue limit (FERRY_MAX_QUEUED)"))
+        return;
+    setenv("FERRY_MAX_QUEUED", "8m", 1);
+    api_t a;
+    api_open(&a);
+    FY_ASSERT_OK(ferry_worker_set_am_handler(a.w[1], 6, api_count_recv, NULL));
+    api_count = 0;
+    size_t len = 64u << 10;
+    char *buf = calloc(1, len);
+    unsigned sent = 0;
+    ferry_status_t st = FERRY_OK;
+    for (uint64_t total = 0; total < (256u << 20); total += len) {
+        st = ferry_am_send(a.ep[0], 6, NULL, 0, buf, len, NULL);
+        if (st != FERRY_OK)
+            break;
+        sent++;
+        ferry_worker_progress(a.w[0]); /* the sender progresses; the receiver does not */
+    }
+    printf("  %s: %u messages of %zu bytes accepted, then %s\n", conf_tl.name, sent, len,
+           ferry_status_string(st));
+    FY_ASSERT_MSG(st == FERRY_ERR_NO_RESOURCE, "%s: 256 MiB queued, never NO_RESOURCE (%s)",
+                  conf_tl.name, ferry_status_string(st));
+    int64_t end = now_ms() + 4 * CONF_DEADLINE;
+    while (api_count < sent) {
+        FY_ASSERT_MSG(now_ms() < end, "%s: %u of %u messages arrived", conf_tl.name, api_count,
+                      sent);
+        ferry_worker_progress(a.w[0]);
+        ferry_worker_progress(a.w[1]);
+    }
+    free(buf);
+    api_close(&a);
+}
+
 FYTEST_MAIN_ROLES(roles, FYTEST_CASE(am_sizes), FYTEST_CASE(am_beyond_max), FYTEST_CASE(am_iov),
                   FYTEST_CASE(am_order), FYTEST_CASE(rma_edges), FYTEST_CASE(rma_refused),
                   FYTEST_CASE(flush), FYTEST_CASE(close_flush), FYTEST_CASE(close_force),
@@ -1695,4 +1765,5 @@ FYTEST_MAIN_ROLES(roles, FYTEST_CASE(am_sizes), FYTEST_CASE(am_beyond_max), FYTE
                   FYTEST_CASE(peer_death_mid_transfer), FYTEST_CASE(peer_death_during_flush),
                   FYTEST_CASE(peer_death_idle_flush), FYTEST_CASE(api_am_beyond_max),
                   FYTEST_CASE(api_put_beyond_max), FYTEST_CASE(api_put_refused),
-                  FYTEST_CASE(api_close_modes))
+                  FYTEST_CASE(api_close_modes), FYTEST_CASE(api_worker_flush_req),
+                  FYTEST_CASE(api_back_pressure))

@@ -15,24 +15,111 @@
  * Each transport allocates its private objects embedding the base struct as the first
  * member, named `super`.
  *
- * RETURN CONVENTION of every send/RMA operation:
+ * THE CONTRACT.  Every clause below is checked over every transport by tests/conformance
+ * (the case that checks it is named in brackets); a transport that cannot keep a clause says
+ * so here.
+ *
+ * RETURN CONVENTION of every send, RMA, atomic and flush operation:
  *   FERRY_OK              done: the source buffer may be reused at once; no completion.
- *   FERRY_INPROGRESS      started; comp->cb is called exactly once, from iface_progress,
- *                         when the source buffer may be reused (sends, put) or the
- *                         destination is filled (get, fetching atomics), or with an error.
- *   FERRY_ERR_NO_RESOURCE out of credits / window / socket space: nothing was sent; retry
- *                         after progress (proto keeps a pending queue).  Never blocks.
- *   other negative        failed now (e.g. FERRY_ERR_NOT_CONNECTED on a failed ep).
+ *   FERRY_INPROGRESS      started; comp->cb is called exactly once, from iface_progress (or
+ *                         from ep_destroy / iface_close, below), when the source buffer may
+ *                         be reused (sends, put) or the destination is filled (get, fetching
+ *                         atomics), or with the operation's error.  Never with INPROGRESS.
+ *   FERRY_ERR_NO_RESOURCE out of credits / window / ring / socket space: nothing was sent,
+ *                         nothing will be called; retry after progress (proto keeps a pending
+ *                         queue).  Never blocks.  [back_pressure]
+ *   other negative        failed now, nothing sent, no completion (FERRY_ERR_INVALID_PARAM
+ *                         for a request beyond the limits below, FERRY_ERR_NOT_CONNECTED or
+ *                         the failure's status on a failed ep, FERRY_ERR_ACCESS_DENIED for an
+ *                         RMA the transport can refuse locally).
  *
- * ORDER: a transport delivers the AMs of one ep in the order they were sent, and reports
- * FY_TL_CAP_AM_ORDERED; puts are remotely complete after a successful ep_flush.
+ * NULL COMPLETION.  comp may be NULL only where the operation can finish in the call: the
+ * operation then returns OK (done) or an error, never INPROGRESS.  am_zcopy, put_zcopy,
+ * get_zcopy and fetching atomics may refuse a NULL comp with FERRY_ERR_INVALID_PARAM; proto
+ * always passes one.  ep_flush(ep, NULL) asks without waiting: FERRY_OK when everything
+ * earlier is remotely complete, FERRY_ERR_NO_RESOURCE ("not yet": progress and ask again),
+ * or the ep's error; nothing is queued.  A non-fetching atomic with NULL comp reports its
+ * error through the next flush.  [flush]
  *
- * RECEIVE: a received AM is handed to params->am_cb from iface_progress (never from a send
- * call), with its id, and its data valid only during the call.
+ * WHO CALLS BACK, AND RE-ENTRY.  Callbacks (params->am_cb, params->err_cb, comp->cb) run only
+ * inside iface_progress, and comp->cb also inside ep_destroy and iface_close (CANCELED).  No
+ * send, RMA, atomic, flush or ep_create call ever runs a callback: an error found inside
+ * such a call is its return value, and the failure it reveals (err_cb, completions of other
+ * operations) follows from the next progress [sends, RMA, flushes in every case].  Inside
+ * any callback the owner may: send, put, get, flush on any ep of the iface (a handler answers on
+ * the spot); ep_create; and ep_destroy on any ep, including the one the callback is about
+ * [destroy_in_cb, peer_death_*: ep_destroy inside comp->cb, a flush's comp->cb, am_cb and err_cb].
+ * It may not call iface_progress (progress does not nest) nor iface_close / md_close of the iface
+ * that is calling back.  One thread drives an iface; the transport takes no lock for that.
  *
- * FAILURE: when the transport decides a peer is gone (reset, keepalive, retransmission
- * limit), it calls params->err_cb once for the ep, completes the ep's outstanding operations
- * with an error, and from then on returns FERRY_ERR_NOT_CONNECTED on that ep.
+ * LIMITS.  iface_query's attributes are hard limits, per operation:
+ *   am_short    total iov bytes <= max_short          am_bcopy  total <= max_bcopy
+ *   am_zcopy    hdr_len <= max_zcopy_hdr, hdr_len + data <= max_zcopy
+ *   put_short   len <= max_put_short (0: use put_zcopy)   get_short  len <= max_get_short
+ *   put_zcopy / get_zcopy   total <= max_rma           every iov: iovcnt <= max_iov
+ *   every AM    id <= FY_TL_AM_ID_MAX                   atomics: size 4 or 8, aligned
+ * A request beyond a limit returns FERRY_ERR_INVALID_PARAM and sends nothing, even when the
+ * transport could have carried it [am_beyond_max]; every size up to the limit works
+ * [am_sizes, am_iov].  A transport never splits an operation for its caller: proto splits
+ * anything above a transport's maximum (an AM above max_zcopy, a put or get above max_rma),
+ * so every size works through the public API [api_am_beyond_max, api_put_beyond_max].
+ * Known gap in proto: an AM above the lane's max_zcopy is refused, not split
+ * [api_am_beyond_max, pending], and a put or get above max_rma (tcp: 1 GiB) is not split.
+ * Empty iov entries are allowed anywhere; an AM may have no data at all.
+ *
+ * ORDER.  The AMs of one ep, whatever their classes, reach am_cb at the target in the order
+ * they were sent, each exactly once, with its id, contiguous (a zcopy's hdr then its data),
+ * valid only during the call; every transport reports FY_TL_CAP_AM_ORDERED [am_order].
+ * Nothing is ordered across eps, nor between AMs and RMA: use flush.  A received AM is handed
+ * to am_cb from iface_progress only; reception needs no ep back to the sender.
+ *
+ * RMA.  remote_addr is in the target's address space; the target (or, where the target is
+ * not involved, the initiator from the key) admits an access only when [remote_addr, +len)
+ * lies inside the key's region with the right registered (REMOTE_READ / WRITE / ATOMIC).
+ * Anything else is refused with FERRY_ERR_ACCESS_DENIED and touches nothing at the target
+ * nor the get's destination [rma_edges, rma_refused].  The error is reported by the
+ * operation itself (its return value, or its completion) or, when it had nothing to report
+ * it through (put_short / a NULL-comp atomic that returned OK before the target answered),
+ * by the next ep_flush covering it; either way it is reported once and the ep stays usable.
+ * A refused RMA is not a peer failure (no err_cb).  A key whose region was deregistered is
+ * refused by self, udp and tcp (they check a region table); shm puts and gets reach the
+ * target's memory by cross-memory attach without the target, so a deregistered key is the
+ * application's error there (as in MPI one-sided), not detected.
+ *
+ * FLUSH.  ep_flush completes (OK now, or INPROGRESS then comp) only when every operation
+ * issued on the ep before it is remotely complete or has failed: each of their completions
+ * has run before the flush's [flush]; put data is in the target's memory; AMs are held by the
+ * target in order and reach its am_cb when the target progresses, even if the sender's ep is
+ * destroyed right after [close_flush].  Flushes complete in the order they were issued.  The
+ * flush's status is OK, or an error from an operation covered by it that had no completion
+ * of its own to carry it (above), or the ep's failure.  A flush on a failed ep, or one
+ * outstanding when the peer fails, ends with an error: never OK, never a hang [peer_death_*].
+ *
+ * DESTROY.  ep_destroy takes effect at once: every outstanding operation of the ep (sends,
+ * RMA, flushes) completes before ep_destroy returns, with OK if it had finished or
+ * FERRY_ERR_CANCELED, and nothing of the ep is called afterwards; the caller may free every
+ * buffer it gave [close_force].  A cancelled send was delivered whole or not at all.  Known
+ * gap: shm's receiver may still pull a cancelled zero-copy AM from the sender's memory after
+ * ep_destroy returned (it reads the buffer by cross-memory attach when it gets to the
+ * descriptor), so it can deliver what the user wrote there since [close_force, pending].
+ * It does not wait for the peer and tells it nothing that it must act on: a transport whose
+ * connection serves both directions (udp) may let the peer's ep to us fail later.
+ * iface_close destroys the eps still open the same way (no err_cb); no callback runs after
+ * it returns [iface_close_open_eps].
+ *
+ * FAILURE.  A peer is dead when the transport knows it: tcp from its socket (reset, close,
+ * keepalive), shm from its process being gone (a liveness check), udp from silence
+ * (FERRY_UDP_PEER_TIMEOUT) while data is outstanding or during the handshake - so an idle udp
+ * ep to a dead peer still flushes OK until the next operation.  Then, from progress:
+ * params->err_cb once for each ep to it (UNREACHABLE when it never answered,
+ * CONNECTION_RESET, ENDPOINT_TIMEOUT), the ep's outstanding operations and flushes complete
+ * with an error, and from then on operations and flushes on that ep return an error
+ * (FERRY_ERR_NOT_CONNECTED or the failure's status) at once; the owner destroys the ep (in
+ * err_cb or later).  Before connecting, ep_create may already refuse a dead peer (shm:
+ * FERRY_ERR_UNREACHABLE) or succeed and fail as above.  At every stage (before connect,
+ * mid-transfer, during a flush, idle) the owner gets an error within the transport's timeout,
+ * never a hang and never a flush that says OK for work the peer did not take
+ * [peer_death_before_connect, _mid_transfer, _during_flush, _idle_flush].
  */
 #ifndef FY_TL_H
 #define FY_TL_H
@@ -165,9 +252,11 @@ typedef struct fy_tl_ops {
     /* endpoint */
     ferry_status_t (*ep_create)(fy_tl_iface_t *iface, const void *dev_addr, const void *iface_addr,
                                 fy_tl_ep_t **ep_p);
-    /* Destroy at once: outstanding operations complete with FERRY_ERR_CANCELED. */
+    /* Destroy at once: outstanding operations complete (FERRY_ERR_CANCELED) before it
+     * returns; allowed inside callbacks (see DESTROY). */
     void (*ep_destroy)(fy_tl_ep_t *ep);
-    /* All earlier operations remotely complete: OK now, or INPROGRESS + comp later. */
+    /* All earlier operations remotely complete: OK now, or INPROGRESS + comp later; comp
+     * NULL: OK or FERRY_ERR_NO_RESOURCE (see FLUSH, NULL COMPLETION). */
     ferry_status_t (*ep_flush)(fy_tl_ep_t *ep, fy_tl_comp_t *comp);
     ferry_status_t (*ep_get_stats)(fy_tl_ep_t *ep, ferry_ep_stats_t *stats);
 

@@ -8,8 +8,6 @@
  *                        Every message is checked for order and content; nothing is lost.
  *   zcopy_sizes          0 B .. 64 MiB zero-copy messages, in place and gathered: intact,
  *                        delivered once, completed once and only after delivery
- *   zcopy_cancel_flush   ep_destroy settles an unread zcopy (CANCELED, never delivered);
- *                        ep_flush waits for the zcopies before it
  *   sender_closes_first  a sender's interface closes while its bcopy buffers and zcopies sit
  *                        in the receiver's ring: buffers still delivered, zcopies not
  *   close_while_sending  an interface closes while another thread sends to it: the sender
@@ -422,82 +420,7 @@ static void zcopy_content(void)
     node_close(&b);
 }
 
-/* ---- cancel and flush ---- */
-
-typedef struct flushc {
-    fy_tl_comp_t comp;
-    unsigned calls;
-    ferry_status_t status;
-    zsend_t *before; /* a zcopy that must have completed first */
-} flushc_t;
-
-static void flush_cb(fy_tl_comp_t *c, ferry_status_t st)
-{
-    flushc_t *f = (flushc_t *)c;
-    f->calls++;
-    f->status = st;
-    if (f->before != NULL)
-        FY_ASSERT_MSG(f->before->calls == 1, "a flush completed before the zcopy it waits for");
-}
-
-static void zcopy_cancel_flush(void)
-{
-    node_t a, b;
-    node_open(&a, rx_count_only, NULL);
-    node_open(&b, rx_count_only, NULL);
-    fy_tl_ep_t *ep = node_ep(&a, &b);
-    char *buf = malloc(1 << 20);
-    FY_ASSERT(buf != NULL);
-    memset(buf, 0x5a, 1 << 20);
-    struct iovec v = {buf, 1 << 20};
-
-    /* nothing out: flush is done at once */
-    FY_ASSERT_OK(a.ops->ep_flush(ep, NULL));
-
-    /* a zcopy, then a flush: the flush waits for the zcopy's completion */
-    zsend_t z1;
-    memset(&z1, 0, sizeof(z1));
-    z1.comp.cb = zsend_cb;
-    FY_ASSERT_STATUS(a.ops->am_zcopy(ep, 3, "h", 1, &v, 1, &z1.comp), FERRY_INPROGRESS);
-    flushc_t f = {{flush_cb}, 0, FERRY_INPROGRESS, &z1};
-    FY_ASSERT_STATUS(a.ops->ep_flush(ep, &f.comp), FERRY_INPROGRESS);
-    for (int k = 0; k < 10; k++)
-        node_progress(&a);
-    FY_ASSERT_EQ(f.calls, 0);
-    while (b.rx_count == 0)
-        node_progress(&b);
-    while (f.calls == 0)
-        node_progress(&a);
-    FY_ASSERT_EQ(z1.calls, 1);
-    FY_ASSERT_OK(z1.status);
-    FY_ASSERT_EQ(f.calls, 1);
-    FY_ASSERT_OK(f.status);
-
-    /* an unread zcopy and a flush behind it: ep_destroy completes both now, CANCELED, and
-     * the receiver never delivers the zcopy (nor reads the buffer, which we free at once) */
-    b.rx_count = 0;
-    zsend_t z2;
-    memset(&z2, 0, sizeof(z2));
-    z2.comp.cb = zsend_cb;
-    char *buf2 = malloc(1 << 20);
-    FY_ASSERT(buf2 != NULL);
-    struct iovec v2 = {buf2, 1 << 20};
-    FY_ASSERT_STATUS(a.ops->am_zcopy(ep, 3, "h", 1, &v2, 1, &z2.comp), FERRY_INPROGRESS);
-    flushc_t f2 = {{flush_cb}, 0, FERRY_INPROGRESS, NULL};
-    FY_ASSERT_STATUS(a.ops->ep_flush(ep, &f2.comp), FERRY_INPROGRESS);
-    a.ops->ep_destroy(ep);
-    FY_ASSERT_EQ(z2.calls, 1);
-    FY_ASSERT_STATUS(z2.status, FERRY_ERR_CANCELED);
-    FY_ASSERT_EQ(f2.calls, 1);
-    free(buf2);
-    for (int k = 0; k < 100; k++)
-        node_progress(&b), node_progress(&a);
-    FY_ASSERT_EQ(b.rx_count, 0);
-    FY_ASSERT_EQ(z2.calls, 1);
-    free(buf);
-    node_close(&a);
-    node_close(&b);
-}
+/* (cancel and flush: tests/conformance, flush and close_force) */
 
 /* ---- the sender's interface closes first ---- */
 
@@ -774,6 +697,5 @@ static void state_word_lookalike(void)
 }
 
 FYTEST_MAIN(FYTEST_CASE(two_threads_stream), FYTEST_CASE(zcopy_sizes), FYTEST_CASE(zcopy_content),
-            FYTEST_CASE(zcopy_cancel_flush), FYTEST_CASE(sender_closes_first),
-            FYTEST_CASE(close_while_sending), FYTEST_CASE(sleep_and_wake), FYTEST_CASE(to_itself),
-            FYTEST_CASE(state_word_lookalike))
+            FYTEST_CASE(sender_closes_first), FYTEST_CASE(close_while_sending),
+            FYTEST_CASE(sleep_and_wake), FYTEST_CASE(to_itself), FYTEST_CASE(state_word_lookalike))

@@ -3,8 +3,9 @@
  * exchange addresses with forked peers over pipes (never by sleeping), drive the ops table,
  * send with retry on back-pressure, idle on the event fd, and fill / check data patterns.
  *
- * Every forked peer arms its own alarm (alarms are not inherited), and the parent reads its
- * pipe until EOF, so a peer that crashes or hangs fails the case instead of hanging it.
+ * Peers are started by the tree's one helper (fytest_proc.h: own process group, hard timeout,
+ * death with the parent), and the parent reads its pipe until EOF, so a peer that crashes or
+ * hangs fails the case instead of hanging it.
  */
 #ifndef SHM_TEST_H
 #define SHM_TEST_H
@@ -15,6 +16,7 @@
 #include <sys/uio.h>
 
 #include "fytest.h"
+#include "fytest_proc.h"
 #include "tl/shm/shm.h"
 #include "tl/tl.h"
 
@@ -22,36 +24,18 @@
 
 /* ---- pipes and peers ---- */
 
-typedef struct tchild {
-    pid_t pid;
-    int rfd; /* read what the child writes */
-    int wfd; /* write to the child */
-} tchild_t;
+/* A peer process: the one helper of the tree (fytest_proc.h); pid, rfd (what the peer
+ * writes) and wfd (what it reads). */
+typedef fyproc_t tchild_t;
 
 static inline void tc_write(int fd, const void *buf, size_t len)
 {
-    const char *p = buf;
-    while (len > 0) {
-        ssize_t n = write(fd, p, len);
-        if (n < 0 && errno == EINTR)
-            continue;
-        FY_ASSERT_MSG(n > 0, "pipe write failed: %s", strerror(errno));
-        p += n;
-        len -= (size_t)n;
-    }
+    FY_ASSERT_MSG(fyproc_send(fd, buf, len) == 0, "pipe write failed: %s", strerror(errno));
 }
 
 static inline void tc_read(int fd, void *buf, size_t len)
 {
-    char *p = buf;
-    while (len > 0) {
-        ssize_t n = read(fd, p, len);
-        if (n < 0 && errno == EINTR)
-            continue;
-        FY_ASSERT_MSG(n > 0, "the peer process went away (pipe %s)", n == 0 ? "EOF" : "error");
-        p += n;
-        len -= (size_t)n;
-    }
+    FY_ASSERT_MSG(fyproc_recv(fd, buf, len, -1) == 0, "the peer process went away");
 }
 
 static inline void tc_put_u64(int fd, uint64_t v)
@@ -65,39 +49,21 @@ static inline uint64_t tc_get_u64(int fd)
     return v;
 }
 
-typedef void (*tc_fn_t)(int rfd, int wfd, void *arg);
+typedef fyproc_body_t tc_fn_t;
 
 static inline tchild_t tc_spawn(tc_fn_t fn, void *arg)
 {
-    int down[2], up[2];
-    FY_ASSERT(pipe2(down, O_CLOEXEC) == 0 && pipe2(up, O_CLOEXEC) == 0);
-    fflush(stdout);
-    fflush(stderr);
-    pid_t pid = fork();
-    FY_ASSERT(pid >= 0);
-    if (pid == 0) {
-        alarm(TP_PEER_TIMEOUT);
-        close(down[1]);
-        close(up[0]);
-        fn(down[0], up[1], arg);
-        fflush(stdout);
-        _exit(0);
-    }
-    close(down[0]);
-    close(up[1]);
-    return (tchild_t){pid, up[0], down[1]};
+    tchild_t c;
+    FY_ASSERT(fyproc_fork(&c, fn, arg, TP_PEER_TIMEOUT) == 0);
+    return c;
 }
 
 static inline void tc_join(tchild_t *c)
 {
-    int st = 0;
-    while (waitpid(c->pid, &st, 0) < 0 && errno == EINTR) {
-    }
-    close(c->rfd);
-    close(c->wfd);
-    FY_ASSERT_MSG(WIFEXITED(st) && WEXITSTATUS(st) == 0, "peer %d ended badly: %s %d", (int)c->pid,
-                  WIFSIGNALED(st) ? "signal" : "exit status",
-                  WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st));
+    int st = fyproc_wait(c, TP_PEER_TIMEOUT * 1000);
+    fyproc_release(c);
+    FY_ASSERT_MSG(st == 0, "peer %d ended badly: %s %d", (int)c->pid,
+                  st > 128 ? "signal" : "exit status", st > 128 ? st - 128 : st);
 }
 
 /* ---- a process's transport objects ---- */

@@ -347,42 +347,6 @@ static void stalled_receiver(int rfd, int wfd, void *arg)
     tp_close(&p);
 }
 
-static void destroy_cancels(void)
-{
-    setenv("FERRY_SHM_OUTBOX_SIZE", "0", 1);
-    tproc_t p;
-    tp_open(&p, count_cb, NULL);
-    tchild_t c = tc_spawn(stalled_receiver, NULL);
-    taddr_t addr;
-    tc_read(c.rfd, &addr, sizeof(addr));
-    fy_tl_ep_t *ep = tp_ep(&p, &addr);
-    static char buf[3][100000];
-    tcomp_t comps[3];
-    for (int i = 0; i < 3; i++) {
-        tcomp_init(&comps[i]);
-        struct iovec v = {buf[i], sizeof(buf[i])};
-        ferry_status_t st = p.ops->am_zcopy(ep, 1, NULL, 0, &v, 1, &comps[i].super);
-        if (i == 0)
-            FY_ASSERT_STATUS(st, FERRY_INPROGRESS);
-        else /* the first zero-copy of an ep probes: the next wait for its answer */
-            FY_ASSERT_STATUS(st, FERRY_ERR_NO_RESOURCE);
-    }
-    ferry_ep_stats_t stats;
-    FY_ASSERT_OK(p.ops->ep_get_stats(ep, &stats));
-    FY_ASSERT_EQ(stats.window_used, 1);
-    p.ops->ep_destroy(ep);
-    FY_ASSERT_EQ(comps[0].done, 1);
-    FY_ASSERT_STATUS(comps[0].status, FERRY_ERR_CANCELED);
-    tc_put_u64(c.wfd, 1);
-    FY_ASSERT_EQ(tc_get_u64(c.rfd), 1); /* it still got the message (it pulled it) */
-    for (int i = 0; i < 1000; i++)      /* its answer to a destroyed ep is ignored */
-        p.ops->iface_progress(p.iface);
-    FY_ASSERT_EQ(comps[0].done, 1);
-    tc_put_u64(c.wfd, 1);
-    tc_join(&c);
-    tp_close(&p);
-}
-
 /* A receiver that never progresses holds the outbox slots of the messages sent to it; once it
  * is killed, its slots come back and the next receiver gets messages through the outbox. */
 static void outbox_receiver_killed(void)
@@ -664,5 +628,5 @@ static void bad_config(void)
 
 FYTEST_MAIN(FYTEST_CASE(receiver_killed), FYTEST_CASE(outbox_receiver_killed),
             FYTEST_CASE(sender_killed), FYTEST_CASE(dead_claim), FYTEST_CASE(peer_closed),
-            FYTEST_CASE(destroy_cancels), FYTEST_CASE(destroy_mid_push),
-            FYTEST_CASE(malformed_cells), FYTEST_CASE(addresses), FYTEST_CASE(bad_config))
+            FYTEST_CASE(destroy_mid_push), FYTEST_CASE(malformed_cells), FYTEST_CASE(addresses),
+            FYTEST_CASE(bad_config))

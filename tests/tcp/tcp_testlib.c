@@ -121,68 +121,33 @@ void tt_comp_wait(tt_node_t *n, tt_comp_t *c)
         tt_wait(n, -1, 1000);
 }
 
+#define TT_PEER_TIMEOUT 150 /* seconds: below the tests' CTest timeouts */
+
 void tt_fork(tt_proc_t *p, void (*fn)(int rfd, int wfd, void *arg), void *arg)
 {
-    int to_child[2], to_parent[2];
-    FY_ASSERT(pipe(to_child) == 0 && pipe(to_parent) == 0);
-    fflush(stdout);
-    fflush(stderr);
-    pid_t pid = fork();
-    FY_ASSERT(pid >= 0);
-    if (pid == 0) {
-        close(to_child[1]);
-        close(to_parent[0]);
-        fn(to_child[0], to_parent[1], arg);
-        _exit(0);
-    }
-    close(to_child[0]);
-    close(to_parent[1]);
-    p->pid = pid;
-    p->rfd = to_parent[0];
-    p->wfd = to_child[1];
+    FY_ASSERT(fyproc_fork(p, fn, arg, TT_PEER_TIMEOUT) == 0);
 }
 
 void tt_join(tt_proc_t *p)
 {
-    int st = 0;
-    while (waitpid(p->pid, &st, 0) < 0 && errno == EINTR) {
-    }
-    FY_ASSERT_MSG(WIFEXITED(st) && WEXITSTATUS(st) == 0, "peer %d ended with status 0x%x",
-                  (int)p->pid, st);
-    close(p->rfd);
-    close(p->wfd);
+    int st = fyproc_wait(p, TT_PEER_TIMEOUT * 1000);
+    fyproc_release(p);
+    FY_ASSERT_MSG(st == 0, "peer %d ended with status %d", (int)p->pid, st);
 }
 
 void tt_write(int fd, const void *buf, size_t len)
 {
-    const char *c = buf;
-    while (len > 0) {
-        ssize_t n = write(fd, c, len);
-        if (n < 0 && errno == EINTR)
-            continue;
-        FY_ASSERT_MSG(n > 0, "pipe write: %s", strerror(errno));
-        c += n;
-        len -= (size_t)n;
-    }
+    FY_ASSERT_MSG(fyproc_send(fd, buf, len) == 0, "pipe write: %s", strerror(errno));
 }
 
 void tt_read(int fd, void *buf, size_t len)
 {
-    char *c = buf;
-    while (len > 0) {
-        ssize_t n = read(fd, c, len);
-        if (n < 0 && errno == EINTR)
-            continue;
-        FY_ASSERT_MSG(n > 0, "pipe read: %s", n == 0 ? "the other side is gone" : strerror(errno));
-        c += n;
-        len -= (size_t)n;
-    }
+    FY_ASSERT_MSG(fyproc_recv(fd, buf, len, -1) == 0, "pipe read: the other side is gone");
 }
 
 int tt_readable(int fd)
 {
-    struct pollfd p = {.fd = fd, .events = POLLIN};
-    return poll(&p, 1, 0) > 0;
+    return fyproc_readable(fd);
 }
 
 void tt_fill(void *p, size_t len, uint64_t seed)

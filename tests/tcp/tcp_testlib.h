@@ -10,6 +10,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "fytest_proc.h"
 #include "tl/tl.h"
 
 typedef struct tt_node tt_node_t;
@@ -42,11 +43,8 @@ typedef struct tt_comp {
     ferry_status_t status;
 } tt_comp_t;
 
-typedef struct tt_proc {
-    pid_t pid;
-    int rfd; /* read what the other side wrote */
-    int wfd;
-} tt_proc_t;
+/* A peer process, started by the tree's one helper (fytest_proc.h). */
+typedef fyproc_t tt_proc_t;
 
 #define TT_JOB_KEY 0x7465737431323334ull
 

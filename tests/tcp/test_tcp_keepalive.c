@@ -137,14 +137,19 @@ static void busy_dead_peer(void)
 }
 
 /* Can this host run the cases?  (in a child: the namespace must not stick to us) */
+static void probe_support(int rfd, int wfd, void *arg)
+{
+    (void)rfd, (void)wfd, (void)arg;
+    exit(private_net() && system("nft list tables >/dev/null 2>&1") == 0 ? 0 : 1);
+}
+
 static int supported(void)
 {
-    pid_t pid = fork();
-    if (pid == 0)
-        _exit(private_net() && system("nft list tables >/dev/null 2>&1") == 0 ? 0 : 1);
-    int st = 1;
-    waitpid(pid, &st, 0);
-    return WIFEXITED(st) && WEXITSTATUS(st) == 0;
+    tt_proc_t p;
+    FY_ASSERT(fyproc_fork(&p, probe_support, NULL, 60) == 0);
+    int st = fyproc_wait(&p, 60000);
+    fyproc_release(&p);
+    return st == 0;
 }
 
 int main(int argc, char **argv)

@@ -143,9 +143,15 @@ static ferry_status_t flush(ut_node_t *n)
     return wait_comp(n, &c, n->ops->ep_flush(n->ep, &c.comp));
 }
 
+static int target_body(int rfd, int wfd, void *arg)
+{
+    (void)arg;
+    return target(rfd, wfd);
+}
+
 static void run(void)
 {
-    int c2p[2], p2c[2], st = 0;
+    int st = 0;
     state_t s;
     ut_node_t n;
     target_info_t ti;
@@ -153,21 +159,14 @@ static void run(void)
     pid_t pid;
 
     setenv("FERRY_UDP_IF_INCLUDE", "lo", 1);
-    FY_ASSERT(pipe(c2p) == 0 && pipe(p2c) == 0);
-    pid = fork();
-    FY_ASSERT(pid >= 0);
-    if (pid == 0) {
-        close(c2p[0]);
-        close(p2c[1]);
-        _exit(target(p2c[0], c2p[1]));
-    }
-    close(c2p[1]);
-    close(p2c[0]);
+    fyproc_t peer;
+    pid = ut_spawn(&peer, target_body, NULL);
+    FY_ASSERT(pid > 0);
     memset(&s, 0, sizeof(s));
     FY_ASSERT_EQ(ut_open(&n, "lo", am_cb, &s), 0);
     ut_get_addr(&n, &mine);
-    FY_ASSERT_EQ(ut_read_all(c2p[0], &ti, sizeof(ti)), 0);
-    FY_ASSERT_EQ(ut_write_all(p2c[1], &mine, sizeof(mine)), 0);
+    FY_ASSERT_EQ(ut_read_all(peer.rfd, &ti, sizeof(ti)), 0);
+    FY_ASSERT_EQ(ut_write_all(peer.wfd, &mine, sizeof(mine)), 0);
     FY_ASSERT_OK(ut_connect(&n, &ti.addr));
 
     uint8_t *model = malloc(REGION), *buf = malloc(REGION), *back = malloc(REGION);
@@ -248,7 +247,8 @@ static void run(void)
                   s.result & 4 ? "region differs from the model " : "",
                   s.result & 8 ? "read-only region written" : "");
     FY_ASSERT_OK(flush(&n));
-    close(p2c[1]);
+    close(peer.wfd);
+    peer.wfd = -1;
     uint64_t end = fy_time_ns() + 20 * FY_NSEC_PER_SEC;
     int exited = 0;
     while (!exited && fy_time_ns() < end) {
@@ -257,6 +257,8 @@ static void run(void)
     }
     FY_ASSERT(exited);
     FY_ASSERT_MSG(WIFEXITED(st) && WEXITSTATUS(st) == 0, "target failed: status 0x%x", st);
+    peer.reaped = 1;
+    fyproc_release(&peer);
     ut_close(&n);
     free(model);
     free(buf);

@@ -158,9 +158,15 @@ static int run(int lat, int is_server, int rfd, int wfd)
     return 0;
 }
 
+/* The other side, in a peer process. */
+static int peer_main(int rfd, int wfd, void *arg)
+{
+    return run(*(int *)arg, 1, rfd, wfd);
+}
+
 int main(int argc, char **argv)
 {
-    int opt, c2p[2], p2c[2], st;
+    int opt;
     if (argc < 2 || (strcmp(argv[1], "lat") != 0 && strcmp(argv[1], "bw") != 0)) {
         fprintf(stderr, "usage: %s lat|bw [-s size] [-n iters] [-d device] [-w]\n", argv[0]);
         return 2;
@@ -181,12 +187,11 @@ int main(int argc, char **argv)
         iters = lat ? 100000 : (size >= 65536 ? 20000 : 200000);
     if (getenv("FERRY_UDP_IF_INCLUDE") == NULL)
         setenv("FERRY_UDP_IF_INCLUDE", dev, 1);
-    if (pipe(c2p) || pipe(p2c))
+    fyproc_t peer;
+    if (ut_spawn(&peer, peer_main, &lat) < 0)
         return 1;
-    pid_t pid = fork();
-    if (pid == 0)
-        _exit(run(lat, 1, p2c[0], c2p[1]));
-    int r = run(lat, 0, c2p[0], p2c[1]);
-    waitpid(pid, &st, 0);
-    return r || !WIFEXITED(st) || WEXITSTATUS(st);
+    int r = run(lat, 0, peer.rfd, peer.wfd);
+    int st = fyproc_wait(&peer, UT_PEER_TIMEOUT * 1000);
+    fyproc_release(&peer);
+    return r || st != 0;
 }

@@ -140,32 +140,38 @@ static int sender(int rfd, int wfd, const size_t *sizes, unsigned nsizes, unsign
     return 0;
 }
 
+typedef struct sender_args {
+    const size_t *sizes;
+    unsigned nsizes, rounds;
+    int sleepy;
+} sender_args_t;
+
+static int sender_body(int rfd, int wfd, void *arg)
+{
+    sender_args_t *a = arg;
+    return sender(rfd, wfd, a->sizes, a->nsizes, a->rounds, a->sleepy);
+}
+
 static void run_transfer(const size_t *sizes, unsigned nsizes, unsigned rounds, int sleepy)
 {
-    int c2p[2], p2c[2], st = 0;
+    int st = 0;
     peer_state_t ps;
     ut_node_t n;
     ut_addr_t mine, theirs;
     pid_t pid;
 
-    FY_ASSERT(pipe(c2p) == 0 && pipe(p2c) == 0);
-    pid = fork();
-    FY_ASSERT(pid >= 0);
-    if (pid == 0) {
-        close(c2p[0]);
-        close(p2c[1]);
-        _exit(sender(p2c[0], c2p[1], sizes, nsizes, rounds, sleepy));
-    }
-    close(c2p[1]);
-    close(p2c[0]);
+    sender_args_t sa = {sizes, nsizes, rounds, sleepy};
+    fyproc_t peer;
+    pid = ut_spawn(&peer, sender_body, &sa);
+    FY_ASSERT(pid > 0);
     memset(&ps, 0, sizeof(ps));
     ps.rx.count = nsizes * rounds;
     setenv("FERRY_UDP_IF_INCLUDE", stream_dev_rx, 1);
     FY_ASSERT_EQ(ut_open(&n, stream_dev_rx, am_cb, &ps), 0);
     n.sleepy = sleepy;
     ut_get_addr(&n, &mine);
-    FY_ASSERT_EQ(ut_write_all(p2c[1], &mine, sizeof(mine)), 0);
-    FY_ASSERT_EQ(ut_read_all(c2p[0], &theirs, sizeof(theirs)), 0);
+    FY_ASSERT_EQ(ut_write_all(peer.wfd, &mine, sizeof(mine)), 0);
+    FY_ASSERT_EQ(ut_read_all(peer.rfd, &theirs, sizeof(theirs)), 0);
     FY_ASSERT_OK(ut_connect(&n, &theirs));
     uint64_t t0 = fy_time_ns();
     ut_wait_flag(&n, &ps.rx.done, 100000);
@@ -188,6 +194,8 @@ static void run_transfer(const size_t *sizes, unsigned nsizes, unsigned rounds, 
     }
     FY_ASSERT_MSG(exited, "the sender did not finish");
     FY_ASSERT_MSG(WIFEXITED(st) && WEXITSTATUS(st) == 0, "sender failed: status 0x%x", st);
+    peer.reaped = 1;
+    fyproc_release(&peer);
     if (getenv("FERRY_STATS"))
         n.ops->iface_print(n.iface, stdout);
     ut_close(&n);

@@ -18,6 +18,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "fytest_proc.h"
 #include "tl/tl.h"
 #include "util/clock.h"
 #include "util/status.h"
@@ -124,6 +125,30 @@ static inline int ut_read_all(int fd, void *buf, size_t len)
         len -= (size_t)r;
     }
     return 0;
+}
+
+/* A peer process running fn(rfd, wfd, arg), whose return value is its exit status, started
+ * by the tree's one helper (fytest_proc.h: own process group, hard timeout, death with the
+ * parent).  Returns the pid; *p has the pipes (p->rfd: what the peer writes). */
+#define UT_PEER_TIMEOUT 200 /* seconds */
+typedef struct ut_body {
+    int (*fn)(int rfd, int wfd, void *arg);
+    void *arg;
+} ut_body_t;
+
+static inline void ut_body_run(int rfd, int wfd, void *arg)
+{
+    ut_body_t *b = arg;
+    fflush(stdout);
+    exit(b->fn(rfd, wfd, b->arg));
+}
+
+static inline pid_t ut_spawn(fyproc_t *p, int (*fn)(int rfd, int wfd, void *arg), void *arg)
+{
+    ut_body_t b = {fn, arg}; /* the child has its copy from fork */
+    if (fyproc_fork(p, ut_body_run, &b, UT_PEER_TIMEOUT) != 0)
+        return -1;
+    return p->pid;
 }
 
 /* One progress step; a sleepy node that found nothing sleeps on the event fd (up to ms). */

@@ -224,6 +224,7 @@ typedef struct self_iface {
     uint64_t trim_gets;  /* buf_gets when the trim clock started */
     uint64_t trim_since; /* when it started (ns), 0: not started */
     unsigned trim_polls;
+    fy_list_t eps; /* self_ep_t: iface_close destroys those still open */
     /* receive side: where a zcopy is gathered */
     uint8_t *rxbuf;
     size_t rxbuf_size;
@@ -242,6 +243,7 @@ struct self_ep {
     fy_list_t zcs; /* self_zc_t whose comp is owed, in issue order */
     uint64_t zc_issued, zc_completed;
     fy_list_t flushes; /* self_flush_t */
+    fy_list_t link;    /* iface->eps */
 };
 
 /* ---- the ring, inline for both sides ---- */
@@ -289,7 +291,8 @@ void fy_self_port_unref(self_port_t *p);
 extern _Thread_local self_zc_t *fy_self_reading;
 
 /* self_tx.c: sending */
-ferry_status_t fy_self_am_send(fy_tl_ep_t *ep, uint8_t id, const struct iovec *iov, size_t iovcnt);
+ferry_status_t fy_self_am_short(fy_tl_ep_t *ep, uint8_t id, const struct iovec *iov, size_t iovcnt);
+ferry_status_t fy_self_am_bcopy(fy_tl_ep_t *ep, uint8_t id, const struct iovec *iov, size_t iovcnt);
 ferry_status_t fy_self_am_zcopy(fy_tl_ep_t *ep, uint8_t id, const void *hdr, size_t hdr_len,
                                 const struct iovec *iov, size_t iovcnt, fy_tl_comp_t *comp);
 /* Receiver side: done with a tx (status: what became of it); it may be reused at once. */

@@ -214,14 +214,10 @@ static ferry_status_t send_buf(self_ep_t *ep, uint8_t id, const struct iovec *io
     return FERRY_OK;
 }
 
-/* am_short and am_bcopy: inline in the ring up to SELF_MAX_SHORT, through a buffer above. */
-ferry_status_t fy_self_am_send(fy_tl_ep_t *tl_ep, uint8_t id, const struct iovec *iov,
-                               size_t iovcnt)
+/* Inline in the ring: up to SELF_MAX_SHORT bytes. */
+static inline ferry_status_t send_short(self_ep_t *ep, uint8_t id, const struct iovec *iov,
+                                        size_t iovcnt, size_t len)
 {
-    self_ep_t *ep = (self_ep_t *)tl_ep;
-    size_t len = fy_iov_total(iov, iovcnt);
-    if (FY_UNLIKELY(len > SELF_MAX_SHORT))
-        return send_buf(ep, id, iov, iovcnt, len);
     uint64_t t;
     int wake = 0;
     ferry_status_t st = ring_claim(ep, self_cells_for(len), &t, &wake);
@@ -237,6 +233,29 @@ ferry_status_t fy_self_am_send(fy_tl_ep_t *tl_ep, uint8_t id, const struct iovec
     }
     ring_publish(ep, c, t, SELF_CELL_SHORT, wake);
     return FERRY_OK;
+}
+
+/* am_short: inline, refusing anything beyond the attributes (tl.h: LIMITS). */
+ferry_status_t fy_self_am_short(fy_tl_ep_t *tl_ep, uint8_t id, const struct iovec *iov,
+                                size_t iovcnt)
+{
+    size_t len = fy_iov_total(iov, iovcnt);
+    if (FY_UNLIKELY(len > SELF_MAX_SHORT || iovcnt > SELF_MAX_IOV || id > FY_TL_AM_ID_MAX))
+        return FERRY_ERR_INVALID_PARAM;
+    return send_short((self_ep_t *)tl_ep, id, iov, iovcnt, len);
+}
+
+/* am_bcopy: inline up to SELF_MAX_SHORT, through a buffer above. */
+ferry_status_t fy_self_am_bcopy(fy_tl_ep_t *tl_ep, uint8_t id, const struct iovec *iov,
+                                size_t iovcnt)
+{
+    self_ep_t *ep = (self_ep_t *)tl_ep;
+    size_t len = fy_iov_total(iov, iovcnt);
+    if (FY_UNLIKELY(iovcnt > SELF_MAX_IOV || id > FY_TL_AM_ID_MAX))
+        return FERRY_ERR_INVALID_PARAM;
+    if (len > SELF_MAX_SHORT)
+        return send_buf(ep, id, iov, iovcnt, len);
+    return send_short(ep, id, iov, iovcnt, len);
 }
 
 /* ---- zero-copy ---- */
@@ -272,7 +291,7 @@ ferry_status_t fy_self_am_zcopy(fy_tl_ep_t *tl_ep, uint8_t id, const void *hdr, 
     self_ep_t *ep = (self_ep_t *)tl_ep;
     self_iface_t *si = ep->iface;
     if (hdr_len > SELF_MAX_ZCOPY_HDR || iovcnt > SELF_MAX_IOV || comp == NULL ||
-        (hdr == NULL && hdr_len != 0))
+        id > FY_TL_AM_ID_MAX || (hdr == NULL && hdr_len != 0))
         return FERRY_ERR_INVALID_PARAM;
     if (si->nzc >= SELF_ZC_FLIGHT_MAX) {
         si->stats.tx_pool_empty++;

@@ -331,6 +331,8 @@ struct shm_ep {
     unsigned cell_shift;
     uint32_t inline_max;
     uint32_t bcopy_size;
+    uint32_t short_max; /* am_short takes up to this inline: min(inline_max, our max_short) */
+    uint32_t bcopy_max; /* am_bcopy refuses more: min(bcopy_size, our max_bcopy) */
     char *bufs;
     uint64_t owner; /* our pid, shifted into a state word */
     unsigned blocked;

@@ -169,6 +169,9 @@ ferry_status_t fy_shm_ep_create(fy_tl_iface_t *tl_iface, const void *dev_addr,
     ep->cell_shift = peer->cell_shift;
     ep->inline_max = (uint32_t)((1u << peer->cell_shift) - SHM_CELL_HDR);
     ep->bcopy_size = peer->bcopy_size;
+    ep->short_max =
+        (uint32_t)FY_MIN((size_t)ep->inline_max, iface->md->opts.cell_size - SHM_CELL_HDR);
+    ep->bcopy_max = (uint32_t)FY_MIN((size_t)ep->bcopy_size, iface->md->opts.bcopy_size);
     ep->bufs = peer->bufs;
     ep->owner = iface->owner;
     ep->iface = iface;
@@ -248,7 +251,7 @@ ferry_status_t fy_shm_ep_flush(fy_tl_ep_t *tl_ep, fy_tl_comp_t *comp)
     if (fy_list_is_empty(&ep->ops))
         return FERRY_OK;
     if (comp == NULL)
-        return FERRY_ERR_INVALID_PARAM;
+        return FERRY_ERR_NO_RESOURCE; /* not yet: progress and ask again (tl.h) */
     if (fy_shm_op_new(ep, SHM_OP_FLUSH, comp) == NULL)
         return FERRY_ERR_NO_RESOURCE;
     return FERRY_INPROGRESS;
@@ -300,8 +303,13 @@ ferry_status_t fy_shm_am_short(fy_tl_ep_t *tl_ep, uint8_t id, const struct iovec
     if (FY_UNLIKELY(ep->blocked))
         return blocked_status(ep);
     size_t len = fy_iov_total(iov, iovcnt);
-    if (FY_UNLIKELY(len > ep->inline_max)) /* the peer's cells are smaller than ours */
-        return fy_shm_am_bcopy(tl_ep, id, iov, iovcnt);
+    if (FY_UNLIKELY(len > ep->short_max || iovcnt > SHM_MAX_IOV || id > FY_TL_AM_ID_MAX)) {
+        /* beyond what we announced: refused (tl.h, LIMITS) */
+        if (len > ep->iface->md->opts.cell_size - SHM_CELL_HDR || iovcnt > SHM_MAX_IOV ||
+            id > FY_TL_AM_ID_MAX)
+            return FERRY_ERR_INVALID_PARAM;
+        return fy_shm_am_bcopy(tl_ep, id, iov, iovcnt); /* the peer's cells are smaller */
+    }
     uint32_t t;
     int wake = 0;
     shm_cell_t *c =
@@ -332,7 +340,7 @@ ferry_status_t fy_shm_am_bcopy(fy_tl_ep_t *tl_ep, uint8_t id, const struct iovec
     if (FY_UNLIKELY(ep->blocked))
         return blocked_status(ep);
     size_t len = fy_iov_total(iov, iovcnt);
-    if (FY_UNLIKELY(len > ep->bcopy_size))
+    if (FY_UNLIKELY(len > ep->bcopy_max || iovcnt > SHM_MAX_IOV || id > FY_TL_AM_ID_MAX))
         return FERRY_ERR_INVALID_PARAM;
     uint32_t t;
     int wake = 0;
@@ -604,7 +612,7 @@ ferry_status_t fy_shm_am_zcopy(fy_tl_ep_t *tl_ep, uint8_t id, const void *hdr, s
     shm_iface_t *iface = ep->iface;
     if (FY_UNLIKELY(ep->blocked))
         return blocked_status(ep);
-    if (hdr_len > SHM_MAX_ZCOPY_HDR || iovcnt > SHM_MAX_IOV)
+    if (hdr_len > SHM_MAX_ZCOPY_HDR || iovcnt > SHM_MAX_IOV || id > FY_TL_AM_ID_MAX)
         return FERRY_ERR_INVALID_PARAM;
     size_t data_len = fy_iov_total(iov, iovcnt);
     size_t total = hdr_len + data_len;

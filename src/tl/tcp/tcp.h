@@ -33,6 +33,7 @@
 #define FY_TCP_MAX_IOV    16          /* payload iov entries of one operation */
 #define FY_TCP_HDR_MAX    48          /* base + largest extension + stripe extension */
 #define FY_TCP_SHORT_COPY 4096        /* queued copies up to this size come from a pool */
+#define FY_TCP_MAX_BCOPY  (64 * 1024) /* am_bcopy: one copy, written at once or queued */
 #define FY_TCP_MAGIC      0x43545946u /* "FYTC" in little-endian memory order */
 #define FY_TCP_VERSION    1
 
@@ -489,6 +490,7 @@ void fy_tcp_ep_destroy(fy_tl_ep_t *ep);
 ferry_status_t fy_tcp_ep_flush(fy_tl_ep_t *ep, fy_tl_comp_t *comp);
 ferry_status_t fy_tcp_ep_get_stats(fy_tl_ep_t *ep, ferry_ep_stats_t *stats);
 ferry_status_t fy_tcp_am_short(fy_tl_ep_t *ep, uint8_t id, const struct iovec *iov, size_t iovcnt);
+ferry_status_t fy_tcp_am_bcopy(fy_tl_ep_t *ep, uint8_t id, const struct iovec *iov, size_t iovcnt);
 ferry_status_t fy_tcp_am_zcopy(fy_tl_ep_t *ep, uint8_t id, const void *hdr, size_t hdr_len,
                                const struct iovec *iov, size_t iovcnt, fy_tl_comp_t *comp);
 ferry_status_t fy_tcp_put_zcopy(fy_tl_ep_t *ep, const struct iovec *iov, size_t iovcnt,

@@ -90,6 +90,8 @@ ferry_status_t fy_tcp_ep_flush(fy_tl_ep_t *super, fy_tl_comp_t *comp)
         return FERRY_OK;
     if (p->state != FY_TCP_PEER_UP && p->state != FY_TCP_PEER_CONNECTING)
         return p->unflushed == 0 ? FERRY_OK : FERRY_ERR_NOT_CONNECTED;
+    if (comp == NULL)
+        return FERRY_ERR_NO_RESOURCE; /* not yet: progress and ask again (tl.h) */
     fy_tcp_op_t *op = fy_tcp_op_new(p, ep, FY_TCP_FLUSH, comp);
     if (op == NULL)
         return FERRY_ERR_NO_RESOURCE;
@@ -132,8 +134,10 @@ ferry_status_t fy_tcp_ep_get_stats(fy_tl_ep_t *super, ferry_ep_stats_t *stats)
     return FERRY_OK;
 }
 
-ferry_status_t fy_tcp_am_short(fy_tl_ep_t *super, uint8_t id, const struct iovec *iov,
-                               size_t iovcnt)
+/* am_short and am_bcopy: the same path (written at once, copied only if queued), each
+ * refusing more than its attribute announces (tl.h, LIMITS). */
+static inline ferry_status_t am_copy(fy_tl_ep_t *super, uint8_t id, const struct iovec *iov,
+                                     size_t iovcnt, size_t max)
 {
     fy_tcp_ep_t *ep = fy_tcp_ep(super);
     ferry_status_t st;
@@ -141,13 +145,24 @@ ferry_status_t fy_tcp_am_short(fy_tl_ep_t *super, uint8_t id, const struct iovec
     if (FY_UNLIKELY(p == NULL))
         return st;
     size_t len = fy_iov_total(iov, iovcnt);
-    if (FY_UNLIKELY(id > FY_TL_AM_ID_MAX || iovcnt > FY_TCP_MAX_IOV ||
-                    len > p->iface->cfg->max_msg))
+    if (FY_UNLIKELY(id > FY_TL_AM_ID_MAX || iovcnt > FY_TCP_MAX_IOV || len > max))
         return FERRY_ERR_INVALID_PARAM;
     fy_tcp_hdr_t h = {.type = FY_TCP_AM, .am_id = id, .length = htole32((uint32_t)len)};
     fy_tcp_msg_t m = {
         .hdr = &h, .hdr_len = sizeof(h), .copy = iov, .copy_cnt = iovcnt, .copy_len = len};
     return fy_tcp_send(p, ep, &m);
+}
+
+ferry_status_t fy_tcp_am_short(fy_tl_ep_t *super, uint8_t id, const struct iovec *iov,
+                               size_t iovcnt)
+{
+    return am_copy(super, id, iov, iovcnt, FY_TCP_SHORT_COPY);
+}
+
+ferry_status_t fy_tcp_am_bcopy(fy_tl_ep_t *super, uint8_t id, const struct iovec *iov,
+                               size_t iovcnt)
+{
+    return am_copy(super, id, iov, iovcnt, FY_TCP_MAX_BCOPY);
 }
 
 ferry_status_t fy_tcp_am_zcopy(fy_tl_ep_t *super, uint8_t id, const void *hdr, size_t hdr_len,
@@ -159,7 +174,7 @@ ferry_status_t fy_tcp_am_zcopy(fy_tl_ep_t *super, uint8_t id, const void *hdr, s
     if (FY_UNLIKELY(p == NULL))
         return st;
     size_t len = fy_iov_total(iov, iovcnt);
-    if (FY_UNLIKELY(id > FY_TL_AM_ID_MAX || iovcnt > FY_TCP_MAX_IOV ||
+    if (FY_UNLIKELY(id > FY_TL_AM_ID_MAX || iovcnt > FY_TCP_MAX_IOV || comp == NULL ||
                     hdr_len > FY_TCP_SHORT_COPY || hdr_len + len > p->iface->cfg->max_msg))
         return FERRY_ERR_INVALID_PARAM;
     fy_tcp_hdr_t h = {.type = FY_TCP_AM, .am_id = id, .length = htole32((uint32_t)(hdr_len + len))};

@@ -216,7 +216,7 @@ void fy_tcp_iface_query(fy_tl_iface_t *super, fy_tl_iface_attr_t *attr)
                                                            : cpu_bw;
     attr->overhead_ns = 1000;
     attr->max_short = FY_TCP_SHORT_COPY;
-    attr->max_bcopy = 64 * 1024;
+    attr->max_bcopy = FY_TCP_MAX_BCOPY;
     attr->max_zcopy = cfg->max_msg;
     attr->max_zcopy_hdr = FY_TCP_SHORT_COPY;
     attr->max_put_short = 0;

@@ -280,10 +280,18 @@ void fy_udp_conn_rx_ctrl(fy_udp_iface_t *iface, const fy_udp_hdr_t *h, const uin
         c = fy_udp_conn_lookup(iface, h->dst_id);
         if (c == NULL || m.uuid != c->peer_uuid || h->src_id == 0)
             goto unknown;
-        if (c->peer_id == 0)
+        if (c->peer_id == 0) {
             bind_peer(c, h->src_id);
-        else if (c->peer_id != h->src_id)
-            goto unknown;
+        } else if (c->peer_id != h->src_id) {
+            if (c->state != FY_UDP_CONN_CONNECTING)
+                goto unknown;
+            /* We had adopted the peer's connection from its CONN_REQ, and that connection
+             * went away before the handshake finished (its ep destroyed); the peer answered
+             * our own CONN_REQ with a new one: follow it, or both ends wait forever. */
+            if (fy_hash_get(&iface->by_peer, peer_key(c->peer_uuid, c->peer_id)) == c)
+                fy_hash_del(&iface->by_peer, peer_key(c->peer_uuid, c->peer_id));
+            bind_peer(c, h->src_id);
+        }
         if (c->state != FY_UDP_CONN_CONNECTING)
             return;
         {

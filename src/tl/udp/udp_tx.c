@@ -529,7 +529,7 @@ static ferry_status_t am_copy(fy_udp_conn_t *c, uint8_t id, const struct iovec *
 
     if (st != FERRY_OK)
         return st;
-    if (len > max || id > FY_TL_AM_ID_MAX)
+    if (len > max || iovcnt > FY_UDP_MAX_IOV || id > FY_TL_AM_ID_MAX)
         return FERRY_ERR_INVALID_PARAM;
     seg = fy_udp_seg_alloc(iface, len ? len : 1);
     if (seg == NULL)

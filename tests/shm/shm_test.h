@@ -80,8 +80,7 @@ static inline tchild_t tc_spawn(tc_fn_t fn, void *arg)
         close(down[1]);
         close(up[0]);
         fn(down[0], up[1], arg);
-        fflush(stdout);
-        _exit(0);
+        fytest_exit(0);
     }
     close(down[0]);
     close(up[1]);

@@ -133,7 +133,7 @@ void tt_fork(tt_proc_t *p, void (*fn)(int rfd, int wfd, void *arg), void *arg)
         close(to_child[1]);
         close(to_parent[0]);
         fn(to_child[0], to_parent[1], arg);
-        _exit(0);
+        fytest_exit(0);
     }
     close(to_child[0]);
     close(to_parent[1]);

@@ -159,7 +159,7 @@ static void run(void)
     if (pid == 0) {
         close(c2p[0]);
         close(p2c[1]);
-        _exit(target(p2c[0], c2p[1]));
+        fytest_exit(target(p2c[0], c2p[1]));
     }
     close(c2p[1]);
     close(p2c[0]);

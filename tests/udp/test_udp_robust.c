@@ -54,7 +54,7 @@ static pid_t spawn_peer(int (*fn)(int rfd, int wfd, void *arg), void *arg, int *
     if (pid == 0) {
         close(c2p[0]);
         close(p2c[1]);
-        _exit(fn(p2c[0], c2p[1], arg));
+        fytest_exit(fn(p2c[0], c2p[1], arg));
     }
     close(c2p[1]);
     close(p2c[0]);

@@ -154,7 +154,7 @@ static void run_transfer(const size_t *sizes, unsigned nsizes, unsigned rounds, 
     if (pid == 0) {
         close(c2p[0]);
         close(p2c[1]);
-        _exit(sender(p2c[0], c2p[1], sizes, nsizes, rounds, sleepy));
+        fytest_exit(sender(p2c[0], c2p[1], sizes, nsizes, rounds, sleepy));
     }
     close(c2p[1]);
     close(p2c[0]);

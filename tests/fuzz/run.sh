@@ -14,13 +14,21 @@ mkdir -p "$build/fuzz-artifacts"
 summary=$build/fuzz-summary.txt
 # (appended to: `make fuzz` starts it afresh)
 failed=0
+# As root, each target runs in private pid and network namespaces (only a loopback inside):
+# whatever a fuzzed message names - a pid to read from, an address to answer to - no other
+# process on the machine is reached.  FUZZ_ISOLATE=0 turns this off.
+isolate=
+if [ "$(id -u)" = 0 ] && [ "${FUZZ_ISOLATE:-1}" != 0 ] && command -v unshare >/dev/null &&
+    unshare --pid --fork --mount-proc --net true 2>/dev/null; then
+    isolate="unshare --pid --fork --mount-proc --net $here/in_netns.sh"
+fi
 for t in "$@"; do
     exe=$build/tests/fuzz/$t
     [ -x "$exe" ] || { echo "run.sh: $exe is not built" >&2; failed=1; continue; }
     mkdir -p "$build/fuzz-corpus/$t"
     log=$build/fuzz-artifacts/$t.log
     echo "fuzz: $t for ${secs}s" >&2
-    nice -n "${FUZZ_NICE:-19}" "$exe" -max_total_time="$secs" -timeout=10 -rss_limit_mb=2048 \
+    $isolate nice -n "${FUZZ_NICE:-19}" "$exe" -max_total_time="$secs" -timeout=10 -rss_limit_mb=2048 \
         -print_final_stats=1 -artifact_prefix="$build/fuzz-artifacts/$t-" \
         "$build/fuzz-corpus/$t" "$here/corpus/$t" >"$log" 2>&1
     rc=$?

@@ -54,17 +54,24 @@ test-asan: build-asan
 test: test-normal test-asan
 	@echo "ferry: all tests passed (normal and sanitizer builds)"
 
+# The build targets of the tests with a label (a test is named as its program; script tests
+# have no target of their own and are left out): $(call label_targets,DIR,LABEL)
+label_targets = cd $(1) && cmake --build . --target help | sed -n 's/^\.\.\. \([^ ]*\).*/\1/p' \
+  >.targets && ctest -N -L $(2) | sed -n 's/^ *Test *\#[0-9]*: //p' | grep -xFf .targets
+
 # pkg-config looks in an empty directory only, so libfabric and libpmix are not found even
 # where they are installed: the build must still work, without the ofi transport and the
 # pmix bootstrap (the check after configuring proves they are off).
 $(MIN)/CMakeCache.txt:
 	mkdir -p $(MIN)/no-pkgconfig
-	PKG_CONFIG_LIBDIR=$(CURDIR)/$(MIN)/no-pkgconfig PKG_CONFIG_PATH= \
+	PKG_CONFIG_LIBDIR=$(abspath $(MIN))/no-pkgconfig PKG_CONFIG_PATH= \
 	  cmake -S . -B $(MIN) -DCMAKE_BUILD_TYPE=RelWithDebInfo $(CMAKE_FLAGS)
 	! grep -E 'FERRY_(HAVE_PMIX|TL_OFI)' $(MIN)/gen/ferry_build.h
 
+# the library, the tools and the unit tests (whose targets are named as their tests)
 build-min: deps $(MIN)/CMakeCache.txt
-	cmake --build $(MIN) -j$(JOBS)
+	cmake --build $(MIN) -j$(JOBS) --target ferry ferry_static ferry_info ferry_perf ferryrun \
+	  $$($(call label_targets,$(MIN),unit))
 
 test-min: build-min
 	cd $(MIN) && ctest --output-on-failure -j$(JOBS) --timeout 300 -L unit
@@ -73,8 +80,9 @@ test-min: build-min
 $(TSAN)/CMakeCache.txt:
 	CC=clang cmake -S . -B $(TSAN) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DFERRY_TSAN=ON $(CMAKE_FLAGS)
 
+# only what the threads tests need (each test's target is named as the test)
 build-tsan: deps $(TSAN)/CMakeCache.txt
-	cmake --build $(TSAN) -j$(JOBS)
+	cmake --build $(TSAN) -j$(JOBS) --target $$($(call label_targets,$(TSAN),threads))
 
 test-tsan: build-tsan
 	cd $(TSAN) && TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \

@@ -439,15 +439,17 @@ static int parse_mapping(const char *v, size_t vlen, int size, int *node_of)
     struct {
         int node, nodes, per;
     } blk[64];
-    int nb = 0, described = 0;
+    int nb = 0;
+    long long described = 0; /* nodes * ranks_per_node overflows an int for a hostile map */
     while (nb < 64) {
         q = strchr(q, '(');
         if (q == NULL)
             break;
         if (sscanf(q, "(%d,%d,%d)", &blk[nb].node, &blk[nb].nodes, &blk[nb].per) != 3 ||
-            blk[nb].nodes <= 0 || blk[nb].per <= 0 || blk[nb].node < 0)
+            blk[nb].nodes <= 0 || blk[nb].per <= 0 || blk[nb].node < 0 ||
+            blk[nb].node > INT_MAX - size)
             return -1;
-        described += blk[nb].nodes * blk[nb].per;
+        described += (long long)blk[nb].nodes * blk[nb].per;
         nb++;
         q++;
     }

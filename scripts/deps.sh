@@ -2,7 +2,10 @@
 # Install the Debian packages ferry's build, tests and benchmarks need.  As root: apt-get.
 # Otherwise: print the exact command and stop.  Quiet when everything is present.
 set -eu
-pkgs=(build-essential cmake pkg-config gcc clang
+# clang + libclang-rt-14-dev: the sanitizer build, the thread sanitizer and libFuzzer;
+# clang-format: `make format-check`; git: the list of files it checks; util-linux (unshare) and
+# iproute2: the namespaces the fuzzers and the fault tests run in.
+pkgs=(build-essential cmake pkg-config gcc clang clang-format git util-linux
       libfabric-dev libfabric-bin libpmix-dev
       openmpi-bin libopenmpi-dev mpich libmpich-dev ucx-utils
       libclang-rt-14-dev libnetfilter-queue-dev iptables nftables iproute2 gnuplot-nox procps)

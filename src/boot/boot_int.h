@@ -47,6 +47,9 @@ struct fy_boot {
 extern const fy_boot_ops_t fy_boot_singleton_ops;
 extern const fy_boot_ops_t fy_boot_builtin_ops;
 extern const fy_boot_ops_t fy_boot_pmi1_ops;
+/* Send cmd=finalize and close the process's PMI-1 connection (run at exit; the fuzz target of
+ * tests/fuzz calls it to start each input on a connection of its own). */
+void fy_boot_pmi1_close(void);
 #ifdef FERRY_HAVE_PMIX
 extern const fy_boot_ops_t fy_boot_pmix_ops;
 #endif

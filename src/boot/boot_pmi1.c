@@ -70,7 +70,6 @@ static pmi1_t *process_conn;
 static fy_boot_info_t process_info;
 static int process_users;
 static int atexit_registered;
-static void finalize_at_exit(void);
 
 /* Write the request formatted in p->out (n characters). */
 static ferry_status_t send_out(pmi1_t *p, uint64_t deadline, size_t n)
@@ -440,15 +439,17 @@ static int parse_mapping(const char *v, size_t vlen, int size, int *node_of)
     struct {
         int node, nodes, per;
     } blk[64];
-    int nb = 0, described = 0;
+    int nb = 0;
+    long long described = 0; /* nodes * ranks_per_node overflows an int for a hostile map */
     while (nb < 64) {
         q = strchr(q, '(');
         if (q == NULL)
             break;
         if (sscanf(q, "(%d,%d,%d)", &blk[nb].node, &blk[nb].nodes, &blk[nb].per) != 3 ||
-            blk[nb].nodes <= 0 || blk[nb].per <= 0 || blk[nb].node < 0)
+            blk[nb].nodes <= 0 || blk[nb].per <= 0 || blk[nb].node < 0 ||
+            blk[nb].node > INT_MAX - size)
             return -1;
-        described += blk[nb].nodes * blk[nb].per;
+        described += (long long)blk[nb].nodes * blk[nb].per;
         nb++;
         q++;
     }
@@ -636,12 +637,12 @@ static ferry_status_t pmi1_init(fy_boot_t *boot)
     process_conn = p;
     process_info = *info;
     process_users = 1;
-    if (!atexit_registered && atexit(finalize_at_exit) == 0)
+    if (!atexit_registered && atexit(fy_boot_pmi1_close) == 0)
         atexit_registered = 1;
     return FERRY_OK;
 }
 
-static void finalize_at_exit(void)
+void fy_boot_pmi1_close(void)
 {
     pmi1_t *p = process_conn;
     if (p == NULL)
@@ -657,7 +658,7 @@ static void finalize_at_exit(void)
 
 static void pmi1_finalize(fy_boot_t *boot)
 {
-    /* the connection stays for a later init; finalize_at_exit() ends it */
+    /* the connection stays for a later init; fy_boot_pmi1_close() ends it */
     if (boot->priv != NULL && process_users > 0)
         process_users--;
     boot->priv = NULL;

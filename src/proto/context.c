@@ -501,11 +501,7 @@ ferry_status_t ferry_rkey_unpack(ferry_ep_t *ep, const void *buf, size_t len, fe
     *rkey_p = rk;
     return FERRY_OK;
 bad:
-    if (rk->tl_rkey != NULL) {
-        rk->tl->ops->rkey_release(rk->md, rk->tl_rkey);
-        free(rk->tl_rkey);
-    }
-    free(rk);
+    ferry_rkey_destroy(rk); /* the transport may have no rkey_release (self) */
     return FERRY_ERR_INVALID_PARAM;
 }
 

@@ -209,8 +209,7 @@ static void run_pair(role_fn_t parent, role_fn_t child, void (*setup)(void))
         end_open(&e);
         child(&e);
         end_close(&e);
-        fflush(stdout);
-        _exit(0);
+        fytest_exit(0);
     }
     close(down[0]);
     close(up[1]);

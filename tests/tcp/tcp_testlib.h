@@ -68,7 +68,8 @@ void tt_comp_wait(tt_node_t *n, tt_comp_t *c);
             tt_wait((n), -1, 100);                                                                 \
     } while (0)
 
-/* Fork a peer running fn(rfd, wfd, arg) then _exit(0); the parent gets the pipe ends. */
+/* Fork a peer running fn(rfd, wfd, arg) then fytest_exit(0) (leak-checked under ASan); the
+ * parent gets the pipe ends. */
 void tt_fork(tt_proc_t *p, void (*fn)(int rfd, int wfd, void *arg), void *arg);
 /* Wait for a peer to exit with status 0 (asserts). */
 void tt_join(tt_proc_t *p);

@@ -71,8 +71,11 @@ static inline int ut_open(ut_node_t *n, const char *device, fy_tl_am_cb_t am_cb,
     p.err_arg = n;
     p.job_key = UT_JOB_KEY;
     p.worker_uuid = (uint64_t)getpid() * 0x9e3779b97f4a7c15ull;
-    if (n->ops->iface_open(n->md, &p, &n->iface) != FERRY_OK)
+    if (n->ops->iface_open(n->md, &p, &n->iface) != FERRY_OK) {
+        n->ops->md_close(n->md);
+        n->md = NULL;
         return -3;
+    }
     n->ops->iface_query(n->iface, &n->attr);
     return 0;
 }

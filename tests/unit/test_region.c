@@ -153,7 +153,7 @@ static void *checker(void *arg)
 {
     race_t *r = arg;
     uint64_t base = (uint64_t)(uintptr_t)r->buf;
-    while (!r->stop)
+    while (!__atomic_load_n(&r->stop, __ATOMIC_ACQUIRE)) /* the main thread sets it */
         if (fy_region_check(r->t, r->fixed.id, r->fixed.key, base, 64, RD, NULL) != FERRY_OK)
             __atomic_fetch_add(&r->denied, 1, __ATOMIC_RELAXED);
     return NULL;

@@ -49,7 +49,8 @@ static void iov_advance(struct iovec **v, size_t *cnt, size_t n)
 {
     while (*cnt > 0) {
         if (n < (*v)->iov_len) {
-            (*v)->iov_base = (char *)(*v)->iov_base + n;
+            /* integer arithmetic: a remote address may be anything, NULL too */
+            (*v)->iov_base = (void *)((uintptr_t)(*v)->iov_base + n);
             (*v)->iov_len -= n;
             return;
         }

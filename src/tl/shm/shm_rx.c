@@ -106,19 +106,12 @@ static void rx_pull(shm_iface_t *iface, uint8_t am_id, const char *buf, uint32_t
         return;
     }
     memcpy(dst, buf + sizeof(d), d.hdr_len);
-    int err = 0;
-    if (d.reply.pid == iface->addr.pid) {
-        char *p = dst + d.hdr_len;
-        for (uint32_t i = 0; i < d.iovcnt; i++) {
-            memcpy(p, (const void *)(uintptr_t)d.iov[i].addr, d.iov[i].len);
-            p += d.iov[i].len;
-        }
-    } else {
-        struct iovec l = {dst + d.hdr_len, (size_t)d.data_len}, r[SHM_MAX_IOV];
-        for (uint32_t i = 0; i < d.iovcnt; i++)
-            r[i] = (struct iovec){(void *)(uintptr_t)d.iov[i].addr, d.iov[i].len};
-        err = fy_shm_cma_copy(d.reply.pid, &l, 1, r, d.iovcnt, 0);
-    }
+    /* Even from our own pid, through the kernel: any process can write our pid into a
+     * descriptor, and a plain memcpy from its addresses would crash us on a bad one. */
+    struct iovec l = {dst + d.hdr_len, (size_t)d.data_len}, r[SHM_MAX_IOV];
+    for (uint32_t i = 0; i < d.iovcnt; i++)
+        r[i] = (struct iovec){(void *)(uintptr_t)d.iov[i].addr, d.iov[i].len};
+    int err = fy_shm_cma_copy(d.reply.pid, &l, 1, r, d.iovcnt, 0);
     if (err == 0) {
         fy_shm_reply(iface, &d.reply, SHM_CELL_ZDONE, d.cookie, FERRY_OK, 0);
         iface->stats.rx_msgs++;

@@ -59,7 +59,7 @@ static const fy_config_field_t udp_fields[] = {
       rto_min),
     F("RTO_MAX", "200ms", "Ceiling of the retransmission timeout (after backoff).", FY_CFG_TIME,
       rto_max),
-    F("PEER_TIMEOUT", "3s",
+    F("PEER_TIMEOUT", "10s",
       "A peer silent this long while data is outstanding (or while "
       "connecting) is declared dead: err_cb, pending operations fail.",
       FY_CFG_TIME, peer_timeout),

@@ -838,8 +838,12 @@ void fy_tcp_peer_destroy_all(fy_tcp_iface_t *iface)
             if (p->links[i] != NULL && p->links[i]->fd >= 0)
                 shutdown(p->links[i]->fd, SHUT_WR);
         fy_list_t *x;
-        while ((x = fy_list_pop_head(&p->eps)) != NULL)
-            fy_container_of(x, fy_tcp_ep_t, elem)->peer = NULL;
+        while ((x = fy_list_pop_head(&p->eps)) != NULL) {
+            /* iface_close destroys the eps still open (tl.h): cancel their work, free them */
+            fy_tcp_ep_t *ep = fy_container_of(x, fy_tcp_ep_t, elem);
+            fy_tcp_ep_orphan(ep);
+            free(ep);
+        }
         if (p->in_table)
             fy_hash_del(&iface->peers_by_id, p->remote_id);
         p->in_table = 0;

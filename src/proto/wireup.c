@@ -557,6 +557,17 @@ static void follow_iface(ferry_ep_t *ep, fy_iface_t *fi, const void *addr, size_
     unsigned nfails = 0;
     int lane_bit[FY_LANE_COUNT];
     if (ra != NULL && plan != NULL && fy_address_unpack(addr, len, ra) == FERRY_OK) {
+        /* Both ends rank the candidates alike, so the peer tried every one ranked before the
+         * one it came in on and found it failing: those are failed here too, for every lane
+         * (an RMA lane left on one of them would never connect). */
+        for (;;) {
+            fy_lanes_plan(ep->worker, ra, fails, nfails, -1, plan);
+            if (plan->am < 0 || plan->cand[plan->am].local == (int)fi->index || nfails == MAX_FAILS)
+                break;
+            const fy_lane_cand_t *c = &plan->cand[plan->am];
+            add_fail(fails, &nfails, fy_lane_pair_bit(c->local, c->remote),
+                     "the peer came in on another lane");
+        }
         if (choose(ep, ra, fails, &nfails, (int)fi->index, plan, lane_bit) == FERRY_OK) {
             fy_info("endpoint %u to worker %016llx: the peer came in on %s %s; answering there",
                     ep->id, (unsigned long long)ep->remote_uuid, fi->tl->name,
@@ -568,6 +579,31 @@ static void follow_iface(ferry_ep_t *ep, fy_iface_t *fi, const void *addr, size_
     }
     free(plan);
     free(ra);
+}
+
+/*
+ * Send op ahead of everything the endpoint has queued.  A WIREUP_REP must: operations held
+ * while our own WIREUP_REQ was unanswered name us by our endpoint id (FY_AM_F_SRC), and when
+ * that request went out on a lane that never connected, the answer is the peer's only way to
+ * learn the id before they arrive.
+ */
+static void send_first(ferry_ep_t *ep, fy_op_t *op)
+{
+    if (fy_queue_is_empty(&ep->pending)) {
+        fy_ep_submit(ep, op);
+        return;
+    }
+    ferry_status_t st = fy_op_start(op);
+    if (st == FERRY_INPROGRESS) {
+        count_op(op);
+    } else if (st == FERRY_ERR_NO_RESOURCE) {
+        count_op(op);
+        fy_queue_push_head(&ep->pending, &op->q);
+        if (!fy_list_is_linked(&ep->pending_link))
+            fy_list_add_tail(&ep->worker->pending_eps, &ep->pending_link);
+    } else {
+        fy_op_put(op);
+    }
 }
 
 static void wireup_req(fy_iface_t *fi, const fy_wireup_msg_t *m, const void *addr)
@@ -605,7 +641,7 @@ static void wireup_req(fy_iface_t *fi, const fy_wireup_msg_t *m, const void *add
     memcpy(op->hdr, &rep, sizeof(rep));
     op->hdr_len = sizeof(rep);
     op->iovcnt = 0;
-    fy_ep_submit(ep, op);
+    send_first(ep, op);
 }
 
 static void wireup_rep(fy_iface_t *fi, const fy_wireup_msg_t *m)

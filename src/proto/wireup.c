@@ -18,7 +18,10 @@
  * answer came within FERRY_WIREUP_TIMEOUT, the candidate is marked with the reason, the
  * endpoint's transport endpoints are made again on the next best candidate, WIREUP_REQ goes
  * out there, and the held operations follow it in order once it answers.  The peer answers on
- * the interface the request came in on.  When every candidate failed, the endpoint fails with
+ * the interface the request came in on, moving every lane off the candidates ranked before it
+ * (it tried them), and its answer goes ahead of what it queued itself: when both sides connect
+ * at once and the peer's own request was lost on a lane that never connected, the answer is
+ * how we learn the id its held messages name.  When every candidate failed, the endpoint fails with
  * FERRY_ERR_UNREACHABLE and an error naming each candidate and why.  On loopback devices and
  * shared memory, where the peer is checked to be reachable and a connect fails only when it
  * is gone, nothing is held: the first message costs no round trip there.
@@ -391,11 +394,13 @@ static void switch_lane(ferry_ep_t *ep)
         fail_all(ep);
         return;
     }
-    char name[160];
+    char name[160], old[160] = "a lane";
     cand_label(ep->worker, &wu->ra, (unsigned)wu->lane_bit[FY_LANE_AM], name, sizeof(name));
+    if (wu->nfails != 0)
+        cand_label(ep->worker, &wu->ra, wu->fails[wu->nfails - 1].bit, old, sizeof(old));
     fy_info("endpoint %u to worker %016llx: %s failed (%s); trying %s", ep->id,
-            (unsigned long long)ep->remote_uuid, wu->nfails ? wu->fails[wu->nfails - 1].why : "",
-            wu->nfails ? "the next lane" : "", name);
+            (unsigned long long)ep->remote_uuid, old,
+            wu->nfails != 0 ? wu->fails[wu->nfails - 1].why : "", name);
     log_plan(ep, &wu->ra, plan);
     free(plan);
     fy_tag_ep_init(ep);

@@ -564,8 +564,9 @@ static void follow_iface(ferry_ep_t *ep, fy_iface_t *fi, const void *addr, size_
     if (ra != NULL && plan != NULL && fy_address_unpack(addr, len, ra) == FERRY_OK) {
         /* Both ends rank the candidates alike, so the peer tried every one ranked before the
          * one it came in on and found it failing: those are failed here too, for every lane
-         * (an RMA lane left on one of them would never connect). */
-        for (;;) {
+         * (an RMA lane left on one of them would never connect).  Not on loopback, where
+         * nothing is held and nothing falls back. */
+        while (!is_loopback_dev(fi)) {
             fy_lanes_plan(ep->worker, ra, fails, nfails, -1, plan);
             if (plan->am < 0 || plan->cand[plan->am].local == (int)fi->index || nfails == MAX_FAILS)
                 break;

@@ -18,7 +18,10 @@
  * answer came within FERRY_WIREUP_TIMEOUT, the candidate is marked with the reason, the
  * endpoint's transport endpoints are made again on the next best candidate, WIREUP_REQ goes
  * out there, and the held operations follow it in order once it answers.  The peer answers on
- * the interface the request came in on.  When every candidate failed, the endpoint fails with
+ * the interface the request came in on, moving every lane off the candidates ranked before it
+ * (it tried them), and its answer goes ahead of what it queued itself: when both sides connect
+ * at once and the peer's own request was lost on a lane that never connected, the answer is
+ * how we learn the id its held messages name.  When every candidate failed, the endpoint fails with
  * FERRY_ERR_UNREACHABLE and an error naming each candidate and why.  On loopback devices and
  * shared memory, where the peer is checked to be reachable and a connect fails only when it
  * is gone, nothing is held: the first message costs no round trip there.
@@ -391,11 +394,13 @@ static void switch_lane(ferry_ep_t *ep)
         fail_all(ep);
         return;
     }
-    char name[160];
+    char name[160], old[160] = "a lane";
     cand_label(ep->worker, &wu->ra, (unsigned)wu->lane_bit[FY_LANE_AM], name, sizeof(name));
+    if (wu->nfails != 0)
+        cand_label(ep->worker, &wu->ra, wu->fails[wu->nfails - 1].bit, old, sizeof(old));
     fy_info("endpoint %u to worker %016llx: %s failed (%s); trying %s", ep->id,
-            (unsigned long long)ep->remote_uuid, wu->nfails ? wu->fails[wu->nfails - 1].why : "",
-            wu->nfails ? "the next lane" : "", name);
+            (unsigned long long)ep->remote_uuid, old,
+            wu->nfails != 0 ? wu->fails[wu->nfails - 1].why : "", name);
     log_plan(ep, &wu->ra, plan);
     free(plan);
     fy_tag_ep_init(ep);
@@ -557,6 +562,18 @@ static void follow_iface(ferry_ep_t *ep, fy_iface_t *fi, const void *addr, size_
     unsigned nfails = 0;
     int lane_bit[FY_LANE_COUNT];
     if (ra != NULL && plan != NULL && fy_address_unpack(addr, len, ra) == FERRY_OK) {
+        /* Both ends rank the candidates alike, so the peer tried every one ranked before the
+         * one it came in on and found it failing: those are failed here too, for every lane
+         * (an RMA lane left on one of them would never connect).  Not on loopback, where
+         * nothing is held and nothing falls back. */
+        while (!is_loopback_dev(fi)) {
+            fy_lanes_plan(ep->worker, ra, fails, nfails, -1, plan);
+            if (plan->am < 0 || plan->cand[plan->am].local == (int)fi->index || nfails == MAX_FAILS)
+                break;
+            const fy_lane_cand_t *c = &plan->cand[plan->am];
+            add_fail(fails, &nfails, fy_lane_pair_bit(c->local, c->remote),
+                     "the peer came in on another lane");
+        }
         if (choose(ep, ra, fails, &nfails, (int)fi->index, plan, lane_bit) == FERRY_OK) {
             fy_info("endpoint %u to worker %016llx: the peer came in on %s %s; answering there",
                     ep->id, (unsigned long long)ep->remote_uuid, fi->tl->name,
@@ -568,6 +585,31 @@ static void follow_iface(ferry_ep_t *ep, fy_iface_t *fi, const void *addr, size_
     }
     free(plan);
     free(ra);
+}
+
+/*
+ * Send op ahead of everything the endpoint has queued.  A WIREUP_REP must: operations held
+ * while our own WIREUP_REQ was unanswered name us by our endpoint id (FY_AM_F_SRC), and when
+ * that request went out on a lane that never connected, the answer is the peer's only way to
+ * learn the id before they arrive.
+ */
+static void send_first(ferry_ep_t *ep, fy_op_t *op)
+{
+    if (fy_queue_is_empty(&ep->pending)) {
+        fy_ep_submit(ep, op);
+        return;
+    }
+    ferry_status_t st = fy_op_start(op);
+    if (st == FERRY_INPROGRESS) {
+        count_op(op);
+    } else if (st == FERRY_ERR_NO_RESOURCE) {
+        count_op(op);
+        fy_queue_push_head(&ep->pending, &op->q);
+        if (!fy_list_is_linked(&ep->pending_link))
+            fy_list_add_tail(&ep->worker->pending_eps, &ep->pending_link);
+    } else {
+        fy_op_put(op);
+    }
 }
 
 static void wireup_req(fy_iface_t *fi, const fy_wireup_msg_t *m, const void *addr)
@@ -605,7 +647,7 @@ static void wireup_req(fy_iface_t *fi, const fy_wireup_msg_t *m, const void *add
     memcpy(op->hdr, &rep, sizeof(rep));
     op->hdr_len = sizeof(rep);
     op->iovcnt = 0;
-    fy_ep_submit(ep, op);
+    send_first(ep, op);
 }
 
 static void wireup_rep(fy_iface_t *fi, const fy_wireup_msg_t *m)

@@ -15,7 +15,9 @@
  * lands while this one is still running is kept for it.  While it waits, the barrier
  * progresses the worker through ferry_worker_wait(), which sleeps on the worker's event fd
  * when idle: on an oversubscribed machine a waiting rank gives its core to the rank it waits
- * for instead of spinning against it.
+ * for instead of spinning against it.  When the endpoint to the rank it signals or the one it
+ * waits for fails (the peer died, or no lane reaches it), the barrier returns that error at
+ * once instead of waiting for FERRY_BOOT_TIMEOUT.
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -52,6 +54,7 @@ struct ferry_world {
     fy_boot_t *boot;
     fy_boot_info_t info;
     ferry_ep_t **eps;                      /* per rank, created on first use */
+    ferry_status_t *ep_failed;             /* per rank: why its endpoint failed, or OK */
     unsigned rounds;                       /* ceil(log2(size)) */
     uint32_t epoch;                        /* barriers completed */
     uint32_t arrived[2][WORLD_MAX_ROUNDS]; /* messages received, per epoch parity and round */
@@ -86,6 +89,8 @@ static void world_ep_error(void *arg, ferry_ep_t *ep, ferry_status_t status)
     for (int r = 0; r < w->info.size && rank < 0; r++)
         if (w->eps[r] == ep)
             rank = r;
+    if (rank >= 0)
+        w->ep_failed[rank] = status;
     /* A peer that finished and left is normal at the end of a job: say it quietly.  The
      * operation that needed it reports the error itself. */
     fy_info("world: the endpoint to rank %d failed: %s", rank, ferry_status_string(status));
@@ -109,7 +114,8 @@ ferry_status_t ferry_world_create(ferry_worker_t *worker, ferry_world_t **world_
     while ((1u << w->rounds) < (unsigned)w->info.size)
         w->rounds++;
     w->eps = calloc((size_t)w->info.size, sizeof(*w->eps));
-    if (w->eps == NULL) {
+    w->ep_failed = calloc((size_t)w->info.size, sizeof(*w->ep_failed));
+    if (w->eps == NULL || w->ep_failed == NULL) {
         st = FERRY_ERR_NO_MEMORY;
         goto fail;
     }
@@ -145,6 +151,7 @@ ferry_status_t ferry_world_create(ferry_worker_t *worker, ferry_world_t **world_
 fail:
     free(addr);
     free(w->eps);
+    free(w->ep_failed);
     fy_boot_finalize(w->boot);
     free(w);
     return st;
@@ -183,6 +190,7 @@ void ferry_world_destroy(ferry_world_t *w)
             ferry_ep_close(w->eps[r], FERRY_EP_CLOSE_FORCE, NULL);
     fy_am_set_handler(w->worker, FY_AM_ID_WORLD, NULL, NULL);
     free(w->eps);
+    free(w->ep_failed);
     fy_boot_finalize(w->boot);
     free(w);
 }
@@ -297,6 +305,15 @@ ferry_status_t ferry_world_barrier(ferry_world_t *w)
         while (w->arrived[parity][k] == 0) {
             if (ferry_worker_progress(w->worker) != 0)
                 continue;
+            /* our signal, or the one we wait for, cannot come: fail now, not at the deadline */
+            int dead = w->ep_failed[to] != FERRY_OK     ? to
+                       : w->ep_failed[from] != FERRY_OK ? from
+                                                        : -1;
+            if (dead >= 0) {
+                fy_error("world barrier %u, round %u of %u: the endpoint to rank %d failed (%s)",
+                         w->epoch, k + 1, w->rounds, dead, ferry_status_string(w->ep_failed[dead]));
+                return w->ep_failed[dead];
+            }
             uint64_t now = fy_time_ns();
             if (now >= deadline) {
                 fy_error("world barrier %u timed out after %.3g s (FERRY_BOOT_TIMEOUT) in round "

@@ -29,8 +29,8 @@
 #   shm_separate  two ranks with one network namespace but separate /dev/shm: alltoall passes
 #                 by default, and fails cleanly (no hang) with FERRY_TLS=self,shm: not over shm
 #
-# PENDING: a case that fails today only because lane selection has no fallback yet (issue 11,
-# items 3 and 6) runs only with FYHOSTS_PENDING=1; otherwise it prints why and skips.
+# PENDING: a case that fails today only because of work in progress elsewhere calls `pending`
+# and runs only with FYHOSTS_PENDING=1; otherwise it prints why and skips.  (None does now.)
 set -u
 CASE=${1:?case}
 FRUN=${2:?ferryrun}
@@ -182,14 +182,12 @@ rank_dies)
     echo "ok: a remote rank's failure ends the job"
     ;;
 noudp)
-    pending "with udp dropped between hosts, lane selection has no fallback to tcp yet (issue 11 items 3, 6)"
     two_hosts
     tb_drop tbB udp || fail "iptables"
     expect_alltoall_ok "udp dropped between the hosts" --hosts tbA:2,tbB:2 \
         --boot-addr "eth0:$TB_BOOT_PORT" "$A2A"
     ;;
 nonet)
-    pending "with udp and tcp dropped, the endpoint error listing every candidate (issue 11 item 6) is not there yet"
     two_hosts
     tb_drop tbB udp && tb_drop tbB tcp || fail "iptables"
     start=$SECONDS

@@ -3,8 +3,8 @@
  * on the ep, every outstanding operation completed with an error, no hang), a sender killed
  * while writing into a ring (the ring keeps moving), a producer dead between claiming a cell
  * and publishing it (the cell is skipped), a peer that closes its iface, an ep destroyed with
- * operations outstanding, unreachable and malformed addresses, bad configuration — and after
- * each of them, nothing left in /dev/shm.
+ * operations outstanding (a cancelled pull is never read afterwards), unreachable and malformed
+ * addresses, bad configuration — and after each of them, nothing left in /dev/shm.
  */
 #include <dirent.h>
 #include <signal.h>
@@ -449,6 +449,146 @@ static void destroy_mid_push(void)
     tp_close(&p);
 }
 
+/* A receiver that stalls, then progresses until message 9: how many messages it delivered,
+ * and how many pulls it dropped because their sender had revoked them. */
+static void revoked_receiver(int rfd, int wfd, void *arg)
+{
+    tproc_t p;
+    rx_count = 0;
+    rx_last_id = 0;
+    tp_open(&p, count_cb, NULL);
+    taddr_t addr = tp_addr(&p);
+    tc_write(wfd, &addr, sizeof(addr));
+    tc_get_u64(rfd); /* stalled until told */
+    uint64_t end = fy_time_ns() + 30000000000ull;
+    while (rx_last_id != 9) {
+        FY_ASSERT(fy_time_ns() < end);
+        p.ops->iface_progress(p.iface);
+    }
+    tc_put_u64(wfd, rx_count);
+    tc_put_u64(wfd, tp_shm(&p)->stats.drops_revoked);
+    tc_get_u64(rfd);
+    tp_close(&p);
+}
+
+/* ep_destroy with a pull outstanding in another process: the completion (CANCELED) gives the
+ * buffer back, so the receiver must never read it afterwards — it finds the pull slot revoked
+ * and drops the message; later messages still arrive. */
+static void destroy_revokes_pull(void)
+{
+    setenv("FERRY_SHM_OUTBOX_SIZE", "0", 1); /* 1 MiB is pulled */
+    tproc_t p;
+    tp_open(&p, count_cb, NULL);
+    shm_iface_t *si = tp_shm(&p);
+    tchild_t c = tc_spawn(revoked_receiver, NULL);
+    taddr_t addr;
+    tc_read(c.rfd, &addr, sizeof(addr));
+    fy_tl_ep_t *ep = tp_ep(&p, &addr);
+    static char buf[1 << 20];
+    tcomp_t comp;
+    tcomp_init(&comp);
+    struct iovec v = {buf, sizeof(buf)};
+    FY_ASSERT_STATUS(p.ops->am_zcopy(ep, 1, NULL, 0, &v, 1, &comp.super), FERRY_INPROGRESS);
+    FY_ASSERT_EQ(si->pull_nfree, SHM_PULL_SLOTS - 1);
+    p.ops->ep_destroy(ep);
+    FY_ASSERT_EQ(comp.done, 1);
+    FY_ASSERT_STATUS(comp.status, FERRY_ERR_CANCELED);
+    FY_ASSERT_EQ(si->pull_nfree, SHM_PULL_SLOTS); /* revoked, and free again */
+    memset(buf, 0xdd, sizeof(buf));               /* the caller's again */
+    ep = tp_ep(&p, &addr);
+    uint64_t v8 = 9;
+    struct iovec iov = {&v8, 8};
+    FY_ASSERT_OK(p.ops->am_short(ep, 9, &iov, 1));
+    tc_put_u64(c.wfd, 1);
+    FY_ASSERT_EQ(tc_get_u64(c.rfd), 1); /* message 9 only */
+    FY_ASSERT_EQ(tc_get_u64(c.rfd), 1); /* the pull, dropped unread */
+    tc_put_u64(c.wfd, 1);
+    tc_join(&c);
+    p.ops->ep_destroy(ep);
+    tp_close(&p);
+}
+
+/* A receiver that pulls at once: message 1 must carry the pattern (seed 5) whole. */
+#define RACE_LEN ((size_t)32 << 20)
+static unsigned long race_good, race_bad;
+static void race_cb(void *arg, uint8_t id, const void *data, size_t len)
+{
+    rx_last_id = id;
+    if (id == 1) {
+        if (len == RACE_LEN && pat_check(data, len, 5) == -1)
+            race_good++;
+        else
+            race_bad++;
+    }
+}
+
+static void racing_receiver(int rfd, int wfd, void *arg)
+{
+    tproc_t p;
+    rx_last_id = 0;
+    tp_open(&p, race_cb, NULL);
+    taddr_t addr = tp_addr(&p);
+    tc_write(wfd, &addr, sizeof(addr));
+    uint64_t end = fy_time_ns() + 60000000000ull;
+    while (rx_last_id != 9) {
+        FY_ASSERT(fy_time_ns() < end);
+        p.ops->iface_progress(p.iface);
+    }
+    tc_put_u64(wfd, race_good);
+    tc_put_u64(wfd, race_bad);
+    tc_put_u64(wfd, tp_shm(&p)->stats.drops_revoked);
+    tc_get_u64(rfd);
+    tp_close(&p);
+}
+
+/* ep_destroy while the receiver is copying the pull (its slot READING): the destroy waits for
+ * the copy to end, so the message arrives whole, never with the bytes written after the
+ * cancel; had the receiver not started, it drops the message. */
+static void destroy_during_pull(void)
+{
+    setenv("FERRY_SHM_OUTBOX_SIZE", "0", 1);
+    tproc_t p;
+    tp_open(&p, count_cb, NULL);
+    shm_iface_t *si = tp_shm(&p);
+    tchild_t c = tc_spawn(racing_receiver, NULL);
+    taddr_t addr;
+    tc_read(c.rfd, &addr, sizeof(addr));
+    fy_tl_ep_t *ep = tp_ep(&p, &addr);
+    char *buf = malloc(RACE_LEN);
+    FY_ASSERT(buf != NULL);
+    pat_fill(buf, RACE_LEN, 5);
+    tcomp_t comp;
+    tcomp_init(&comp);
+    struct iovec v = {buf, RACE_LEN};
+    FY_ASSERT_STATUS(p.ops->am_zcopy(ep, 1, NULL, 0, &v, 1, &comp.super), FERRY_INPROGRESS);
+    const uint64_t *w = &si->pulls[si->pull_free[si->pull_nfree]]; /* the slot just taken */
+    uint64_t open = __atomic_load_n(w, __ATOMIC_ACQUIRE), end = fy_time_ns() + 30000000000ull;
+    FY_ASSERT_EQ(open & 3, SHM_PULL_OPEN);
+    while (__atomic_load_n(w, __ATOMIC_ACQUIRE) == open) /* the receiver takes it */
+        FY_ASSERT(fy_time_ns() < end);
+    p.ops->ep_destroy(ep);
+    FY_ASSERT_EQ(comp.done, 1);
+    FY_ASSERT_STATUS(comp.status, FERRY_ERR_CANCELED);
+    FY_ASSERT_EQ(__atomic_load_n(w, __ATOMIC_ACQUIRE) & 3, SHM_PULL_CLOSED);
+    FY_ASSERT(si->stats.revoke_waits <= 1);
+    fprintf(stderr, "  the destroy waited for the reader: %s\n",
+            si->stats.revoke_waits ? "yes" : "no");
+    memset(buf, 0xdd, RACE_LEN);
+    ep = tp_ep(&p, &addr);
+    uint64_t v8 = 9;
+    struct iovec iov = {&v8, 8};
+    FY_ASSERT_OK(p.ops->am_short(ep, 9, &iov, 1));
+    uint64_t good = tc_get_u64(c.rfd), bad = tc_get_u64(c.rfd), revoked = tc_get_u64(c.rfd);
+    FY_ASSERT_EQ(bad, 0);
+    FY_ASSERT_EQ(good, 1); /* it had taken the slot: the copy finished before the destroy */
+    FY_ASSERT_EQ(revoked, 0);
+    tc_put_u64(c.wfd, 1);
+    tc_join(&c);
+    p.ops->ep_destroy(ep);
+    tp_close(&p);
+    free(buf);
+}
+
 /* Write one crafted cell into ep's ring: header fields, inline bytes, buffer bytes. */
 static void inject(fy_tl_ep_t *tl_ep, uint8_t type, uint8_t id, uint32_t len, const void *in,
                    size_t in_len, const void *buf, size_t buf_len)
@@ -486,6 +626,13 @@ static void malformed_cells(void)
     inject(ep, SHM_CELL_SHORT, 1, 4096, junk, 8, NULL, 0), n++;                /* over the cell */
     inject(ep, SHM_CELL_BCOPY, 1, si->bcopy_size + 1, NULL, 0, NULL, 0), n++;
     inject(ep, SHM_CELL_PULL, 1, 8, NULL, 0, junk, 8), n++; /* short descriptor */
+    shm_pull_desc_t pd = {.data_len = 8, .iovcnt = 1, .slot = SHM_PULL_SLOTS, .reply = si->addr};
+    pd.iov[0].addr = (uint64_t)(uintptr_t)junk;
+    pd.iov[0].len = 8;
+    inject(ep, SHM_CELL_PULL, 1, sizeof(pd), NULL, 0, &pd, sizeof(pd)), n++; /* slot past end */
+    pd.slot = 0; /* a slot that is not open (for this generation): dropped, nothing read */
+    pd.gen = 12345;
+    inject(ep, SHM_CELL_PULL, 1, sizeof(pd), NULL, 0, &pd, sizeof(pd));
     inject(ep, SHM_CELL_OUTBOX, 1, sizeof(d) - 1, NULL, 0, &d, sizeof(d)), n++;
     d.off = si->obox_off + si->obox_size; /* past the outbox */
     inject(ep, SHM_CELL_OUTBOX, 1, sizeof(d), NULL, 0, &d, sizeof(d)), n++;
@@ -505,6 +652,7 @@ static void malformed_cells(void)
     for (int i = 0; i < 100; i++)
         p.ops->iface_progress(p.iface);
     FY_ASSERT_EQ(si->stats.drops_malformed, n);
+    FY_ASSERT_EQ(si->stats.drops_revoked, 1);
     FY_ASSERT_EQ(rx_count, 0);
     /* the ring still works, and so does the outbox */
     uint64_t v8 = 7;
@@ -628,5 +776,6 @@ static void bad_config(void)
 
 FYTEST_MAIN(FYTEST_CASE(receiver_killed), FYTEST_CASE(outbox_receiver_killed),
             FYTEST_CASE(sender_killed), FYTEST_CASE(dead_claim), FYTEST_CASE(peer_closed),
-            FYTEST_CASE(destroy_mid_push), FYTEST_CASE(malformed_cells), FYTEST_CASE(addresses),
+            FYTEST_CASE(destroy_mid_push), FYTEST_CASE(destroy_revokes_pull),
+            FYTEST_CASE(destroy_during_pull), FYTEST_CASE(malformed_cells), FYTEST_CASE(addresses),
             FYTEST_CASE(bad_config))

@@ -50,6 +50,19 @@
  * the same cache-warm bytes.  When the outbox is full, or the message is larger, the send
  * falls back to PULL.  A receiver trusts nothing in a descriptor: the slot must lie inside the
  * outbox of the mapped segment.
+ *
+ * PULL SLOTS (revocation).  A PULL names the sender's memory, which belongs to the sender's
+ * application again as soon as the operation completes — also when ep_destroy or iface_close
+ * completes it with FERRY_ERR_CANCELED.  So every published PULL owns one word of a table in
+ * the sender's segment, `gen << 2 | state`, and the descriptor carries its index and
+ * generation.  The receiver reads the sender's memory only while it holds the word: CAS
+ * gen|OPEN -> gen|READING before the copy, store gen|CLOSED after it (before it answers).
+ * A sender that cancels a PULL revokes its word: CAS gen|OPEN -> gen|CLOSED; if it finds
+ * gen|READING it waits, before completing the operation, until the receiver stores CLOSED
+ * (a copy takes micro- to milliseconds; the wait ends early if the receiver dies).  A
+ * receiver whose CAS fails drops the message unread and unanswered.  Hence: once a cancel
+ * has completed, nobody reads the buffer again.  The cost is one uncontended CAS and one
+ * store per pulled message (the outbox and the small paths never pull).
  */
 #ifndef FY_TL_SHM_H
 #define FY_TL_SHM_H
@@ -69,15 +82,16 @@
 #include "util/status.h"
 
 #define SHM_SEG_MAGIC    0x316d737972726566ull /* "ferrysm1" */
-#define SHM_ADDR_VERSION 2                     /* 2: the /dev/shm probe in the device address */
-#define SHM_RKEY_MAGIC   0x6b72736du           /* "msrk" */
+#define SHM_ADDR_VERSION 3 /* 2: the /dev/shm probe in the device address; 3: pull slots */
+#define SHM_RKEY_MAGIC   0x6b72736du /* "msrk" */
 
 #define SHM_MAX_IOV       16
 #define SHM_MAX_ZCOPY_HDR 2048
-#define SHM_MAX_WAITERS   16 /* senders that may sleep waiting for room in one ring */
-#define SHM_CTL_MAX       24 /* inline bytes of a control message */
-#define SHM_RX_BATCH      32 /* cells handled per progress call */
-#define SHM_RELEASE_BATCH 16 /* consumed cells freed together */
+#define SHM_MAX_WAITERS   16   /* senders that may sleep waiting for room in one ring */
+#define SHM_CTL_MAX       24   /* inline bytes of a control message */
+#define SHM_RX_BATCH      32   /* cells handled per progress call */
+#define SHM_RELEASE_BATCH 16   /* consumed cells freed together */
+#define SHM_PULL_SLOTS    1024 /* pull descriptors an iface may have published at once */
 
 /* ---- the cell state word ---- */
 #define SHM_PHASE_FREE           0ull
@@ -122,6 +136,7 @@ typedef struct shm_seg_hdr {
     uint32_t bcopy_size;
     uint64_t cells_off, bufs_off, seg_size;
     uint64_t obox_off, obox_size;      /* the outbox: [obox_off, obox_off + obox_size) */
+    uint64_t pulls_off;                /* SHM_PULL_SLOTS words: the pull slots (above) */
     uint32_t closed;                   /* the owner closed the iface: its eps fail */
     _Alignas(128) uint32_t tail;       /* producers only */
     _Alignas(128) uint32_t nwaiters;   /* a hint: some slot is taken */
@@ -164,6 +179,9 @@ typedef struct shm_pull_desc {
     uint64_t data_len;
     uint32_t hdr_len;
     uint32_t iovcnt;
+    uint32_t slot; /* the sender's pull slot guarding the data, and its generation */
+    uint32_t pad;
+    uint64_t gen;
     shm_iface_addr_t reply; /* the sender: where ZDONE goes */
     struct {
         uint64_t addr, len;
@@ -216,6 +234,12 @@ _Static_assert(sizeof(shm_reply_t) <= SHM_CTL_MAX && sizeof(shm_frag_hdr_t) <= S
                "control messages must fit inline in the smallest cell");
 _Static_assert(sizeof(shm_pull_desc_t) + SHM_MAX_ZCOPY_HDR <= 4096 && sizeof(shm_amo_req_t) <= 4096,
                "requests must fit the smallest cell buffer");
+
+/* A pull slot word: generation << 2 | state. */
+#define SHM_PULL_CLOSED        0ull /* read and done with, revoked, or never used */
+#define SHM_PULL_OPEN          1ull /* published: the receiver may take it */
+#define SHM_PULL_READING       2ull /* the receiver copies the sender's memory now */
+#define SHM_PULL_WORD(gen, st) (((uint64_t)(gen) << 2) | (st))
 
 /* Status in a ZDONE that asks the sender to push the data through the ring instead. */
 #define SHM_STATUS_NEED_PUSH 1000
@@ -273,6 +297,7 @@ typedef struct shm_peer {
     unsigned cell_shift;
     uint32_t bcopy_size;
     uint64_t obox_lo, obox_hi; /* its outbox, as segment offsets (checked when mapped) */
+    uint64_t *pulls;           /* its pull slots (SHM_PULL_SLOTS words) */
     int pidfd;
     unsigned refs;         /* eps and outbox slots that point here */
     ferry_status_t status; /* FERRY_OK while alive */
@@ -293,6 +318,8 @@ typedef struct shm_pending_ctl {
     uint8_t data[SHM_CTL_MAX];
 } shm_pending_ctl_t;
 
+#define SHM_PULL_NONE UINT32_MAX
+
 enum shm_op_type { SHM_OP_PULL, SHM_OP_PUSH, SHM_OP_AMO, SHM_OP_FLUSH };
 
 typedef struct shm_ep shm_ep_t;
@@ -304,8 +331,10 @@ typedef struct shm_op {
     fy_tl_comp_t *comp; /* NULL: no completion owed (non-fetching AMO) */
     uint8_t type;
     uint8_t am_id;
-    uint8_t probe; /* a PULL that tests whether the peer can pull from us */
-    void *result;  /* AMO: where the old value goes */
+    uint8_t probe;      /* a PULL that tests whether the peer can pull from us */
+    uint32_t pull_slot; /* PULL: our pull slot guarding its data, or SHM_PULL_NONE */
+    uint64_t pull_gen;
+    void *result; /* AMO: where the old value goes */
     size_t amo_size;
     /* PULL (kept for a fallback to PUSH) and PUSH: the message */
     size_t hdr_len, total, offset;
@@ -409,6 +438,11 @@ struct shm_iface {
     uint64_t obox_off, obox_size, obox_max, obox_gen;
     unsigned obox_first, obox_count, obox_nowait;
     shm_obox_entry_t obox_q[SHM_OBOX_QMAX];
+    /* pull slots (sender side): the table in our segment, the free ones */
+    uint64_t *pulls;
+    uint64_t pull_gen;
+    unsigned pull_nfree;
+    uint16_t pull_free[SHM_PULL_SLOTS];
     char *rxbuf;
     size_t rxbuf_size;
     uint64_t next_check_ns;
@@ -417,6 +451,7 @@ struct shm_iface {
     uint64_t probe_seen, wake_seen; /* the last peer probe / wake-up socket found reachable */
     struct {
         uint64_t rx_msgs, rx_bytes, rx_pull, rx_frag, rx_amo, rx_obox, drops_malformed, drops_dead;
+        uint64_t drops_revoked, revoke_waits;
         uint64_t tx_obox, obox_full;
         uint64_t wakeups_sent, full, skipped_dead;
     } stats;

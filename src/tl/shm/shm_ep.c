@@ -17,8 +17,14 @@
  *
  * Operations that complete later (pulls, pushes, atomics answered by the target, flushes)
  * sit on the ep's list in issue order, so a flush completes when it reaches the head.
+ *
+ * A pull that is cancelled (ep_destroy, iface_close, a failed peer) must not be read after
+ * its completion runs: the caller owns its buffer again.  Each published pull holds a slot
+ * word in our segment (shm.h, PULL SLOTS) that the receiver takes before it copies; a cancel
+ * revokes the word, waiting for a copy already under way to end, before it completes.
  */
 #include <errno.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -46,10 +52,87 @@ shm_op_t *fy_shm_op_new(shm_ep_t *ep, uint8_t type, fy_tl_comp_t *comp)
     op->comp = comp;
     op->type = type;
     op->probe = 0;
+    op->pull_slot = SHM_PULL_NONE;
     op->result = NULL;
     op->offset = 0;
     fy_list_add_tail(&ep->ops, &op->link);
     return op;
+}
+
+/* ---- pull slots (shm.h) ------------------------------------------------------------------- */
+
+/* How long a cancel waits for a receiver in the middle of copying (a 1 GiB pull takes about
+ * 0.1 s here); past it the slot is abandoned, with an error, rather than hang the caller. */
+#define SHM_REVOKE_WAIT_NS (10ull * 1000000000ull)
+
+/* Take a free pull slot for op and open it under a new generation: 0 when none is free. */
+static int pull_slot_get(shm_iface_t *iface, shm_op_t *op)
+{
+    if (FY_UNLIKELY(iface->pull_nfree == 0))
+        return 0;
+    op->pull_slot = iface->pull_free[--iface->pull_nfree];
+    op->pull_gen = ++iface->pull_gen;
+    /* relaxed: the cell's release store publishes it with the descriptor */
+    __atomic_store_n(&iface->pulls[op->pull_slot], SHM_PULL_WORD(op->pull_gen, SHM_PULL_OPEN),
+                     __ATOMIC_RELAXED);
+    return 1;
+}
+
+/* The receiver is done with op's slot (it answered, or the slot was never published). */
+static void pull_slot_put(shm_iface_t *iface, shm_op_t *op)
+{
+    if (op->pull_slot == SHM_PULL_NONE)
+        return;
+    iface->pull_free[iface->pull_nfree++] = (uint16_t)op->pull_slot;
+    op->pull_slot = SHM_PULL_NONE;
+}
+
+/* A receiver holds the slot (READING): wait until it lets go, it dies, or the bound passes.
+ * 1 when the slot is free for reuse. */
+static int pull_wait_reader(shm_iface_t *iface, const shm_op_t *op, uint64_t *w)
+{
+    const uint64_t reading = SHM_PULL_WORD(op->pull_gen, SHM_PULL_READING);
+    pid_t pid = (pid_t)op->ep->peer->addr.pid;
+    iface->stats.revoke_waits++;
+    uint64_t t0 = fy_time_ns(), next = t0 + 1000000;
+    for (unsigned i = 1; __atomic_load_n(w, __ATOMIC_ACQUIRE) == reading; i++) {
+        if (i < 4096) {
+            shm_cpu_relax();
+            continue;
+        }
+        sched_yield();
+        uint64_t now = fy_time_ns();
+        if (now < next)
+            continue;
+        next = now + 1000000;
+        if (pid != getpid() && fy_shm_pid_is_dead(pid))
+            return 1; /* nobody will read it any more */
+        if (now - t0 > SHM_REVOKE_WAIT_NS) {
+            fy_error("process %d has been copying a cancelled %zu-byte message for %llu s: "
+                     "giving up the wait (its buffer may still be read)",
+                     (int)pid, op->total, (unsigned long long)((now - t0) / 1000000000ull));
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/* Revoke op's pull slot before a cancel completes it: from then on the receiver never reads
+ * its data (it finds the slot closed and drops the message). */
+static void pull_revoke(shm_iface_t *iface, shm_op_t *op)
+{
+    if (op->pull_slot == SHM_PULL_NONE)
+        return;
+    uint64_t *w = &iface->pulls[op->pull_slot];
+    uint64_t expect = SHM_PULL_WORD(op->pull_gen, SHM_PULL_OPEN);
+    if (!__atomic_compare_exchange_n(w, &expect, SHM_PULL_WORD(op->pull_gen, SHM_PULL_CLOSED), 0,
+                                     __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE) &&
+        expect == SHM_PULL_WORD(op->pull_gen, SHM_PULL_READING) &&
+        !pull_wait_reader(iface, op, w)) {
+        op->pull_slot = SHM_PULL_NONE; /* abandoned: never reused */
+        return;
+    }
+    pull_slot_put(iface, op);
 }
 
 /* Unlink an op from its ep and the cookie table (no callback). */
@@ -117,6 +200,7 @@ static void detach_ops(shm_ep_t *ep, fy_list_t *out)
         shm_op_t *op = fy_container_of(pos, shm_op_t, link);
         if (op->type != SHM_OP_FLUSH)
             fy_hash_del(&ep->iface->ops, op->cookie);
+        pull_revoke(ep->iface, op); /* before anyone may reuse its buffer */
         fy_list_add_tail(out, &op->link);
     }
     if (ep->push_op != NULL) {
@@ -633,6 +717,10 @@ ferry_status_t fy_shm_am_zcopy(fy_tl_ep_t *tl_ep, uint8_t id, const void *hdr, s
         return FERRY_ERR_NO_RESOURCE;
     if (ep->zc_mode != SHM_ZC_PULL) /* a push, or a probe that may turn into one */
         op_save_message(op, id, hdr, hdr_len, iov, iovcnt);
+    if (ep->zc_mode != SHM_ZC_PUSH && !pull_slot_get(iface, op)) {
+        fy_shm_op_drop(op); /* SHM_PULL_SLOTS pulls out: wait for answers */
+        return FERRY_ERR_NO_RESOURCE;
+    }
     ep->stats.tx_msgs++;
     ep->stats.tx_bytes += total;
 
@@ -654,6 +742,7 @@ ferry_status_t fy_shm_am_zcopy(fy_tl_ep_t *tl_ep, uint8_t id, const void *hdr, s
     if (c == NULL) {
         ep->stats.tx_msgs--;
         ep->stats.tx_bytes -= total;
+        pull_slot_put(iface, op); /* never published */
         fy_shm_op_drop(op);
         return ep_full(ep);
     }
@@ -662,6 +751,9 @@ ferry_status_t fy_shm_am_zcopy(fy_tl_ep_t *tl_ep, uint8_t id, const void *hdr, s
     d->data_len = data_len;
     d->hdr_len = (uint32_t)hdr_len;
     d->iovcnt = (uint32_t)iovcnt;
+    d->slot = op->pull_slot;
+    d->pad = 0;
+    d->gen = op->pull_gen;
     d->reply = iface->addr;
     for (size_t i = 0; i < iovcnt; i++) {
         d->iov[i].addr = (uint64_t)(uintptr_t)iov[i].iov_base;
@@ -688,6 +780,7 @@ void fy_shm_zdone(shm_iface_t *iface, const shm_reply_t *r)
         return; /* its ep was destroyed */
     shm_ep_t *ep = op->ep;
     ferry_status_t st = (ferry_status_t)r->status;
+    pull_slot_put(iface, op); /* the receiver answers after its last read */
     if (op->probe) {
         ep->blocked &= ~SHM_EP_PROBING;
         if (r->status == SHM_STATUS_NEED_PUSH) {

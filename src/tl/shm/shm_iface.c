@@ -64,7 +64,8 @@ ferry_status_t fy_shm_iface_open(fy_tl_md_t *tl_md, const fy_tl_iface_params_t *
     uint32_t n = (uint32_t)o->ring_size;
     size_t cells_off = FY_ALIGN_UP(sizeof(shm_seg_hdr_t), 128);
     size_t bufs_off = FY_ALIGN_UP(cells_off + (size_t)n * o->cell_size, 4096);
-    size_t obox_off = FY_ALIGN_UP(bufs_off + (size_t)n * o->bcopy_size, 4096);
+    size_t pulls_off = FY_ALIGN_UP(bufs_off + (size_t)n * o->bcopy_size, 4096);
+    size_t obox_off = FY_ALIGN_UP(pulls_off + SHM_PULL_SLOTS * sizeof(uint64_t), 4096);
     size_t seg_size = obox_off + o->obox_size;
     ferry_status_t st = fy_shmem_alloc(seg_size, "ferry-shm-ring", &iface->seg);
     if (st != FERRY_OK)
@@ -83,6 +84,10 @@ ferry_status_t fy_shm_iface_open(fy_tl_md_t *tl_md, const fy_tl_iface_params_t *
     iface->obox_off = obox_off;
     iface->obox_size = o->obox_size;
     iface->obox_max = o->obox_size != 0 ? o->obox_max : 0;
+    iface->pulls = (uint64_t *)((char *)iface->seg + pulls_off); /* zero: CLOSED */
+    for (unsigned i = 0; i < SHM_PULL_SLOTS; i++)
+        iface->pull_free[i] = (uint16_t)(SHM_PULL_SLOTS - 1 - i);
+    iface->pull_nfree = SHM_PULL_SLOTS;
     for (uint32_t t = 0; t < n; t++)
         shm_cell_at(iface->cells, iface->cell_shift, iface->mask, t)->state =
             SHM_STATE(SHM_PHASE_FREE, t);
@@ -122,6 +127,7 @@ ferry_status_t fy_shm_iface_open(fy_tl_md_t *tl_md, const fy_tl_iface_params_t *
     h->bufs_off = bufs_off;
     h->obox_off = obox_off;
     h->obox_size = o->obox_size;
+    h->pulls_off = pulls_off;
     h->seg_size = ref.size;
     __atomic_store_n(&h->magic, SHM_SEG_MAGIC, __ATOMIC_RELEASE);
 
@@ -513,18 +519,22 @@ void fy_shm_iface_print(fy_tl_iface_t *tl_iface, FILE *f)
             iface->cma_ok ? "on" : "off");
     fprintf(f,
             "  rx %llu msgs %llu B (from outboxes %llu, pulled %llu, chunks %llu, atomics "
-            "%llu), dropped %llu malformed %llu from dead senders, %llu dead claims skipped\n",
+            "%llu), dropped %llu malformed %llu from dead senders %llu revoked, %llu dead claims "
+            "skipped\n",
             (unsigned long long)iface->stats.rx_msgs, (unsigned long long)iface->stats.rx_bytes,
             (unsigned long long)iface->stats.rx_obox, (unsigned long long)iface->stats.rx_pull,
             (unsigned long long)iface->stats.rx_frag, (unsigned long long)iface->stats.rx_amo,
             (unsigned long long)iface->stats.drops_malformed,
             (unsigned long long)iface->stats.drops_dead,
+            (unsigned long long)iface->stats.drops_revoked,
             (unsigned long long)iface->stats.skipped_dead);
     fprintf(f,
             "  tx: %llu through the outbox (found full %llu times), ring full %llu times, %llu "
-            "wake-ups sent; %zu peers, %u answers queued\n",
+            "wake-ups sent; %u pull slots out, %llu revocations waited for a reader; %zu peers, "
+            "%u answers queued\n",
             (unsigned long long)iface->stats.tx_obox, (unsigned long long)iface->stats.obox_full,
             (unsigned long long)iface->stats.full, (unsigned long long)iface->stats.wakeups_sent,
+            SHM_PULL_SLOTS - iface->pull_nfree, (unsigned long long)iface->stats.revoke_waits,
             fy_hash_count(&iface->peers), iface->nreplies);
     fy_list_t *pos;
     fy_list_for_each(pos, &iface->eps)

@@ -78,14 +78,15 @@ static ferry_status_t peer_map(shm_peer_t *peer)
     shm_seg_hdr_t *h = seg;
     uint32_t n = h->ring_size, cs = h->cell_size;
     uint64_t cells_end = h->cells_off + (uint64_t)n * cs;
+    uint64_t bufs_end = h->bufs_off + (uint64_t)n * h->bcopy_size;
+    uint64_t pulls_end = h->pulls_off + SHM_PULL_SLOTS * sizeof(uint64_t);
     if (__atomic_load_n(&h->magic, __ATOMIC_ACQUIRE) != SHM_SEG_MAGIC || h->id != a->id ||
         h->pid != (uint32_t)a->pid || n < 8 || (n & (n - 1)) != 0 || cs < 64 ||
         (cs & (cs - 1)) != 0 || h->bcopy_size < a->bcopy_size || h->cells_off % 128 != 0 ||
-        h->cells_off < sizeof(shm_seg_hdr_t) || cells_end > h->bufs_off ||
-        h->bufs_off + (uint64_t)n * h->bcopy_size > a->size ||
-        (h->obox_size != 0 &&
-         (h->obox_off < h->bufs_off + (uint64_t)n * h->bcopy_size || h->obox_off % 64 != 0 ||
-          h->obox_size > a->size || h->obox_off > a->size - h->obox_size))) {
+        h->cells_off < sizeof(shm_seg_hdr_t) || cells_end > h->bufs_off || bufs_end > a->size ||
+        h->pulls_off < bufs_end || h->pulls_off % 64 != 0 || pulls_end > a->size ||
+        (h->obox_size != 0 && (h->obox_off < pulls_end || h->obox_off % 64 != 0 ||
+                               h->obox_size > a->size || h->obox_off > a->size - h->obox_size))) {
         fy_warn("process %d's shm segment does not look like a ferry ring: ignored", (int)a->pid);
         fy_shmem_detach(seg);
         return FERRY_ERR_INVALID_ADDR;
@@ -98,6 +99,7 @@ static ferry_status_t peer_map(shm_peer_t *peer)
     peer->bcopy_size = h->bcopy_size;
     peer->obox_lo = h->obox_off;
     peer->obox_hi = h->obox_size != 0 ? h->obox_off + h->obox_size : h->obox_off;
+    peer->pulls = (uint64_t *)((char *)seg + h->pulls_off);
     return FERRY_OK;
 }
 

@@ -6,7 +6,9 @@
  * until the cell is freed, after the callback).  A PULL descriptor is served at once: the data
  * is pulled with process_vm_readv into a receive buffer kept for reuse (page faults would
  * otherwise cost more than the copy), the sender is answered, then am_cb sees header and data
- * contiguous.  Pushed chunks are reassembled per sending ep.  Everything read from a cell is
+ * contiguous.  The sender's memory is read only while we hold the descriptor's pull slot in the
+ * sender's segment (shm.h, PULL SLOTS): a pull the sender cancelled is dropped unread.
+ * Pushed chunks are reassembled per sending ep.  Everything read from a cell is
  * copied out and bounds-checked first: a peer's bytes are not trusted.
  */
 #include <errno.h>
@@ -89,7 +91,8 @@ static void rx_pull(shm_iface_t *iface, uint8_t am_id, const char *buf, uint32_t
     for (uint32_t i = 0; i < d.iovcnt && i < SHM_MAX_IOV; i++)
         sum += d.iov[i].len;
     if (d.iovcnt > SHM_MAX_IOV || d.hdr_len > SHM_MAX_ZCOPY_HDR || sizeof(d) + d.hdr_len > len ||
-        sum != d.data_len || d.data_len > SIZE_MAX / 2) {
+        sum != d.data_len || d.data_len > SIZE_MAX / 2 || d.slot >= SHM_PULL_SLOTS ||
+        d.gen >= (1ull << 62)) {
         iface->stats.drops_malformed++;
         return;
     }
@@ -105,6 +108,21 @@ static void rx_pull(shm_iface_t *iface, uint8_t am_id, const char *buf, uint32_t
         fy_shm_reply(iface, &d.reply, SHM_CELL_ZDONE, d.cookie, FERRY_ERR_NO_MEMORY, 0);
         return;
     }
+    /* Take the pull slot: the sender may have cancelled the send (and reused the memory). */
+    shm_peer_t *peer;
+    if (fy_shm_peer_get(iface, &d.reply, &peer) != FERRY_OK) {
+        iface->stats.drops_dead++; /* cannot see its slots: the sender is gone */
+        rx_buffer_done(iface, dst, total);
+        return;
+    }
+    uint64_t *w = &peer->pulls[d.slot];
+    uint64_t expect = SHM_PULL_WORD(d.gen, SHM_PULL_OPEN);
+    if (!__atomic_compare_exchange_n(w, &expect, SHM_PULL_WORD(d.gen, SHM_PULL_READING), 0,
+                                     __ATOMIC_ACQ_REL, __ATOMIC_RELAXED)) {
+        iface->stats.drops_revoked++; /* cancelled: nobody waits for an answer */
+        rx_buffer_done(iface, dst, total);
+        return;
+    }
     memcpy(dst, buf + sizeof(d), d.hdr_len);
     /* Even from our own pid, through the kernel: any process can write our pid into a
      * descriptor, and a plain memcpy from its addresses would crash us on a bad one. */
@@ -112,6 +130,10 @@ static void rx_pull(shm_iface_t *iface, uint8_t am_id, const char *buf, uint32_t
     for (uint32_t i = 0; i < d.iovcnt; i++)
         r[i] = (struct iovec){(void *)(uintptr_t)d.iov[i].addr, d.iov[i].len};
     int err = fy_shm_cma_copy(d.reply.pid, &l, 1, r, d.iovcnt, 0);
+    /* Let go of the slot before answering: the sender may reuse it once it has the answer. */
+    expect = SHM_PULL_WORD(d.gen, SHM_PULL_READING);
+    __atomic_compare_exchange_n(w, &expect, SHM_PULL_WORD(d.gen, SHM_PULL_CLOSED), 0,
+                                __ATOMIC_RELEASE, __ATOMIC_RELAXED);
     if (err == 0) {
         fy_shm_reply(iface, &d.reply, SHM_CELL_ZDONE, d.cookie, FERRY_OK, 0);
         iface->stats.rx_msgs++;

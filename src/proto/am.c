@@ -262,14 +262,13 @@ static ferry_status_t am_send_frags(ferry_ep_t *ep, unsigned id, const void *hea
         parent->iovcnt = 1 + iovcnt;
     }
     size_t total = header_len + dlen;
-    parent->status = FERRY_OK;
-    parent->nsub = 1; /* held until every fragment is handed over */
-    ferry_status_t ret = FERRY_OK;
-    for (size_t off = 0; off < total; off += room) {
+    fy_op_parent_init(parent);
+    ferry_status_t st = FERRY_OK;
+    for (size_t off = 0; off < total && st >= 0; off += room) {
         size_t len = total - off < room ? total - off : room;
         fy_op_t *op = fy_op_get(w, ep, FY_OP_AM, NULL);
         if (op == NULL) {
-            ret = FERRY_ERR_NO_MEMORY;
+            st = FERRY_ERR_NO_MEMORY;
             break;
         }
         fy_am_frag_hdr_t fh = {.total = total,
@@ -282,41 +281,9 @@ static ferry_status_t am_send_frags(ferry_ep_t *ep, unsigned id, const void *hea
         memcpy(op->hdr + op->proto_len, &fh, sizeof(fh));
         op->hdr_len = op->proto_len + sizeof(fh);
         op->iovcnt = iov_slice(parent->iov, parent->iovcnt, off, len, op->iov);
-        op->parent = parent;
-        parent->nsub++;
-        ferry_status_t st =
-            fy_queue_is_empty(&ep->pending) ? fy_op_start(op) : FERRY_ERR_NO_RESOURCE;
-        if (st == FERRY_INPROGRESS) {
-            fy_op_count(op);
-        } else if (st == FERRY_ERR_NO_RESOURCE) {
-            fy_op_count(op);
-            fy_ep_add_pending(ep, op);
-        } else {
-            op->parent = NULL;
-            parent->nsub--;
-            fy_op_put(op);
-            if (st != FERRY_OK) {
-                ret = st;
-                break;
-            }
-        }
+        st = fy_ep_submit_child(ep, parent, op);
     }
-    if (ret != FERRY_OK && parent->nsub == 1) {
-        /* nothing went out: refuse the call, no completion */
-        fy_op_put(parent);
-        return ret;
-    }
-    if (ret != FERRY_OK)
-        parent->status = ret; /* some fragments went: the message is lost, say so */
-    if (--parent->nsub == 0) {
-        ferry_status_t st = parent->status;
-        parent->req = NULL;
-        fy_op_put(parent);
-        if (req != NULL)
-            req->priv[0] = 0;
-        return st;
-    }
-    return req != NULL ? FERRY_INPROGRESS : FERRY_OK;
+    return fy_op_parent_end(parent, st < 0 ? st : FERRY_OK);
 }
 
 static ferry_status_t am_send_slow(ferry_ep_t *ep, unsigned id, const void *header,

@@ -192,6 +192,54 @@ void fy_op_count(fy_op_t *op)
 }
 
 /*
+ * Operations split in several (an AM above the lane's maximum, a put or get above max_rma):
+ * a parent op carries the user's request (and the copy, when there is none) and no endpoint;
+ * each piece is an op of its own with op->parent set, started or queued in order like any
+ * other.  The parent completes once, when the last piece has, with the first error.
+ */
+void fy_op_parent_init(fy_op_t *parent)
+{
+    parent->status = FERRY_OK;
+    parent->nsub = 1; /* held until every piece is handed over (fy_op_parent_end) */
+}
+
+ferry_status_t fy_ep_submit_child(ferry_ep_t *ep, fy_op_t *parent, fy_op_t *op)
+{
+    op->parent = parent;
+    parent->nsub++;
+    ferry_status_t st = fy_queue_is_empty(&ep->pending) ? fy_op_start(op) : FERRY_ERR_NO_RESOURCE;
+    if (st == FERRY_INPROGRESS) {
+        fy_op_count(op);
+    } else if (st == FERRY_ERR_NO_RESOURCE) {
+        fy_op_count(op);
+        fy_ep_add_pending(ep, op);
+        st = FERRY_INPROGRESS;
+    } else {
+        op->parent = NULL;
+        parent->nsub--;
+        fy_op_put(op);
+    }
+    return st;
+}
+
+ferry_status_t fy_op_parent_end(fy_op_t *parent, ferry_status_t st)
+{
+    ferry_request_t *req = parent->req;
+    if (st < 0 && parent->nsub == 1) { /* nothing went out: refuse the call, no completion */
+        fy_op_put(parent);
+        return st;
+    }
+    if (st < 0 && parent->status == FERRY_OK)
+        parent->status = st; /* some pieces went: the operation failed, its completion says so */
+    if (--parent->nsub == 0) {
+        st = parent->status;
+        fy_op_put(parent);
+        return st;
+    }
+    return req != NULL ? FERRY_INPROGRESS : FERRY_OK;
+}
+
+/*
  * Hand an operation to its endpoint.  Returns what the API call returns: OK (done, or copied
  * and queued without a request: the op is owned here), INPROGRESS (the request's callback will
  * come), or an error (the op was released).

@@ -351,6 +351,12 @@ void fy_ep_add_pending(ferry_ep_t *ep, fy_op_t *op); /* retried by fy_op_start f
 fy_op_t *fy_ep_pop_pending(ferry_ep_t *ep);
 void fy_op_count(fy_op_t *op);         /* in ep->outstanding (and its bytes in queued_bytes) */
 void fy_op_uncount_bytes(fy_op_t *op); /* completed: its bytes leave ep->queued_bytes */
+/* An operation in pieces (ep.c): init the parent, submit each piece (INPROGRESS, OK or an
+ * error; NO_RESOURCE queues it), then end with the first error or OK: returns the call's
+ * result (an error only when no piece went out; the parent is then released). */
+void fy_op_parent_init(fy_op_t *parent);
+ferry_status_t fy_ep_submit_child(ferry_ep_t *ep, fy_op_t *parent, fy_op_t *op);
+ferry_status_t fy_op_parent_end(fy_op_t *parent, ferry_status_t st);
 /* A user's send of len bytes would pass FERRY_MAX_QUEUED: refuse it (NO_RESOURCE). */
 static inline int fy_ep_queue_full(const ferry_ep_t *ep, size_t len)
 {

@@ -118,11 +118,13 @@ static void rma_split(void)
 {
     const char *e = getenv("FYTEST_RMA_LEN");
     size_t len = e != NULL ? (size_t)strtoull(e, NULL, 0) : (9u << 20) + 1;
-    pair_t p;
-    pair_open(&p);
+    /* filled before the endpoints exist: a GiB takes seconds under sanitizers, and a
+     * connection whose peer does not progress meanwhile times out (FERRY_TCP_CONN_TIMEOUT) */
     char *src = malloc(len), *dst = calloc(1, len);
     FY_ASSERT(src != NULL && dst != NULL);
     fill_pattern(src, len, 5);
+    pair_t p;
+    pair_open(&p);
     ferry_mem_t *mem;
     ferry_mem_params_t mp = {.field_mask = FERRY_MEM_FIELD_ADDRESS | FERRY_MEM_FIELD_LENGTH,
                              .address = dst,

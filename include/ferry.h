@@ -28,12 +28,22 @@
  * (In one thread driving two workers, use requests: a blocking call progresses only its own
  * worker.)
  *
- * BACK-PRESSURE: what an endpoint holds queued for a peer that does not keep up (copies and
- * operations waiting for the transport) is bounded by FERRY_MAX_QUEUED bytes (default 64m).
- * Past it, ferry_am_send, ferry_am_sendv, ferry_tag_send (eager) and ferry_put on that endpoint
- * return FERRY_ERR_NO_RESOURCE: nothing was taken, no callback comes; progress the worker
- * (the queue drains as the peer reads) and send again.  Nothing already accepted is lost.
- * (Transports keep small bounded queues of their own besides, e.g. FERRY_TCP_TX_QUEUE.)
+ * BACK-PRESSURE: what an endpoint holds for a peer that does not keep up is bounded by
+ * FERRY_MAX_QUEUED bytes (default 64m).  It counts every operation the endpoint accepted and
+ * has not completed: those waiting for the transport and those the transport is carrying
+ * (sent from your buffer, or from ferry's copy when you passed no request), each with its
+ * data.  Past it, ferry_am_send, ferry_am_sendv, ferry_tag_send (eager) and ferry_put on that
+ * endpoint return FERRY_ERR_NO_RESOURCE: nothing was taken, no callback comes; progress the
+ * worker (it drains as the peer reads) and send again.  Nothing already accepted is lost.  One
+ * operation may pass the bound when the endpoint holds nothing else (a single message larger
+ * than FERRY_MAX_QUEUED is accepted alone).  Besides, each transport has fixed bounded
+ * buffers of its own that small messages are copied into (shm and self rings and buffer
+ * pools, FERRY_TCP_TX_QUEUE, udp's window); they do not grow with the sender's rate.
+ *
+ * SIZES: an AM, tagged message, put or get may be of any size, whatever the transport's own
+ * limits: above them ferry splits it (an AM into fragments the receiver gathers before the
+ * handler runs, once, with the whole message; an RMA into several transport operations) and
+ * the caller still sees one operation with one completion.
  *
  * Parameter structs carry a field_mask: only fields whose bit is set are read, so fields can be
  * added in later versions without breaking callers.  An unknown bit is FERRY_ERR_INVALID_PARAM.

@@ -6,8 +6,15 @@
  * same through a transport buffer), or am_zcopy (sent from the caller's memory, completed
  * later).  Only when the transport pushes back (FERRY_ERR_NO_RESOURCE), or for zcopy, does an
  * operation object come from the worker's pool; without a request the data is copied so the
- * call can return FERRY_OK at once.  What waits is bounded per endpoint (FERRY_MAX_QUEUED):
- * past it a user's send returns FERRY_ERR_NO_RESOURCE and takes nothing.
+ * call can return FERRY_OK at once.  What an endpoint holds (waiting, or carried by the
+ * transport and not completed) is bounded (FERRY_MAX_QUEUED): past it a user's send returns
+ * FERRY_ERR_NO_RESOURCE and takes nothing.
+ *
+ * A message larger than the lane's one-operation maximum goes as fragments (FY_AM_ID_FRAG,
+ * proto_int.h), each a zcopy from the caller's memory (or the copy), under one parent op that
+ * completes when every fragment has; the receiver gathers them and runs the handler once.
+ * Fragments rather than a rendezvous: every transport carries AMs, not every one reads remote
+ * memory, and the AMs of an ep are ordered, so reassembly needs no sequence numbers.
  *
  * Receiving checks everything that came from outside before trusting it: the header length,
  * the AM id, that a handler is registered, and which endpoint the message belongs to.  Bad
@@ -185,6 +192,100 @@ ferry_status_t fy_am_send(ferry_ep_t *ep, unsigned id, const void *header, size_
     return am_send_slow(ep, id, header, header_len, data, iovcnt, dlen, req);
 }
 
+/* Point out[] at bytes [off, off + len) of iov[0..n); returns the entries used. */
+static size_t iov_slice(const struct iovec *iov, size_t n, size_t off, size_t len,
+                        struct iovec *out)
+{
+    size_t k = 0;
+    for (size_t i = 0; i < n && len != 0; i++) {
+        if (off >= iov[i].iov_len) {
+            off -= iov[i].iov_len;
+            continue;
+        }
+        size_t take = iov[i].iov_len - off;
+        if (take > len)
+            take = len;
+        out[k].iov_base = (uint8_t *)iov[i].iov_base + off;
+        out[k++].iov_len = take;
+        len -= take;
+        off = 0;
+    }
+    return k;
+}
+
+/* The most one AM on ep's lane carries, proto header included (0: cannot tell yet). */
+static size_t am_lane_max(const ferry_ep_t *ep)
+{
+    const fy_lane_t *lane = &ep->lanes[FY_LANE_AM];
+    if (lane->iface == NULL)
+        return 0;
+    const fy_tl_iface_attr_t *attr = &lane->iface->attr;
+    size_t m = (attr->caps & FY_TL_CAP_AM_ZCOPY) ? attr->max_zcopy : 0;
+    if ((attr->caps & FY_TL_CAP_AM_BCOPY) && attr->max_bcopy > m)
+        m = attr->max_bcopy;
+    return m;
+}
+
+/*
+ * Send a message too large for one operation as fragments of at most `max` bytes each.  The
+ * parent op (the user's request, and the copy when there is none) completes when its last
+ * fragment does, with the first error among them.  The user header travels at the front of
+ * the first fragment's bytes, kept in the parent's hdr until then.
+ */
+static ferry_status_t am_send_frags(ferry_ep_t *ep, unsigned id, const void *header,
+                                    size_t header_len, const struct iovec *data, size_t iovcnt,
+                                    size_t dlen, ferry_request_t *req, size_t max)
+{
+    ferry_worker_t *w = ep->worker;
+    size_t room = max - 16 - sizeof(fy_am_frag_hdr_t);
+    fy_op_t *parent = fy_op_get(w, NULL, FY_OP_AM, req);
+    if (parent == NULL)
+        return FERRY_ERR_NO_MEMORY;
+    /* parent->iov: the user header (in parent->hdr), then the data */
+    if (header_len != 0)
+        memcpy(parent->hdr, header, header_len);
+    parent->iov[0].iov_base = parent->hdr;
+    parent->iov[0].iov_len = header_len;
+    if (req == NULL && dlen != 0) {
+        parent->copy = malloc(dlen);
+        if (parent->copy == NULL) {
+            fy_op_put(parent);
+            return FERRY_ERR_NO_MEMORY;
+        }
+        fy_iov_gather(parent->copy, data, iovcnt);
+        parent->iov[1].iov_base = parent->copy;
+        parent->iov[1].iov_len = dlen;
+        parent->iovcnt = 2;
+    } else {
+        for (size_t i = 0; i < iovcnt; i++)
+            parent->iov[1 + i] = data[i];
+        parent->iovcnt = 1 + iovcnt;
+    }
+    size_t total = header_len + dlen;
+    fy_op_parent_init(parent);
+    ferry_status_t st = FERRY_OK;
+    for (size_t off = 0; off < total && st >= 0; off += room) {
+        size_t len = total - off < room ? total - off : room;
+        fy_op_t *op = fy_op_get(w, ep, FY_OP_AM, NULL);
+        if (op == NULL) {
+            st = FERRY_ERR_NO_MEMORY;
+            break;
+        }
+        fy_am_frag_hdr_t fh = {.total = total,
+                               .offset = off,
+                               .id = (uint16_t)id,
+                               .user_hdr_len = (uint16_t)header_len,
+                               .reserved = 0};
+        op->am_id = FY_TLAM_MSG;
+        op->proto_len = am_proto_hdr(ep, FY_AM_ID_FRAG, sizeof(fh), op->hdr);
+        memcpy(op->hdr + op->proto_len, &fh, sizeof(fh));
+        op->hdr_len = op->proto_len + sizeof(fh);
+        op->iovcnt = iov_slice(parent->iov, parent->iovcnt, off, len, op->iov);
+        st = fy_ep_submit_child(ep, parent, op);
+    }
+    return fy_op_parent_end(parent, st < 0 ? st : FERRY_OK);
+}
+
 static ferry_status_t am_send_slow(ferry_ep_t *ep, unsigned id, const void *header,
                                    size_t header_len, const struct iovec *data, size_t iovcnt,
                                    size_t dlen, ferry_request_t *req)
@@ -195,6 +296,10 @@ static ferry_status_t am_send_slow(ferry_ep_t *ep, unsigned id, const void *head
     if ((id < FY_AM_ID_INTERNAL_BASE || id == FY_AM_ID_TAG) &&
         fy_ep_queue_full(ep, header_len + dlen))
         return FERRY_ERR_NO_RESOURCE;
+    size_t max = am_lane_max(ep);
+    if (FY_UNLIKELY(max != 0 && 16 + header_len + dlen > max &&
+                    max > 16 + 2 * sizeof(fy_am_frag_hdr_t)))
+        return am_send_frags(ep, id, header, header_len, data, iovcnt, dlen, req, max);
     fy_op_t *op = fy_op_get(ep->worker, ep, FY_OP_AM, req);
     if (op == NULL)
         return FERRY_ERR_NO_MEMORY;
@@ -273,6 +378,63 @@ ferry_status_t ferry_worker_set_am_handler(ferry_worker_t *w, unsigned id, ferry
 /* Receive                                                                                     */
 /* ------------------------------------------------------------------------------------------ */
 
+/* A fragment of a large AM: gather it; the last one runs the message's handler. */
+static void am_frag_recv(ferry_worker_t *w, ferry_ep_t *ep, const uint8_t *hdr, size_t hdr_len,
+                         const uint8_t *data, size_t len)
+{
+    fy_am_frag_hdr_t fh;
+    if (hdr_len != sizeof(fh))
+        goto malformed;
+    memcpy(&fh, hdr, sizeof(fh));
+    if (fh.id >= FY_AM_ID_TOTAL || fh.id == FY_AM_ID_FRAG ||
+        fh.user_hdr_len > FERRY_AM_HEADER_MAX || fh.user_hdr_len > fh.total ||
+        fh.offset > fh.total || len > fh.total - fh.offset)
+        goto malformed;
+    if (fh.offset == 0) {
+        if (ep->frag_buf != NULL) { /* the previous message was never finished */
+            free(ep->frag_buf);
+            ep->frag_buf = NULL;
+            w->drops_malformed++;
+        }
+        ep->frag_buf = fh.total <= SIZE_MAX ? malloc(fh.total != 0 ? fh.total : 1) : NULL;
+        if (ep->frag_buf == NULL) {
+            fy_warn("dropping an active message of %llu bytes: out of memory",
+                    (unsigned long long)fh.total);
+            w->drops_malformed++;
+            return;
+        }
+        ep->frag_total = fh.total;
+        ep->frag_got = 0;
+        ep->frag_id = fh.id;
+        ep->frag_hdr_len = fh.user_hdr_len;
+    } else if (ep->frag_buf == NULL) {
+        return; /* the rest of a message already dropped */
+    } else if (fh.offset != ep->frag_got || fh.total != ep->frag_total || fh.id != ep->frag_id ||
+               fh.user_hdr_len != ep->frag_hdr_len) {
+        free(ep->frag_buf);
+        ep->frag_buf = NULL;
+        goto malformed;
+    }
+    memcpy(ep->frag_buf + ep->frag_got, data, len);
+    ep->frag_got += len;
+    if (ep->frag_got < ep->frag_total)
+        return;
+    uint8_t *buf = ep->frag_buf;
+    ep->frag_buf = NULL;
+    fy_am_entry_t *e = &w->am[fh.id];
+    if (e->cb == NULL) {
+        if (w->drops_no_handler++ < 8)
+            fy_warn("dropping an active message with id %u: no handler is registered", fh.id);
+    } else {
+        e->cb(e->arg, buf, fh.user_hdr_len, buf + fh.user_hdr_len, fh.total - fh.user_hdr_len, ep);
+    }
+    free(buf);
+    return;
+malformed:
+    if (w->drops_malformed++ == 0)
+        fy_warn("dropping a malformed fragment of an active message");
+}
+
 void fy_am_recv_cb(void *arg, uint8_t am_id, const void *data, size_t len)
 {
     fy_iface_t *fi = arg;
@@ -325,6 +487,10 @@ void fy_am_recv_cb(void *arg, uint8_t am_id, const void *data, size_t len)
     ep->stats.rx_msgs++;
     ep->stats.rx_bytes += len;
     if (FY_UNLIKELY(e->cb == NULL)) {
+        if (id == FY_AM_ID_FRAG) {
+            am_frag_recv(w, ep, p, h.header_len, p + h.header_len, rest - h.header_len);
+            return;
+        }
         if (w->drops_no_handler++ < 8)
             fy_warn("dropping an active message with id %u: no handler is registered", id);
         return;

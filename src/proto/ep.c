@@ -38,6 +38,7 @@ ferry_status_t fy_ep_create_internal(ferry_worker_t *w, const void *addr, size_t
     if (st != FERRY_OK) {
         for (unsigned i = 0; i < ep->ntl_eps; i++)
             fy_ep_tl_destroy(ep->tl_eps[i]);
+        free(ep->frag_buf);
         fy_worker_ep_free(w, ep);
         return st;
     }
@@ -138,37 +139,104 @@ ferry_status_t ferry_ep_get_stats(const ferry_ep_t *ep, ferry_ep_stats_t *stats)
 /* Submission and the pending queue                                                            */
 /* ------------------------------------------------------------------------------------------ */
 
-void fy_ep_add_pending(ferry_ep_t *ep, fy_op_t *op)
+/*
+ * What an operation holds from submission until it completes: itself, and the data it sends
+ * (copied, or the caller's).  It counts against FERRY_MAX_QUEUED both while it waits on the
+ * pending queue and while the transport carries it: a transport that takes sends faster than
+ * the peer reads them (udp's window, tcp's socket queue) would otherwise let an endpoint hold
+ * unbounded memory.
+ */
+static void op_add_bytes(fy_op_t *op)
 {
-    /* what it holds: itself, and the data it sends (copied, or the caller's) */
+    if (op->qcost != 0 || op->ep == NULL)
+        return;
     op->qcost = sizeof(*op);
     if (op->type == FY_OP_AM)
         op->qcost += op->hdr_len + fy_iov_total(op->iov, op->iovcnt);
     else if (op->type == FY_OP_PUT)
         op->qcost += op->len;
-    ep->queued_bytes += op->qcost;
+    op->ep->queued_bytes += op->qcost;
+}
+
+void fy_op_uncount_bytes(fy_op_t *op)
+{
+    if (op->qcost != 0 && op->ep != NULL)
+        op->ep->queued_bytes -= op->qcost;
+    op->qcost = 0;
+}
+
+void fy_ep_add_pending(ferry_ep_t *ep, fy_op_t *op)
+{
+    op_add_bytes(op);
     fy_queue_push(&ep->pending, &op->q);
     if (!fy_list_is_linked(&ep->pending_link))
         fy_list_add_tail(&ep->worker->pending_eps, &ep->pending_link);
 }
 
+/* The op leaves the queue; its bytes stay counted until it completes (fy_op_finish). */
 fy_op_t *fy_ep_pop_pending(ferry_ep_t *ep)
 {
     fy_qelem_t *e = fy_queue_pop(&ep->pending);
     if (e == NULL)
         return NULL;
-    fy_op_t *op = fy_container_of(e, fy_op_t, q);
-    ep->queued_bytes -= op->qcost;
-    op->qcost = 0;
-    return op;
+    return fy_container_of(e, fy_op_t, q);
 }
 
-static void op_count(fy_op_t *op)
+void fy_op_count(fy_op_t *op)
 {
     if (!op->counted && op->type != FY_OP_FLUSH && op->type != FY_OP_CLOSE && op->ep != NULL) {
         op->counted = 1;
         op->ep->outstanding++;
+        op_add_bytes(op);
     }
+}
+
+/*
+ * Operations split in several (an AM above the lane's maximum, a put or get above max_rma):
+ * a parent op carries the user's request (and the copy, when there is none) and no endpoint;
+ * each piece is an op of its own with op->parent set, started or queued in order like any
+ * other.  The parent completes once, when the last piece has, with the first error.
+ */
+void fy_op_parent_init(fy_op_t *parent)
+{
+    parent->status = FERRY_OK;
+    parent->nsub = 1; /* held until every piece is handed over (fy_op_parent_end) */
+}
+
+ferry_status_t fy_ep_submit_child(ferry_ep_t *ep, fy_op_t *parent, fy_op_t *op)
+{
+    op->parent = parent;
+    parent->nsub++;
+    ferry_status_t st = fy_queue_is_empty(&ep->pending) ? fy_op_start(op) : FERRY_ERR_NO_RESOURCE;
+    if (st == FERRY_INPROGRESS) {
+        fy_op_count(op);
+    } else if (st == FERRY_ERR_NO_RESOURCE) {
+        fy_op_count(op);
+        fy_ep_add_pending(ep, op);
+        st = FERRY_INPROGRESS;
+    } else {
+        op->parent = NULL;
+        parent->nsub--;
+        fy_op_put(op);
+    }
+    return st;
+}
+
+ferry_status_t fy_op_parent_end(fy_op_t *parent, ferry_status_t st)
+{
+    ferry_request_t *req = parent->req;
+    if (st < 0 && parent->nsub == 1) { /* nothing went out: refuse the call, no completion */
+        fy_op_put(parent);
+        return st;
+    }
+    if (st < 0 && parent->status == FERRY_OK)
+        parent->status = st; /* some pieces went: the operation failed, its completion says so */
+    if (--parent->nsub == 0) {
+        st = parent->status;
+        fy_op_put(parent);
+        return st;
+    }
+    return req != NULL ? FERRY_INPROGRESS : FERRY_OK;
 }
 
 /*
@@ -194,10 +262,10 @@ ferry_status_t fy_ep_submit(ferry_ep_t *ep, fy_op_t *op)
         fy_op_put(op);
         return FERRY_OK;
     case FERRY_INPROGRESS:
-        op_count(op);
+        fy_op_count(op);
         return op->req != NULL ? FERRY_INPROGRESS : FERRY_OK;
     case FERRY_ERR_NO_RESOURCE:
-        op_count(op);
+        fy_op_count(op);
         fy_ep_add_pending(ep, op);
         return op->req != NULL ? FERRY_INPROGRESS : FERRY_OK;
     default:
@@ -380,7 +448,9 @@ ferry_status_t ferry_ep_fence(ferry_ep_t *ep)
  */
 static void wflush_child_done(fy_op_t *parent, ferry_status_t st)
 {
-    if (st < 0 && st != FERRY_ERR_CANCELED && parent->status == FERRY_OK)
+    /* a flush ignores what was cancelled; a fragmented AM is cancelled by any fragment */
+    if (st < 0 && (st != FERRY_ERR_CANCELED || parent->type == FY_OP_AM) &&
+        parent->status == FERRY_OK)
         parent->status = st;
     if (--parent->nsub == 0)
         fy_worker_complete_later(parent->worker, parent, parent->status);
@@ -462,6 +532,7 @@ void fy_ep_destroy_now(ferry_ep_t *ep)
             op->counted = 0;
         }
     }
+    free(ep->frag_buf); /* a fragmented AM never finished */
     fy_worker_ep_free(w, ep);
 }
 

@@ -65,6 +65,32 @@ typedef struct fy_am_hdr {
 #define FY_AM_ID_MASK 0x1ffu
 #define FY_AM_F_SRC   (1u << 9)
 
+/*
+ * An AM larger than its lane carries in one transport operation goes as fragments, each an
+ * AM with id FY_AM_ID_FRAG and this header as its user header (am.c).  The fragments of one
+ * message follow each other on the ep (AMs of an ep are ordered); the receiver gathers them
+ * into one buffer and runs the message's handler once, with the whole header and data.
+ *
+ *   0                               63
+ *   +-------------------------------+
+ *   | total: user header + data     |
+ *   +-------------------------------+
+ *   | offset of this fragment's     |
+ *   | data in (user header + data)  |
+ *   +---------------+---------------+-------------------------------+
+ *   | id            | user hdr len  |  reserved (0)                 |
+ *   +---------------+---------------+-------------------------------+
+ *   fragment bytes (the first fragment starts with the user header)
+ */
+#define FY_AM_ID_FRAG (FY_AM_ID_INTERNAL_BASE + 4)
+typedef struct fy_am_frag_hdr {
+    uint64_t total;
+    uint64_t offset;
+    uint16_t id;
+    uint16_t user_hdr_len;
+    uint32_t reserved;
+} fy_am_frag_hdr_t;
+
 typedef struct fy_wireup_msg {
     uint64_t src_uuid;
     uint64_t dst_uuid;
@@ -90,7 +116,7 @@ typedef struct fy_ctx_opts {
     size_t tag_rndv_thresh;    /* parsed; FY_TAG_THRESH_AUTO: per endpoint (tag.c) */
     int tag_rndv_scheme;       /* index into auto, get, am (FY_TAG_SCHEME_*) */
     char *job_key;
-    size_t max_queued;          /* FERRY_MAX_QUEUED: bytes an ep may hold in its pending queue */
+    size_t max_queued;          /* FERRY_MAX_QUEUED: bytes an ep may hold, queued or in flight */
     uint64_t wireup_timeout_ns; /* a lane that has not answered by then: try the next one */
     fy_config_list_t cms;       /* FERRY_CM */
     uint64_t cm_timeout_ns;     /* FERRY_CM_TIMEOUT */
@@ -160,7 +186,7 @@ struct ferry_ep {
     int tag_no_get;         /* the peer cannot read our memory: offer it no get rendezvous */
     size_t tag_rndv_thresh; /* tagged messages above this size use rendezvous */
     fy_queue_t pending;     /* ops waiting for resources, in order */
-    size_t queued_bytes;    /* what pending holds: ops and their data (FERRY_MAX_QUEUED) */
+    size_t queued_bytes;    /* ops pending or in flight, and their data (FERRY_MAX_QUEUED) */
     fy_list_t pending_link; /* on worker->pending_eps when pending is not empty */
     uint64_t outstanding;   /* ops started and not completed (for flush/close) */
     uint64_t emulated_since_flush;
@@ -173,6 +199,10 @@ struct ferry_ep {
     ferry_ep_stats_t stats;
     fy_list_t close_waiters;    /* flush/close ops waiting for outstanding == 0 */
     struct fy_wireup_state *wu; /* while WIREUP: the peer's address and the lanes tried */
+    /* a fragmented AM being received (am.c): its buffer, size, bytes so far, id, header */
+    uint8_t *frag_buf;
+    uint64_t frag_total, frag_got;
+    unsigned frag_id, frag_hdr_len;
 };
 
 typedef struct fy_am_entry {
@@ -243,7 +273,7 @@ struct fy_op {
     int counted;     /* in ep->outstanding */
     int nsub;        /* sub-operations still running (flush of several lanes) */
     fy_op_t *parent; /* a worker flush this endpoint flush is part of */
-    size_t qcost;    /* counted in ep->queued_bytes while on ep->pending */
+    size_t qcost;    /* counted in ep->queued_bytes from submission to completion */
     /* arguments, kept for a retry after NO_RESOURCE */
     unsigned am_id;
     void *copy; /* owned copy of header+data when the caller gave no request */
@@ -270,7 +300,7 @@ struct fy_op {
     /* fy_op_get() clears everything before iov; iov[0..iovcnt) and hdr[0..hdr_len) are
      * written before use */
     struct iovec iov[FY_MAX_IOV + 2];
-    uint8_t hdr[16 + FERRY_AM_HEADER_MAX]; /* proto header + user header */
+    uint8_t hdr[16 + FERRY_AM_HEADER_MAX]; /* proto header + user header (or frag header) */
 };
 
 struct ferry_mem {
@@ -319,6 +349,14 @@ ferry_status_t fy_ep_create_internal(ferry_worker_t *w, const void *addr, size_t
 void fy_ep_fail(ferry_ep_t *ep, ferry_status_t st);
 void fy_ep_add_pending(ferry_ep_t *ep, fy_op_t *op); /* retried by fy_op_start from progress */
 fy_op_t *fy_ep_pop_pending(ferry_ep_t *ep);
+void fy_op_count(fy_op_t *op);         /* in ep->outstanding (and its bytes in queued_bytes) */
+void fy_op_uncount_bytes(fy_op_t *op); /* completed: its bytes leave ep->queued_bytes */
+/* An operation in pieces (ep.c): init the parent, submit each piece (INPROGRESS, OK or an
+ * error; NO_RESOURCE queues it), then end with the first error or OK: returns the call's
+ * result (an error only when no piece went out; the parent is then released). */
+void fy_op_parent_init(fy_op_t *parent);
+ferry_status_t fy_ep_submit_child(ferry_ep_t *ep, fy_op_t *parent, fy_op_t *op);
+ferry_status_t fy_op_parent_end(fy_op_t *parent, ferry_status_t st);
 /* A user's send of len bytes would pass FERRY_MAX_QUEUED: refuse it (NO_RESOURCE). */
 static inline int fy_ep_queue_full(const ferry_ep_t *ep, size_t len)
 {

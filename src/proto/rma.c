@@ -14,6 +14,9 @@
  *
  * The initiator also checks bounds and rights against the remote key before sending, so a
  * mistake is reported at once with a clear message.
+ *
+ * A native put or get larger than the lane's max_rma goes as several transport operations of
+ * at most max_rma each, pieces of one parent op (ep.c) that completes once, when they all have.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -152,6 +155,43 @@ static int rma_begin(ferry_ep_t *ep, const void *buf, size_t len, ferry_rkey_t *
     return *st == FERRY_OK && len != 0;
 }
 
+/* A native put or get above the lane's max_rma: pieces of at most max_rma under a parent
+ * that holds the request (and the put's copy). */
+static ferry_status_t rma_split(ferry_ep_t *ep, fy_op_type_t type, void *buf, size_t len,
+                                uint64_t remote_addr, ferry_rkey_t *rkey, ferry_request_t *req,
+                                size_t max)
+{
+    fy_op_t *parent = fy_op_get(ep->worker, NULL, type, req);
+    if (parent == NULL)
+        return FERRY_ERR_NO_MEMORY;
+    if (type == FY_OP_PUT && req == NULL) {
+        parent->copy = malloc(len);
+        if (parent->copy == NULL) {
+            fy_op_put(parent);
+            return FERRY_ERR_NO_MEMORY;
+        }
+        memcpy(parent->copy, buf, len);
+        buf = parent->copy;
+    }
+    fy_op_parent_init(parent);
+    ferry_status_t st = FERRY_OK;
+    for (size_t off = 0; off < len && st >= 0; off += max) {
+        fy_op_t *op = fy_op_get(ep->worker, ep, type, NULL);
+        if (op == NULL) {
+            st = FERRY_ERR_NO_MEMORY;
+            break;
+        }
+        op->rkey = rkey;
+        op->remote_addr = remote_addr + off;
+        op->len = len - off < max ? len - off : max;
+        op->buf = (uint8_t *)buf + off;
+        st = fy_ep_submit_child(ep, parent, op);
+        if (st < 0 && type == FY_OP_PUT)
+            fy_ep_note_error(ep, st); /* refused by the transport: the covering flush says so */
+    }
+    return fy_op_parent_end(parent, st < 0 ? st : FERRY_OK);
+}
+
 ferry_status_t ferry_put(ferry_ep_t *ep, const void *buf, size_t len, uint64_t remote_addr,
                          ferry_rkey_t *rkey, ferry_request_t *req)
 {
@@ -171,6 +211,9 @@ ferry_status_t ferry_put(ferry_ep_t *ep, const void *buf, size_t len, uint64_t r
         }
         if (fy_ep_queue_full(ep, len))
             return FERRY_ERR_NO_RESOURCE; /* FERRY_MAX_QUEUED: nothing taken */
+        if (FY_UNLIKELY(len > lane->iface->attr.max_rma))
+            return rma_split(ep, FY_OP_PUT, (void *)buf, len, remote_addr, rkey, req,
+                             lane->iface->attr.max_rma);
         fy_op_t *op = fy_op_get(ep->worker, ep, FY_OP_PUT, req);
         if (op == NULL)
             return FERRY_ERR_NO_MEMORY;
@@ -219,6 +262,14 @@ ferry_status_t ferry_get(ferry_ep_t *ep, void *buf, size_t len, uint64_t remote_
     if (r == NULL) {
         memset(&local, 0, sizeof(local));
         r = &local;
+    }
+    if (ep->rma_native && rkey->tl_rkey != NULL &&
+        FY_UNLIKELY(len > ep->lanes[FY_LANE_RMA].iface->attr.max_rma)) {
+        st = rma_split(ep, FY_OP_GET, buf, len, remote_addr, rkey, r,
+                       ep->lanes[FY_LANE_RMA].iface->attr.max_rma);
+        if (st == FERRY_INPROGRESS && req == NULL)
+            st = wait_done(ep->worker, r);
+        return st;
     }
     fy_op_t *op =
         fy_op_get(ep->worker, ep, ep->rma_native && rkey->tl_rkey ? FY_OP_GET : FY_OP_RMA_EMU, r);

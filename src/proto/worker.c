@@ -292,6 +292,7 @@ void fy_op_finish(fy_op_t *op, ferry_status_t st)
         fy_hash_del(&op->worker->waiting, op->wait_id);
     fy_list_del(&op->wait_link);
     int counted = op->counted;
+    fy_op_uncount_bytes(op);
     if (op->type == FY_OP_CLOSE && ep != NULL) {
         op->ep = NULL;
         fy_ep_close_now(ep);

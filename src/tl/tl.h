@@ -62,9 +62,8 @@
  * transport could have carried it [am_beyond_max]; every size up to the limit works
  * [am_sizes, am_iov].  A transport never splits an operation for its caller: proto splits
  * anything above a transport's maximum (an AM above max_zcopy, a put or get above max_rma),
- * so every size works through the public API [api_am_beyond_max, api_put_beyond_max].
- * Known gap in proto: an AM above the lane's max_zcopy is refused, not split
- * [api_am_beyond_max, pending], and a put or get above max_rma (tcp: 1 GiB) is not split.
+ * so every size works through the public API [api_am_beyond_max, api_put_beyond_max]: an AM
+ * as fragments gathered at the receiver, a put or get as pieces of at most max_rma.
  * Empty iov entries are allowed anywhere; an AM may have no data at all.
  *
  * ORDER.  The AMs of one ep, whatever their classes, reach am_cb at the target in the order

@@ -1105,9 +1105,8 @@ static void back_pressure(void)
             conf_progress(&p.a); /* the sender may progress; the receiver does not */
     }
     if (st != FERRY_ERR_NO_RESOURCE) {
-        if (conf_pending("defect 4: no send-queue limit"))
-            FYTEST_FAIL("%s: %u messages (%" PRIu64 " MiB) queued, never NO_RESOURCE", conf_tl.name,
-                        seq, (uint64_t)seq * len >> 20);
+        FYTEST_FAIL("%s: %u messages (%" PRIu64 " MiB) queued, never NO_RESOURCE", conf_tl.name,
+                    seq, (uint64_t)seq * len >> 20);
     } else {
         printf("  NO_RESOURCE after %u messages of %zu bytes\n", seq, len);
     }
@@ -1502,8 +1501,6 @@ static void api_am_beyond_max(void)
     size_t len = CONF_BIG + 12345;
     if (len <= a.max_zcopy)
         printf("  %s: max_zcopy %zu is above the %zu bytes sent\n", conf_tl.name, a.max_zcopy, len);
-    else if (!conf_pending("proto refuses an AM larger than the lane's max_zcopy (not split)"))
-        len = a.max_zcopy - 64;
     FY_ASSERT_OK(ferry_worker_set_am_handler(a.w[1], 5, api_am_recv, NULL));
     char *buf = malloc(len);
     conf_fill(buf, len, 9);
@@ -1586,8 +1583,7 @@ static void api_put_refused(void)
                       what);
         FY_ASSERT_MSG(is_error(put_st) || is_error(fl), "%s: %s: no error at all", conf_tl.name,
                       what);
-        if (!is_error(st) && !is_error(fl) &&
-            conf_pending("defect 1: a put refused at the target is OK for the covering flush"))
+        if (!is_error(st) && !is_error(fl))
             FYTEST_FAIL("%s: %s refused (%s) but the covering flush said %s", conf_tl.name, what,
                         ferry_status_string(put_st), ferry_status_string(fl));
         if (unmapped) {
@@ -1686,11 +1682,9 @@ static void api_close_modes(void)
 
 /* ferry_worker_flush with a request returns at once (OK or INPROGRESS) and completes the
  * request from progress, even while the peer is not progressing (issue 14, defect 2: it
- * ignored req and spun; only checked with FYCONF_PENDING=1, since it would hang here). */
+ * ignored req and spun). */
 static void api_worker_flush_req(void)
 {
-    if (!conf_pending("defect 2: ferry_worker_flush ignores req and blocks"))
-        return;
     api_t a;
     api_open(&a);
     FY_ASSERT_OK(ferry_worker_set_am_handler(a.w[1], 6, api_count_recv, NULL));
@@ -1716,12 +1710,10 @@ static void api_worker_flush_req(void)
 
 /* A receiver that stops progressing: the sender's queue stays under FERRY_MAX_QUEUED and the
  * application is told FERRY_ERR_NO_RESOURCE; when the receiver resumes, everything accepted
- * arrives (issue 14, defect 4; checked with FYCONF_PENDING=1, since without the limit the
- * sender would queue the whole 256 MiB). */
+ * arrives (issue 14, defect 4: without a limit that counts what the transport carries too,
+ * the sender would queue the whole 256 MiB). */
 static void api_back_pressure(void)
 {
-    if (!conf_pending("defect 4: no send-queue limit (FERRY_MAX_QUEUED)"))
-        return;
     setenv("FERRY_MAX_QUEUED", "8m", 1);
     api_t a;
     api_open(&a);

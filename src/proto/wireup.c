@@ -246,9 +246,13 @@ ferry_status_t fy_ep_connect(ferry_ep_t *ep, const void *addr, size_t len)
         unsigned others = 0;
         for (unsigned k = 0; k < plan->ncand; k++)
             others += plan->cand[k].usable && (int)k != plan->am;
-        wu->hold = others != 0 && !is_loopback_dev(ep->lanes[FY_LANE_AM].iface);
-        ep->wu = wu;
-        wu = NULL;
+        /* Fallback state only where there is something to fall back to: with one candidate
+         * a failed lane fails the endpoint, and 100,000 endpoints cost no state each. */
+        if (others != 0) {
+            wu->hold = !is_loopback_dev(ep->lanes[FY_LANE_AM].iface);
+            ep->wu = wu;
+            wu = NULL;
+        }
     }
 out:
     if (wu != NULL)

@@ -27,6 +27,8 @@ static void hello(fy_wire_buf_t *m, uint32_t rank)
     fy_wire_u32(m, 1000 + rank);
     fy_wire_u16(m, 4);
     fy_wire_bytes(m, "fuzz", 4);
+    fy_wire_u16(m, 6);
+    fy_wire_bytes(m, "secret", 6);
     fy_wire_end(m);
 }
 
@@ -129,7 +131,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         return 0;
     fy_run_server_t *s = NULL;
     char addr[64];
-    if (fy_run_server_create(2, "fuzz", epfd, addr, sizeof(addr), &s) != 0) {
+    if (fy_run_server_create(2, "fuzz", "secret", epfd, addr, sizeof(addr), &s) != 0) {
         close(epfd);
         return 0;
     }

@@ -106,27 +106,6 @@ static uint64_t now_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-static void say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-
-/* One line on stderr, written with one write(2) so that it does not mix with rank output. */
-static void say(const char *fmt, ...)
-{
-    char line[2048];
-    int n = snprintf(line, sizeof(line), "ferryrun: ");
-    va_list ap;
-    va_start(ap, fmt);
-    int m = vsnprintf(line + n, sizeof(line) - (size_t)n - 1, fmt, ap);
-    va_end(ap);
-    if (m < 0)
-        return;
-    size_t len = (size_t)n + (size_t)m;
-    if (len > sizeof(line) - 2)
-        len = sizeof(line) - 2;
-    line[len++] = '\n';
-    ssize_t w = write(2, line, len);
-    (void)w;
-}
-
 static void usage(FILE *f)
 {
     fprintf(f,
@@ -165,7 +144,7 @@ static int push_ptr(char ***arr, size_t *n, char *p)
 {
     char **a = realloc(*arr, (*n + 1) * sizeof(*a));
     if (a == NULL) {
-        say("out of memory");
+        fy_run_say("out of memory");
         return -1;
     }
     *arr = a;
@@ -193,8 +172,8 @@ static int parse_args(int argc, char **argv)
             errno = 0;
             long n = strtol(optarg, &end, 10);
             if (*optarg == '\0' || *end != '\0' || errno != 0 || n < 1 || n > MAX_RANKS) {
-                say("-n %s: the number of ranks must be an integer from 1 to %d", optarg,
-                    MAX_RANKS);
+                fy_run_say("-n %s: the number of ranks must be an integer from 1 to %d", optarg,
+                           MAX_RANKS);
                 return -1;
             }
             opt.n = (int)n;
@@ -204,7 +183,7 @@ static int parse_args(int argc, char **argv)
             errno = 0;
             double t = strtod(optarg, &end);
             if (*optarg == '\0' || *end != '\0' || errno != 0 || !(t > 0) || t > 1e9) {
-                say("--timeout %s: expected a positive number of seconds", optarg);
+                fy_run_say("--timeout %s: expected a positive number of seconds", optarg);
                 return -1;
             }
             opt.timeout_s = t;
@@ -216,7 +195,7 @@ static int parse_args(int argc, char **argv)
         case 'e': {
             const char *eq = strchr(optarg, '=');
             if (eq == NULL || eq == optarg) {
-                say("--env %s: expected NAME=VALUE", optarg);
+                fy_run_say("--env %s: expected NAME=VALUE", optarg);
                 return -1;
             }
             if (push_ptr(&opt.envs, &opt.nenvs, optarg) != 0)
@@ -229,7 +208,7 @@ static int parse_args(int argc, char **argv)
                 optarg[strspn(optarg, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
                                       "0123456789_")] != optarg[nl] ||
                 (optarg[0] >= '0' && optarg[0] <= '9')) {
-                say("-x %s: expected a variable NAME or NAME=VALUE", optarg);
+                fy_run_say("-x %s: expected a variable NAME or NAME=VALUE", optarg);
                 return -1;
             }
             if (push_ptr(&opt.xnames, &opt.nx, optarg) != 0)
@@ -246,7 +225,7 @@ static int parse_args(int argc, char **argv)
             break;
         case 'a':
             if (optarg[strspn(optarg, " \t")] == '\0') {
-                say("--agent: empty");
+                fy_run_say("--agent: empty");
                 return -1;
             }
             opt.agent = optarg;
@@ -271,17 +250,17 @@ static int parse_args(int argc, char **argv)
         if (opt.n == 0)
             opt.n = (int)total;
         if (opt.n > total) {
-            say("-n %d: the hosts have %ld slot%s (--hosts/--hostfile host:slots)", opt.n, total,
-                total == 1 ? "" : "s");
+            fy_run_say("-n %d: the hosts have %ld slot%s (--hosts/--hostfile host:slots)", opt.n,
+                       total, total == 1 ? "" : "s");
             return -1;
         }
     }
     if (opt.n == 0) {
-        say("the number of ranks is missing: ferryrun -n N program ...");
+        fy_run_say("the number of ranks is missing: ferryrun -n N program ...");
         return -1;
     }
     if (optind >= argc) {
-        say("the program to run is missing: ferryrun -n N program ...");
+        fy_run_say("the program to run is missing: ferryrun -n N program ...");
         return -1;
     }
     opt.argv = argv + optind;
@@ -373,7 +352,7 @@ static char *scratch_reserve(size_t n)
     if (n > scratch_cap) {
         char *s = realloc(scratch, n);
         if (s == NULL) {
-            say("out of memory");
+            fy_run_say("out of memory");
             exit(1);
         }
         scratch = s;
@@ -435,7 +414,7 @@ static void stream_read(int rank, stream_t *s)
     if (s->buf == NULL) {
         s->buf = malloc(LINE_MAX_HELD);
         if (s->buf == NULL) {
-            say("out of memory");
+            fy_run_say("out of memory");
             exit(1);
         }
     }
@@ -510,7 +489,7 @@ static int add_stream(int rank, stream_t *s, int fd, int dest, unsigned kind)
     s->at_line_start = 1;
     struct epoll_event ev = {.events = EPOLLIN, .data.u64 = FY_RUN_EV(kind, rank)};
     if (epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &ev) != 0) {
-        say("epoll_ctl: %s", strerror(errno));
+        fy_run_say("epoll_ctl: %s", strerror(errno));
         return -1;
     }
     return 0;
@@ -606,7 +585,7 @@ static int spawn_ranks(const char *addr, const char *job_key, const char *secret
     char *ours[] = {e_addr, e_size, e_lsize, e_key, e_sec, e_rank, e_lrank};
     char **env = build_env(ours, sizeof(ours) / sizeof(ours[0]));
     if (env == NULL) {
-        say("out of memory");
+        fy_run_say("out of memory");
         return -1;
     }
     pid_t self = getpid();
@@ -630,7 +609,7 @@ static int spawn_ranks(const char *addr, const char *job_key, const char *secret
             argv = cmd ? fy_run_agent_argv(opt.agent, host->name, cmd, &words) : NULL;
             cenv = environ;
             if (argv == NULL) {
-                say("out of memory");
+                fy_run_say("out of memory");
                 free(cmd);
                 rc = -1;
                 break;
@@ -638,8 +617,8 @@ static int spawn_ranks(const char *addr, const char *job_key, const char *secret
         }
         int po[2], pe[2], px[2];
         if (pipe2(po, O_CLOEXEC) != 0 || pipe2(pe, O_CLOEXEC) != 0 || pipe2(px, O_CLOEXEC) != 0) {
-            say("cannot create pipes for rank %d: %s (raise the limit of open files?)", r,
-                strerror(errno));
+            fy_run_say("cannot create pipes for rank %d: %s (raise the limit of open files?)", r,
+                       strerror(errno));
             rc = -1;
             break;
         }
@@ -671,10 +650,10 @@ static int spawn_ranks(const char *addr, const char *job_key, const char *secret
         }
         if (err != 0) {
             if (cmd != NULL)
-                say("cannot start the agent %s for rank %d on %s: %s", argv[0], r, host->name,
-                    strerror(err));
+                fy_run_say("cannot start the agent %s for rank %d on %s: %s", argv[0], r,
+                           host->name, strerror(err));
             else
-                say("cannot start %s (rank %d): %s", opt.argv[0], r, strerror(err));
+                fy_run_say("cannot start %s (rank %d): %s", opt.argv[0], r, strerror(err));
             close(po[0]);
             close(pe[0]);
             exit_status = err == ENOENT ? 127 : 126;
@@ -732,11 +711,11 @@ static void reap(fy_run_server_t *srv)
         else
             snprintf(where, sizeof(where), " (pid %d)", (int)pid);
         if (nalive > 0) {
-            say("rank %d%s %s; ending the other %d rank%s", r, where, how, nalive,
-                nalive == 1 ? "" : "s");
+            fy_run_say("rank %d%s %s; ending the other %d rank%s", r, where, how, nalive,
+                       nalive == 1 ? "" : "s");
             end_job();
         } else {
-            say("rank %d%s %s", r, where, how);
+            fy_run_say("rank %d%s %s", r, where, how);
             aborting = 1;
         }
     }
@@ -753,12 +732,12 @@ static void on_signal(int sfd, fy_run_server_t *srv)
         }
         char sn[32];
         if (kill_at_ns != 0 && aborting) {
-            say("got %s again: killing every rank", signame(sig, sn, sizeof(sn)));
+            fy_run_say("got %s again: killing every rank", signame(sig, sn, sizeof(sn)));
             signal_all(SIGKILL);
             continue;
         }
-        say("got %s: passing it on to %d running rank%s", signame(sig, sn, sizeof(sn)), nalive,
-            nalive == 1 ? "" : "s");
+        fy_run_say("got %s: passing it on to %d running rank%s", signame(sig, sn, sizeof(sn)),
+                   nalive, nalive == 1 ? "" : "s");
         if (exit_status == 0)
             exit_status = 128 + sig;
         aborting = 1;
@@ -794,7 +773,7 @@ int main(int argc, char **argv)
     raise_fd_limit(opt.n);
     ranks = calloc((size_t)opt.n, sizeof(*ranks));
     if (ranks == NULL) {
-        say("out of memory");
+        fy_run_say("out of memory");
         return 1;
     }
     for (int r = 0; r < opt.n; r++)
@@ -820,7 +799,7 @@ int main(int argc, char **argv)
     epfd = epoll_create1(EPOLL_CLOEXEC);
     int sfd = signalfd(-1, &mask, SFD_NONBLOCK | SFD_CLOEXEC);
     if (epfd < 0 || sfd < 0) {
-        say("epoll/signalfd: %s", strerror(errno));
+        fy_run_say("epoll/signalfd: %s", strerror(errno));
         return 1;
     }
     struct epoll_event sev = {.events = EPOLLIN, .data.u64 = FY_RUN_EV(FY_RUN_EV_SIGNAL, 0)};
@@ -853,7 +832,7 @@ int main(int argc, char **argv)
             ms = next <= now ? 0 : (int)((next - now + 999999) / 1000000);
         int n = epoll_wait(epfd, evs, 64, ms);
         if (n < 0 && errno != EINTR) {
-            say("epoll_wait: %s", strerror(errno));
+            fy_run_say("epoll_wait: %s", strerror(errno));
             break;
         }
         for (int i = 0; i < n; i++) {
@@ -878,16 +857,16 @@ int main(int argc, char **argv)
         if (deadline != 0 && !aborting && now >= deadline && nalive > 0) {
             char list[512];
             alive_list(list, sizeof(list));
-            say("timed out after %g s (--timeout): ending the job; ranks still running: %s",
-                opt.timeout_s, list);
+            fy_run_say("timed out after %g s (--timeout): ending the job; ranks still running: %s",
+                       opt.timeout_s, list);
             exit_status = STATUS_TIMEOUT;
             end_job();
         }
         if (kill_at_ns != 0 && now >= kill_at_ns && nalive > 0) {
             char list[512];
             alive_list(list, sizeof(list));
-            say("rank%s %s still running %d ms after SIGTERM: sending SIGKILL",
-                strchr(list, ',') || strchr(list, '-') ? "s" : "", list, KILL_GRACE_MS);
+            fy_run_say("rank%s %s still running %d ms after SIGTERM: sending SIGKILL",
+                       strchr(list, ',') || strchr(list, '-') ? "s" : "", list, KILL_GRACE_MS);
             signal_all(SIGKILL);
             kill_at_ns = 0;
         }

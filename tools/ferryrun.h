@@ -93,4 +93,8 @@ char *fy_run_remote_command(const fy_run_remote_t *r);
  * array and *words_p (which the words point into). */
 char **fy_run_agent_argv(const char *agent, const char *host, char *command, char **words_p);
 
+/* "ferryrun: ..." and a newline on stderr in one write(2), so it does not mix with rank
+ * output (ferryrun_hosts.c). */
+void fy_run_say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
 #endif

@@ -27,10 +27,8 @@
 
 extern char **environ;
 
-static void say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-
 /* "ferryrun: ..." on stderr in one write(2), so that it does not mix with rank output. */
-static void say(const char *fmt, ...)
+void fy_run_say(const char *fmt, ...)
 {
     char line[2048];
     int n = snprintf(line, sizeof(line), "ferryrun: ");
@@ -58,7 +56,7 @@ static int add_host(fy_run_hosts_t *hs, const char *spec, const char *where, int
     const char *sep = strpbrk(spec, ": \t");
     size_t nl = sep ? (size_t)(sep - spec) : strlen(spec);
     if (nl == 0 || nl >= sizeof(name)) {
-        say("%s: \"%s\": expected host[:slots]", where, spec);
+        fy_run_say("%s: \"%s\": expected host[:slots]", where, spec);
         return -1;
     }
     memcpy(name, spec, nl);
@@ -67,7 +65,8 @@ static int add_host(fy_run_hosts_t *hs, const char *spec, const char *where, int
         unsigned char ch = (unsigned char)name[i];
         if (!(ch == '.' || ch == '-' || ch == '_' || ch == '@' || (ch >= '0' && ch <= '9') ||
               (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z'))) {
-            say("%s: host name \"%s\": only letters, digits and . - _ @ are allowed", where, name);
+            fy_run_say("%s: host name \"%s\": only letters, digits and . - _ @ are allowed", where,
+                       name);
             return -1;
         }
     }
@@ -76,7 +75,7 @@ static int add_host(fy_run_hosts_t *hs, const char *spec, const char *where, int
         if (*sep != ':') {
             num += strspn(num, " \t");
             if (strncmp(num, "slots=", 6) != 0) {
-                say("%s: \"%s\": expected host[:slots] or \"host slots=N\"", where, spec);
+                fy_run_say("%s: \"%s\": expected host[:slots] or \"host slots=N\"", where, spec);
                 return -1;
             }
             num += 6;
@@ -86,19 +85,20 @@ static int add_host(fy_run_hosts_t *hs, const char *spec, const char *where, int
         slots = strtol(num, &end, 10);
         end += strspn(end, " \t\r");
         if (*num == '\0' || *end != '\0' || errno != 0 || slots < 1 || slots > max_slots) {
-            say("%s: \"%s\": the slots must be an integer from 1 to %d", where, spec, max_slots);
+            fy_run_say("%s: \"%s\": the slots must be an integer from 1 to %d", where, spec,
+                       max_slots);
             return -1;
         }
     }
     fy_run_host_t *h = realloc(hs->v, (size_t)(hs->n + 1) * sizeof(*h));
     if (h == NULL) {
-        say("out of memory");
+        fy_run_say("out of memory");
         return -1;
     }
     hs->v = h;
     h[hs->n] = (fy_run_host_t){.name = strdup(name), .slots = (int)slots};
     if (h[hs->n].name == NULL) {
-        say("out of memory");
+        fy_run_say("out of memory");
         return -1;
     }
     hs->n++;
@@ -118,7 +118,7 @@ int fy_run_hosts_parse(fy_run_hosts_t *hs, const char *list, int max_slots)
     }
     free(copy);
     if (rc == 0 && !any) {
-        say("--hosts \"%s\": no host in it", list);
+        fy_run_say("--hosts \"%s\": no host in it", list);
         rc = -1;
     }
     return rc;
@@ -128,7 +128,7 @@ int fy_run_hosts_read(fy_run_hosts_t *hs, const char *path, int max_slots)
 {
     FILE *f = fopen(path, "r");
     if (f == NULL) {
-        say("--hostfile %s: %s", path, strerror(errno));
+        fy_run_say("--hostfile %s: %s", path, strerror(errno));
         return -1;
     }
     char line[1024], where[1100];
@@ -150,7 +150,7 @@ int fy_run_hosts_read(fy_run_hosts_t *hs, const char *path, int max_slots)
     }
     fclose(f);
     if (rc == 0 && hs->n == before) {
-        say("--hostfile %s: no host in it", path);
+        fy_run_say("--hostfile %s: no host in it", path);
         rc = -1;
     }
     return rc;
@@ -236,26 +236,29 @@ int fy_run_boot_addr(const char *spec, const fy_run_hosts_t *hs, struct in_addr 
             errno = 0;
             long p = strtol(colon + 1, &end, 10);
             if (colon[1] == '\0' || *end != '\0' || errno != 0 || p < 0 || p > 65535) {
-                say("--boot-addr %s: the port must be an integer from 0 to 65535", spec);
+                fy_run_say("--boot-addr %s: the port must be an integer from 0 to 65535", spec);
                 return -1;
             }
             port = (unsigned)p;
         }
         if (hl == 0 || hl >= sizeof(head)) {
-            say("--boot-addr %s: expected an IPv4 address or an interface name, and :PORT", spec);
+            fy_run_say("--boot-addr %s: expected an IPv4 address or an interface name, and :PORT",
+                       spec);
             return -1;
         }
         memcpy(head, spec, hl);
         head[hl] = '\0';
         char names[512] = "";
         if (inet_pton(AF_INET, head, &ip) != 1 && !iface_addr(head, &ip, names, sizeof(names))) {
-            say("--boot-addr %s: \"%s\" is neither an IPv4 address nor an interface with one "
+            fy_run_say(
+                "--boot-addr %s: \"%s\" is neither an IPv4 address nor an interface with one "
                 "(interfaces with IPv4 here: %s)",
                 spec, head, names[0] ? names : "none");
             return -1;
         }
         if (ip.s_addr == 0) {
-            say("--boot-addr %s: the ranks connect to this address: give one they can reach", spec);
+            fy_run_say("--boot-addr %s: the ranks connect to this address: give one they can reach",
+                       spec);
             return -1;
         }
     } else if (any_remote) {
@@ -264,7 +267,8 @@ int fy_run_boot_addr(const char *spec, const fy_run_hosts_t *hs, struct in_addr 
             if (!hs->v[i].local && hs->v[i].used > 0)
                 found = route_source(hs->v[i].name, &ip);
         if (!found && !iface_addr(NULL, &ip, NULL, 0)) {
-            say("no interface here but loopback: the hosts cannot reach the bootstrap server; "
+            fy_run_say(
+                "no interface here but loopback: the hosts cannot reach the bootstrap server; "
                 "give --boot-addr");
             return -1;
         }

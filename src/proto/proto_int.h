@@ -321,9 +321,6 @@ struct ferry_rkey {
     void *tl_rkey;
 };
 
-/* mem.c: shared memory for FERRY_MEM_ALLOCATE */
-void *fy_mem_alloc_shared(size_t len);
-void fy_mem_free_shared(void *addr, size_t len);
 /* context.c */
 extern const fy_config_table_t fy_ctx_config_table;
 /* worker.c */

@@ -49,65 +49,50 @@ static inline size_t am_proto_hdr(ferry_ep_t *ep, unsigned id, size_t header_len
     return sizeof(h) + 8;
 }
 
-/* Start (or retry) an operation on its lane. */
-ferry_status_t fy_op_start(fy_op_t *op)
+/* Start (or retry) an AM operation on its lane: the start of FY_OP_AM in op.c's table. */
+ferry_status_t fy_am_op_start(fy_op_t *op)
 {
     ferry_ep_t *ep = op->ep;
-    switch (op->type) {
-    case FY_OP_AM: {
-        fy_lane_t *lane = &ep->lanes[FY_LANE_AM];
-        const fy_tl_ops_t *ops = lane->iface->tl->ops;
-        const fy_tl_iface_attr_t *attr = &lane->iface->attr;
-        struct iovec iov[FY_MAX_IOV + 2];
-        size_t n = 0;
-        if (op->hdr_len != 0) {
-            iov[n].iov_base = op->hdr;
-            iov[n++].iov_len = op->hdr_len;
-        }
-        for (size_t i = 0; i < op->iovcnt; i++)
-            iov[n++] = op->iov[i];
-        size_t total = fy_iov_total(iov, n);
-        ferry_status_t st;
-        if (total <= attr->max_short && (attr->caps & FY_TL_CAP_AM_SHORT) && n <= attr->max_iov)
-            st = ops->am_short(lane->tl_ep, (uint8_t)op->am_id, iov, n);
-        else if (total <= attr->max_bcopy && (attr->caps & FY_TL_CAP_AM_BCOPY) &&
-                 n <= attr->max_iov)
-            st = ops->am_bcopy(lane->tl_ep, (uint8_t)op->am_id, iov, n);
-        else if (total <= attr->max_zcopy && (attr->caps & FY_TL_CAP_AM_ZCOPY)) {
-            /* the proto header as the transport header; user header + data from memory */
-            op->comp.cb = am_comp_cb;
-            iov[0].iov_base = op->hdr + op->proto_len;
-            iov[0].iov_len = op->hdr_len - op->proto_len;
-            struct iovec *zi = iov;
-            size_t zn = n;
-            if (iov[0].iov_len ==
-                0) { /* no user header: do not hand the transport an empty piece */
-                zi++;
-                zn--;
-            }
-            st = ops->am_zcopy(lane->tl_ep, (uint8_t)op->am_id, op->hdr, op->proto_len, zi, zn,
-                               &op->comp);
-        } else {
-            fy_error("active message of %zu bytes exceeds what %s carries (%zu)", total,
-                     lane->iface->tl->name, attr->max_zcopy);
-            return FERRY_ERR_INVALID_PARAM;
-        }
-        if (st == FERRY_OK || st == FERRY_INPROGRESS) {
-            ep->stats.tx_msgs++;
-            ep->stats.tx_bytes += total;
-        }
-        return st;
+    fy_lane_t *lane = &ep->lanes[FY_LANE_AM];
+    const fy_tl_ops_t *ops = lane->iface->tl->ops;
+    const fy_tl_iface_attr_t *attr = &lane->iface->attr;
+    struct iovec iov[FY_MAX_IOV + 2];
+    size_t n = 0;
+    if (op->hdr_len != 0) {
+        iov[n].iov_base = op->hdr;
+        iov[n++].iov_len = op->hdr_len;
     }
-    case FY_OP_FLUSH:
-    case FY_OP_CLOSE:
-        return fy_ep_flush_start(op);
-    case FY_OP_TAG_GET:
-        return fy_tag_get_retry(op);
-    case FY_OP_WIREUP_HOLD:
-        return fy_wireup_hold(op);
-    default:
-        return fy_rma_start(op);
+    for (size_t i = 0; i < op->iovcnt; i++)
+        iov[n++] = op->iov[i];
+    size_t total = fy_iov_total(iov, n);
+    ferry_status_t st;
+    if (total <= attr->max_short && (attr->caps & FY_TL_CAP_AM_SHORT) && n <= attr->max_iov)
+        st = ops->am_short(lane->tl_ep, (uint8_t)op->am_id, iov, n);
+    else if (total <= attr->max_bcopy && (attr->caps & FY_TL_CAP_AM_BCOPY) && n <= attr->max_iov)
+        st = ops->am_bcopy(lane->tl_ep, (uint8_t)op->am_id, iov, n);
+    else if (total <= attr->max_zcopy && (attr->caps & FY_TL_CAP_AM_ZCOPY)) {
+        /* the proto header as the transport header; user header + data from memory */
+        op->comp.cb = am_comp_cb;
+        iov[0].iov_base = op->hdr + op->proto_len;
+        iov[0].iov_len = op->hdr_len - op->proto_len;
+        struct iovec *zi = iov;
+        size_t zn = n;
+        if (iov[0].iov_len == 0) { /* no user header: do not hand the transport an empty piece */
+            zi++;
+            zn--;
+        }
+        st = ops->am_zcopy(lane->tl_ep, (uint8_t)op->am_id, op->hdr, op->proto_len, zi, zn,
+                           &op->comp);
+    } else {
+        fy_error("active message of %zu bytes exceeds what %s carries (%zu)", total,
+                 lane->iface->tl->name, attr->max_zcopy);
+        return FERRY_ERR_INVALID_PARAM;
     }
+    if (st == FERRY_OK || st == FERRY_INPROGRESS) {
+        ep->stats.tx_msgs++;
+        ep->stats.tx_bytes += total;
+    }
+    return st;
 }
 
 static ferry_status_t check_send(ferry_ep_t *ep, unsigned id, const void *header, size_t header_len,

@@ -154,7 +154,7 @@ static void op_add_bytes(fy_op_t *op)
     if (op->type == FY_OP_AM)
         op->qcost += op->hdr_len + fy_iov_total(op->iov, op->iovcnt);
     else if (op->type == FY_OP_PUT)
-        op->qcost += op->len;
+        op->qcost += op->rma.len;
     op->ep->queued_bytes += op->qcost;
 }
 

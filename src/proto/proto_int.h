@@ -7,6 +7,7 @@
 #define FY_PROTO_INT_H
 
 #include <pthread.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "ferry.h"
@@ -245,22 +246,86 @@ struct ferry_worker {
     struct ferry_listener *listeners;
 };
 
-/* An operation in flight.  Allocated from worker->ops; the user's request points to it. */
+/*
+ * An operation in flight.  Allocated from worker->ops; the user's request points to it.
+ *
+ * Each type carries its own behaviour in op.c's const table (fy_op_ops_t): how it starts (or
+ * is retried from the pending queue) and what it releases when it ends, so nothing switches
+ * on the type to find out.  A receive changes type as its protocol moves on (posted, reading
+ * by get, waiting for DATA); its per-type part stays the same struct.
+ */
 typedef enum fy_op_type {
-    FY_OP_AM,
-    FY_OP_PUT,
-    FY_OP_GET,
-    FY_OP_AMO,
-    FY_OP_FLUSH,
-    FY_OP_CLOSE,
-    FY_OP_RMA_EMU,     /* an emulated RMA/AMO waiting for its reply */
-    FY_OP_TAG_SEND,    /* a rendezvous send waiting for the receiver's CTS */
+    FY_OP_AM,          /* an AM (or wireup message), or the parent of a fragmented one */
+    FY_OP_PUT,         /* a native put, or the parent of one split by max_rma */
+    FY_OP_GET,         /* a native get, or the parent of one split by max_rma */
+    FY_OP_AMO,         /* a native atomic */
+    FY_OP_FLUSH,       /* an endpoint's flush, or a worker flush (the parent of those) */
+    FY_OP_CLOSE,       /* the flush of a close: closes the endpoint when it completes */
+    FY_OP_GET_EMU,     /* a get emulated over AM, waiting for its reply (rma_emu.c) */
+    FY_OP_AMO_EMU,     /* an atomic emulated over AM, waiting for its reply (rma_emu.c) */
+    FY_OP_TAG_SEND,    /* a rendezvous send waiting for the receiver's CTS or ATS */
     FY_OP_TAG_RECV,    /* a posted receive, or one waiting for rendezvous DATA */
     FY_OP_TAG_GET,     /* a matched receive reading a rendezvous message from the sender */
     FY_OP_WIREUP_HOLD, /* holds the ep's later ops until its lane answers (wireup.c) */
+    FY_OP_TYPE_COUNT
 } fy_op_type_t;
 
 typedef struct fy_op fy_op_t;
+
+/* What an operation type does (op.c).  start: begin (or retry, from the pending queue) on
+ * its lane: OK (done, no callback), INPROGRESS (its completion comes later), NO_RESOURCE
+ * (queue it), or an error.  release: drop what the op holds (a registration, an unpacked
+ * key) before it is recycled; NULL if it holds nothing of its own. */
+typedef struct fy_op_ops {
+    const char *name;
+    ferry_status_t (*start)(fy_op_t *op);
+    void (*release)(fy_op_t *op);
+} fy_op_ops_t;
+
+/* FY_OP_PUT, FY_OP_GET, FY_OP_GET_EMU: local buffer and remote range */
+typedef struct fy_op_rma {
+    ferry_rkey_t *rkey;
+    uint64_t remote_addr;
+    void *buf;
+    size_t len;
+} fy_op_rma_t;
+
+/* FY_OP_AMO, FY_OP_AMO_EMU */
+typedef struct fy_op_amo {
+    ferry_rkey_t *rkey;
+    uint64_t remote_addr;
+    ferry_atomic_op_t op;
+    size_t size; /* 4 or 8 */
+    uint64_t operand, compare;
+    void *result; /* the old value, or NULL */
+} fy_op_amo_t;
+
+/* FY_OP_TAG_SEND: a rendezvous send, holding the caller's buffer (and its registration with
+ * the AM lane's transport when it offered the get scheme) until the receiver is done. */
+typedef struct fy_op_tag_send {
+    const void *buf;
+    size_t len;
+    uint64_t tag;
+    void *memh;          /* registration of buf, or NULL */
+    fy_ctx_tl_t *reg_tl; /* the transport memh belongs to */
+} fy_op_tag_send_t;
+
+/* FY_OP_TAG_RECV, FY_OP_TAG_GET: a receive, posted (tag, tag_mask) and then matched (the
+ * message's tag, length and the sender's wait id); reading by get, the sender's buffer and
+ * the unpacked key of the AM lane's transport. */
+typedef struct fy_op_tag_recv {
+    void *buf;
+    size_t len;
+    uint64_t tag, tag_mask; /* posted */
+    uint64_t msg_tag;       /* matched */
+    size_t msg_len;
+    uint64_t peer_wait_id;
+    uint64_t remote_addr; /* get: the sender's buffer, */
+    size_t offset;        /* bytes asked for so far, */
+    void *rkey;           /* its key unpacked by key_tl, or NULL */
+    fy_ctx_tl_t *key_tl;
+} fy_op_tag_recv_t;
+
 struct fy_op {
     fy_qelem_t q;
     fy_tl_comp_t comp;
@@ -270,38 +335,39 @@ struct fy_op {
     ferry_worker_t *worker;
     fy_op_type_t type;
     ferry_status_t status;
-    int counted;     /* in ep->outstanding */
-    int nsub;        /* sub-operations still running (flush of several lanes) */
-    fy_op_t *parent; /* a worker flush this endpoint flush is part of */
-    size_t qcost;    /* counted in ep->queued_bytes from submission to completion */
-    /* arguments, kept for a retry after NO_RESOURCE */
-    unsigned am_id;
-    void *copy; /* owned copy of header+data when the caller gave no request */
-    size_t iovcnt;
-    size_t hdr_len;   /* proto header + user header */
-    size_t proto_len; /* proto header alone */
-    /* rma */
-    uint64_t remote_addr;
-    ferry_rkey_t *rkey;
-    ferry_atomic_op_t amo_op;
-    size_t amo_size;
-    uint64_t operand, compare;
-    void *result;
-    void *buf;
-    size_t len;
-    uint64_t wait_id;
-    unsigned mode; /* close mode */
-    /* tag rendezvous by get: the sender's wait id, the message's length, bytes asked so far;
-     * the transport whose registration (sender) or unpacked key (receiver) `copy` holds */
-    uint64_t peer_wait_id;
-    size_t msg_len, offset;
-    fy_ctx_tl_t *reg_tl;
-    void (*release)(fy_op_t *op); /* called by fy_op_put before `copy` is freed */
-    /* fy_op_get() clears everything before iov; iov[0..iovcnt) and hdr[0..hdr_len) are
-     * written before use */
-    struct iovec iov[FY_MAX_IOV + 2];
-    uint8_t hdr[16 + FERRY_AM_HEADER_MAX]; /* proto header + user header (or frag header) */
+    int counted;      /* in ep->outstanding */
+    int nsub;         /* sub-operations still running (pieces, flush of several lanes, reads) */
+    fy_op_t *parent;  /* the op this one is a piece of (split send, worker flush) */
+    size_t qcost;     /* counted in ep->queued_bytes from submission to completion */
+    uint64_t wait_id; /* in worker->waiting while an answer is due */
+    void *copy;       /* owned copy of the data (AM, put) when the caller gave no request */
+    union {
+        fy_op_rma_t rma;
+        fy_op_amo_t amo;
+        fy_op_tag_send_t tag_send;
+        fy_op_tag_recv_t tag_recv;
+        /* FY_OP_AM: what to hand the transport, kept for a retry after NO_RESOURCE.
+         * fy_op_get() clears everything before iov; iov[0..iovcnt) and hdr[0..hdr_len) are
+         * written before use. */
+        struct {
+            unsigned am_id;
+            size_t iovcnt;
+            size_t hdr_len;   /* proto header + user header */
+            size_t proto_len; /* proto header alone */
+            struct iovec iov[FY_MAX_IOV + 2];
+            uint8_t hdr[16 + FERRY_AM_HEADER_MAX]; /* proto header + user header (or frag) */
+        };
+    };
 };
+
+/* The bytes fy_op_get() clears: the common part and every per-type struct but the AM's
+ * buffers. */
+#define FY_OP_MAX2(a, b) ((a) > (b) ? (a) : (b))
+#define FY_OP_CLEAR_LEN                                                                            \
+    (offsetof(fy_op_t, rma) +                                                                      \
+     FY_OP_MAX2(FY_OP_MAX2(sizeof(fy_op_rma_t), sizeof(fy_op_amo_t)),                              \
+                FY_OP_MAX2(FY_OP_MAX2(sizeof(fy_op_tag_send_t), sizeof(fy_op_tag_recv_t)),         \
+                           offsetof(fy_op_t, iov) - offsetof(fy_op_t, rma))))
 
 struct ferry_mem {
     void *address;
@@ -370,8 +436,19 @@ void fy_op_child_done(fy_op_t *op, ferry_status_t st); /* op->parent learns op's
 void fy_ep_flush_sub_done(fy_op_t *op, ferry_status_t st);
 /* am.c */
 void fy_am_recv_cb(void *arg, uint8_t am_id, const void *data, size_t len);
-ferry_status_t fy_op_start(fy_op_t *op);
+ferry_status_t fy_am_op_start(fy_op_t *op); /* start of an FY_OP_AM */
 unsigned fy_worker_progress_pending(ferry_worker_t *w);
+/* op.c: the table of operation types */
+extern const fy_op_ops_t *const fy_op_ops[FY_OP_TYPE_COUNT];
+static inline ferry_status_t fy_op_start(fy_op_t *op)
+{
+    return fy_op_ops[op->type]->start(op);
+}
+static inline void fy_op_release(fy_op_t *op) /* drop what the op holds; it lives on */
+{
+    if (fy_op_ops[op->type]->release != NULL)
+        fy_op_ops[op->type]->release(op);
+}
 
 /* listener.c: sockaddr listeners of a worker, and endpoints by ip:port or a conn request. */
 unsigned fy_listener_progress(ferry_worker_t *w, int poll_all);
@@ -379,16 +456,22 @@ void fy_listener_destroy_all(ferry_worker_t *w);
 ferry_status_t fy_listener_ep_create(ferry_worker_t *w, const ferry_ep_params_t *params,
                                      ferry_ep_t **ep_p);
 ferry_status_t fy_ep_submit(ferry_ep_t *ep, fy_op_t *op);
-/* tag.c */
+/* tag*.c (tag_int.h holds what the tag files share) */
 void fy_tag_init_worker(ferry_worker_t *w);
 void fy_tag_cleanup_worker(ferry_worker_t *w);
-ferry_status_t fy_tag_get_retry(fy_op_t *op); /* fy_op_start of an FY_OP_TAG_GET */
 void fy_tag_ep_init(ferry_ep_t *ep);    /* its lanes are chosen: pick its rendezvous threshold */
 void fy_tag_ep_closing(ferry_ep_t *ep); /* closed here: tell the peer of cancelled sends */
-/* rma.c */
-void fy_rma_init_worker(ferry_worker_t *w);
-ferry_status_t fy_rma_start(fy_op_t *op);
+extern const fy_op_ops_t fy_tag_send_op_ops, fy_tag_get_op_ops;
+/* rma.c: native put, get, atomics */
+extern const fy_op_ops_t fy_rma_put_op_ops, fy_rma_get_op_ops, fy_rma_amo_op_ops;
+/* rma_emu.c: put, get and atomics emulated over AM, and the flush's PING */
+void fy_rma_init_worker(ferry_worker_t *w); /* the emulation's AM handler */
+ferry_status_t fy_rma_emu_put(ferry_ep_t *ep, const void *buf, size_t len, uint64_t remote_addr,
+                              ferry_rkey_t *rkey, ferry_request_t *req);
+ferry_status_t
+fy_rma_emu_start(fy_op_t *op); /* an FY_OP_GET_EMU / AMO_EMU, op is released on error */
 ferry_status_t fy_rma_flush_ping(fy_op_t *flush_op);
+extern const fy_op_ops_t fy_rma_get_emu_op_ops, fy_rma_amo_emu_op_ops;
 
 static inline fy_op_t *fy_op_of_req(ferry_request_t *req)
 {

@@ -1,19 +1,12 @@
 /*
- * rma.c - put, get and atomics: native on a transport that has them, emulated over active
- * messages otherwise.
+ * rma.c - put, get and atomics: the API calls, and the native paths on a transport that does
+ * them.  Where the endpoint has no native lane (or the key did not unpack for it), the call
+ * goes to the emulation over active messages (rma_emu.c).
  *
- * Emulation is a small protocol on the internal AM id FY_AM_ID_RMA.  The target checks every
- * request against the context's region table (id, key, bounds, rights) exactly as a native
- * transport's target would, and touches nothing outside a registered region.  A get or a
- * fetching atomic waits for its answer under a wait id (a hash lookup, never a raw pointer
- * from the wire).  A refused put has no request to fail: the target answers PUT_NACK before it
- * handles anything later, so the NACK is in before the PONG of the flush that covers the put,
- * and that flush completes with FERRY_ERR_ACCESS_DENIED.  Flush after
- * emulated puts is a PING/PONG round trip: the target handles messages in order, so the PONG
- * means every earlier put has landed.
- *
- * The initiator also checks bounds and rights against the remote key before sending, so a
- * mistake is reported at once with a clear message.
+ * The initiator checks bounds and rights against the remote key before anything is sent, so
+ * a mistake is reported at once with a clear message, native or emulated.  A small put or get
+ * on memory the lane reaches at once goes to its put_short / get_short with no operation
+ * object.
  *
  * A native put or get larger than the lane's max_rma goes as several transport operations of
  * at most max_rma each, pieces of one parent op (ep.c) that completes once, when they all have.
@@ -23,42 +16,43 @@
 
 #include "proto/proto_int.h"
 
-enum { RMA_PUT, RMA_GET, RMA_AMO, RMA_GET_REP, RMA_AMO_REP, RMA_PUT_NACK, RMA_PING, RMA_PONG };
-
-typedef struct fy_rma_msg {
-    uint8_t op;
-    uint8_t amo_op;
-    uint8_t size;
-    uint8_t pad;
-    int32_t status;
-    uint64_t region_id, key, addr, len, wait_id, operand, compare;
-} fy_rma_msg_t;
-
 static void rma_comp_cb(fy_tl_comp_t *comp, ferry_status_t st)
 {
     fy_op_t *op = fy_container_of(comp, fy_op_t, comp);
     fy_worker_complete_later(op->worker, op, st);
 }
 
-ferry_status_t fy_rma_start(fy_op_t *op)
+/* The starts of the native types (op.c's table): one transport operation each. */
+static ferry_status_t put_start(fy_op_t *op)
 {
-    ferry_ep_t *ep = op->ep;
-    ferry_rkey_t *rk = op->rkey;
+    fy_lane_t *lane = &op->ep->lanes[FY_LANE_RMA];
+    struct iovec iov = {op->rma.buf, op->rma.len};
     op->comp.cb = rma_comp_cb;
-    if (op->type == FY_OP_AMO) {
-        fy_lane_t *lane = &ep->lanes[FY_LANE_AMO];
-        return lane->iface->tl->ops->atomic(lane->tl_ep, op->amo_op, op->amo_size, op->operand,
-                                            op->compare, op->result, op->remote_addr, rk->tl_rkey,
-                                            &op->comp);
-    }
-    fy_lane_t *lane = &ep->lanes[FY_LANE_RMA];
-    struct iovec iov = {op->buf, op->len};
-    if (op->type == FY_OP_PUT)
-        return lane->iface->tl->ops->put_zcopy(lane->tl_ep, &iov, 1, op->remote_addr, rk->tl_rkey,
-                                               &op->comp);
-    return lane->iface->tl->ops->get_zcopy(lane->tl_ep, &iov, 1, op->remote_addr, rk->tl_rkey,
-                                           &op->comp);
+    return lane->iface->tl->ops->put_zcopy(lane->tl_ep, &iov, 1, op->rma.remote_addr,
+                                           op->rma.rkey->tl_rkey, &op->comp);
 }
+
+static ferry_status_t get_start(fy_op_t *op)
+{
+    fy_lane_t *lane = &op->ep->lanes[FY_LANE_RMA];
+    struct iovec iov = {op->rma.buf, op->rma.len};
+    op->comp.cb = rma_comp_cb;
+    return lane->iface->tl->ops->get_zcopy(lane->tl_ep, &iov, 1, op->rma.remote_addr,
+                                           op->rma.rkey->tl_rkey, &op->comp);
+}
+
+static ferry_status_t amo_start(fy_op_t *op)
+{
+    fy_lane_t *lane = &op->ep->lanes[FY_LANE_AMO];
+    const fy_op_amo_t *a = &op->amo;
+    op->comp.cb = rma_comp_cb;
+    return lane->iface->tl->ops->atomic(lane->tl_ep, a->op, a->size, a->operand, a->compare,
+                                        a->result, a->remote_addr, a->rkey->tl_rkey, &op->comp);
+}
+
+const fy_op_ops_t fy_rma_put_op_ops = {"put", put_start, NULL};
+const fy_op_ops_t fy_rma_get_op_ops = {"get", get_start, NULL};
+const fy_op_ops_t fy_rma_amo_op_ops = {"atomic", amo_start, NULL};
 
 static ferry_status_t check_rkey(ferry_ep_t *ep, ferry_rkey_t *rk, uint64_t addr, size_t len,
                                  unsigned access)
@@ -88,58 +82,6 @@ static ferry_status_t wait_done(ferry_worker_t *w, ferry_request_t *req)
     while (req->status == FERRY_INPROGRESS)
         ferry_worker_wait(w, 100);
     return req->status;
-}
-
-/* Send an emulated request that waits for an answer (get, atomic, ping). */
-static ferry_status_t emu_request(fy_op_t *op, fy_rma_msg_t *m, const void *data, size_t len)
-{
-    ferry_worker_t *w = op->worker;
-    op->wait_id = ++w->next_wait_id;
-    m->wait_id = op->wait_id;
-    ferry_status_t st = fy_hash_put(&w->waiting, op->wait_id, op);
-    if (st != FERRY_OK) {
-        op->wait_id = 0;
-        return st;
-    }
-    struct iovec iov = {(void *)data, len};
-    st = fy_am_send(op->ep, FY_AM_ID_RMA, m, sizeof(*m), &iov, len != 0, NULL);
-    if (st < 0) {
-        fy_hash_del(&w->waiting, op->wait_id);
-        op->wait_id = 0;
-        return st;
-    }
-    return FERRY_INPROGRESS;
-}
-
-/* Start an emulated get or atomic: counted on its endpoint until the answer comes; released
- * at once if it could not be sent. */
-static ferry_status_t emu_start(fy_op_t *op, fy_rma_msg_t *m)
-{
-    ferry_status_t st = emu_request(op, m, NULL, 0);
-    if (st == FERRY_INPROGRESS) {
-        op->counted = 1;
-        op->ep->outstanding++;
-    } else {
-        fy_op_put(op);
-    }
-    return st;
-}
-
-ferry_status_t fy_rma_flush_ping(fy_op_t *flush_op)
-{
-    fy_rma_msg_t m = {.op = RMA_PING};
-    flush_op->ep->emulated_since_flush = 0;
-    return emu_request(flush_op, &m, NULL, 0);
-}
-
-static void emu_init(fy_rma_msg_t *m, int op, ferry_rkey_t *rk, uint64_t addr, size_t len)
-{
-    memset(m, 0, sizeof(*m));
-    m->op = (uint8_t)op;
-    m->region_id = rk->region_id;
-    m->key = rk->key;
-    m->addr = addr;
-    m->len = len;
 }
 
 /* The checks every put and get starts with.  0: the call is over, with *st its result (a
@@ -181,10 +123,10 @@ static ferry_status_t rma_split(ferry_ep_t *ep, fy_op_type_t type, void *buf, si
             st = FERRY_ERR_NO_MEMORY;
             break;
         }
-        op->rkey = rkey;
-        op->remote_addr = remote_addr + off;
-        op->len = len - off < max ? len - off : max;
-        op->buf = (uint8_t *)buf + off;
+        op->rma.rkey = rkey;
+        op->rma.remote_addr = remote_addr + off;
+        op->rma.len = len - off < max ? len - off : max;
+        op->rma.buf = (uint8_t *)buf + off;
         st = fy_ep_submit_child(ep, parent, op);
         if (st < 0 && type == FY_OP_PUT)
             fy_ep_note_error(ep, st); /* refused by the transport: the covering flush says so */
@@ -217,10 +159,10 @@ ferry_status_t ferry_put(ferry_ep_t *ep, const void *buf, size_t len, uint64_t r
         fy_op_t *op = fy_op_get(ep->worker, ep, FY_OP_PUT, req);
         if (op == NULL)
             return FERRY_ERR_NO_MEMORY;
-        op->rkey = rkey;
-        op->remote_addr = remote_addr;
-        op->len = len;
-        op->buf = (void *)buf;
+        op->rma.rkey = rkey;
+        op->rma.remote_addr = remote_addr;
+        op->rma.len = len;
+        op->rma.buf = (void *)buf;
         if (req == NULL) {
             op->copy = malloc(len);
             if (op->copy == NULL) {
@@ -228,17 +170,11 @@ ferry_status_t ferry_put(ferry_ep_t *ep, const void *buf, size_t len, uint64_t r
                 return FERRY_ERR_NO_MEMORY;
             }
             memcpy(op->copy, buf, len);
-            op->buf = op->copy;
+            op->rma.buf = op->copy;
         }
         return fy_ep_submit(ep, op);
     }
-    fy_rma_msg_t m;
-    emu_init(&m, RMA_PUT, rkey, remote_addr, len);
-    if (fy_ep_queue_full(ep, sizeof(m) + len))
-        return FERRY_ERR_NO_RESOURCE; /* FERRY_MAX_QUEUED: nothing taken */
-    struct iovec iov = {(void *)buf, len};
-    ep->emulated_since_flush++;
-    return fy_am_send(ep, FY_AM_ID_RMA, &m, sizeof(m), &iov, 1, req);
+    return fy_rma_emu_put(ep, buf, len, remote_addr, rkey, req);
 }
 
 ferry_status_t ferry_get(ferry_ep_t *ep, void *buf, size_t len, uint64_t remote_addr,
@@ -271,21 +207,15 @@ ferry_status_t ferry_get(ferry_ep_t *ep, void *buf, size_t len, uint64_t remote_
             st = wait_done(ep->worker, r);
         return st;
     }
-    fy_op_t *op =
-        fy_op_get(ep->worker, ep, ep->rma_native && rkey->tl_rkey ? FY_OP_GET : FY_OP_RMA_EMU, r);
+    int native = ep->rma_native && rkey->tl_rkey != NULL;
+    fy_op_t *op = fy_op_get(ep->worker, ep, native ? FY_OP_GET : FY_OP_GET_EMU, r);
     if (op == NULL)
         return FERRY_ERR_NO_MEMORY;
-    op->rkey = rkey;
-    op->remote_addr = remote_addr;
-    op->len = len;
-    op->buf = buf;
-    if (op->type == FY_OP_GET) {
-        st = fy_ep_submit(ep, op);
-    } else {
-        fy_rma_msg_t m;
-        emu_init(&m, RMA_GET, rkey, remote_addr, len);
-        st = emu_start(op, &m);
-    }
+    op->rma.rkey = rkey;
+    op->rma.remote_addr = remote_addr;
+    op->rma.len = len;
+    op->rma.buf = buf;
+    st = native ? fy_ep_submit(ep, op) : fy_rma_emu_start(op);
     if (st == FERRY_INPROGRESS && req == NULL)
         st = wait_done(ep->worker, r);
     return st;
@@ -309,173 +239,18 @@ ferry_status_t ferry_atomic(ferry_ep_t *ep, ferry_atomic_op_t aop, size_t size, 
     }
     int native = ep->amo_native && rkey->tl_rkey != NULL &&
                  ep->lanes[FY_LANE_AMO].iface == ep->lanes[FY_LANE_RMA].iface;
-    fy_op_t *op = fy_op_get(ep->worker, ep, native ? FY_OP_AMO : FY_OP_RMA_EMU, r);
+    fy_op_t *op = fy_op_get(ep->worker, ep, native ? FY_OP_AMO : FY_OP_AMO_EMU, r);
     if (op == NULL)
         return FERRY_ERR_NO_MEMORY;
-    op->rkey = rkey;
-    op->remote_addr = remote_addr;
-    op->amo_op = aop;
-    op->amo_size = size;
-    op->operand = operand;
-    op->compare = compare;
-    op->result = result;
-    if (native) {
-        st = fy_ep_submit(ep, op);
-    } else {
-        fy_rma_msg_t m;
-        emu_init(&m, RMA_AMO, rkey, remote_addr, size);
-        m.amo_op = (uint8_t)aop;
-        m.size = (uint8_t)size;
-        m.operand = operand;
-        m.compare = compare;
-        st = emu_start(op, &m);
-    }
+    op->amo.rkey = rkey;
+    op->amo.remote_addr = remote_addr;
+    op->amo.op = aop;
+    op->amo.size = size;
+    op->amo.operand = operand;
+    op->amo.compare = compare;
+    op->amo.result = result;
+    st = native ? fy_ep_submit(ep, op) : fy_rma_emu_start(op);
     if (st == FERRY_INPROGRESS && req == NULL)
         st = wait_done(ep->worker, r);
     return st;
-}
-
-/* ------------------------------------------------------------------------------------------ */
-/* The emulation protocol's handler (both sides)                                               */
-/* ------------------------------------------------------------------------------------------ */
-
-#define AMO_APPLY(T, ptr, m, old)                                                                  \
-    do {                                                                                           \
-        T *p_ = (T *)(ptr);                                                                        \
-        T v_ = (T)(m)->operand;                                                                    \
-        switch ((m)->amo_op) {                                                                     \
-        case FERRY_ATOMIC_ADD:                                                                     \
-            old = __atomic_fetch_add(p_, v_, __ATOMIC_SEQ_CST);                                    \
-            break;                                                                                 \
-        case FERRY_ATOMIC_AND:                                                                     \
-            old = __atomic_fetch_and(p_, v_, __ATOMIC_SEQ_CST);                                    \
-            break;                                                                                 \
-        case FERRY_ATOMIC_OR:                                                                      \
-            old = __atomic_fetch_or(p_, v_, __ATOMIC_SEQ_CST);                                     \
-            break;                                                                                 \
-        case FERRY_ATOMIC_XOR:                                                                     \
-            old = __atomic_fetch_xor(p_, v_, __ATOMIC_SEQ_CST);                                    \
-            break;                                                                                 \
-        case FERRY_ATOMIC_SWAP:                                                                    \
-            old = __atomic_exchange_n(p_, v_, __ATOMIC_SEQ_CST);                                   \
-            break;                                                                                 \
-        default: {                                                                                 \
-            T c_ = (T)(m)->compare;                                                                \
-            __atomic_compare_exchange_n(p_, &c_, v_, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);       \
-            old = c_;                                                                              \
-        }                                                                                          \
-        }                                                                                          \
-    } while (0)
-
-static void reply(ferry_ep_t *ep, fy_rma_msg_t *m, int op, ferry_status_t st, const void *data,
-                  size_t len)
-{
-    m->op = (uint8_t)op;
-    m->status = st;
-    struct iovec iov = {(void *)data, len};
-    ferry_status_t s = fy_am_send(ep, FY_AM_ID_RMA, m, sizeof(*m), &iov, len != 0, NULL);
-    if (s < 0)
-        fy_warn("cannot answer an RMA request: %s", ferry_status_string(s));
-}
-
-static fy_op_t *take_waiting(ferry_worker_t *w, uint64_t wait_id)
-{
-    fy_op_t *op = fy_hash_del(&w->waiting, wait_id);
-    if (op != NULL)
-        op->wait_id = 0;
-    return op;
-}
-
-static ferry_status_t rma_handler(void *arg, const void *header, size_t header_len,
-                                  const void *data, size_t len, ferry_ep_t *ep)
-{
-    ferry_worker_t *w = arg;
-    fy_rma_msg_t m;
-    if (header_len != sizeof(m)) {
-        w->drops_malformed++;
-        return FERRY_OK;
-    }
-    memcpy(&m, header, sizeof(m));
-    fy_region_table_t *rt = &w->ctx->regions;
-    void *local = NULL;
-    ferry_status_t st;
-    switch (m.op) {
-    case RMA_PUT:
-        st = m.len == len ? fy_region_check(rt, m.region_id, m.key, m.addr, m.len,
-                                            FERRY_MEM_REMOTE_WRITE, &local)
-                          : FERRY_ERR_PROTOCOL;
-        if (st == FERRY_OK)
-            memcpy(local, data, len);
-        else
-            reply(ep, &m, RMA_PUT_NACK, st, NULL, 0);
-        break;
-    case RMA_GET:
-        st = fy_region_check(rt, m.region_id, m.key, m.addr, m.len, FERRY_MEM_REMOTE_READ, &local);
-        reply(ep, &m, RMA_GET_REP, st, st == FERRY_OK ? local : NULL, st == FERRY_OK ? m.len : 0);
-        break;
-    case RMA_AMO: {
-        uint64_t old = 0;
-        st = (m.size == 4 || m.size == 8) && m.amo_op <= FERRY_ATOMIC_CSWAP && m.addr % m.size == 0
-                 ? fy_region_check(rt, m.region_id, m.key, m.addr, m.size, FERRY_MEM_REMOTE_ATOMIC,
-                                   &local)
-                 : FERRY_ERR_PROTOCOL;
-        if (st == FERRY_OK) {
-            if (m.size == 8)
-                AMO_APPLY(uint64_t, local, &m, old);
-            else
-                AMO_APPLY(uint32_t, local, &m, old);
-        }
-        m.operand = old;
-        reply(ep, &m, RMA_AMO_REP, st, NULL, 0);
-        break;
-    }
-    case RMA_PING:
-        reply(ep, &m, RMA_PONG, FERRY_OK, NULL, 0);
-        break;
-    case RMA_PUT_NACK:
-        fy_warn("a put to [0x%llx, +%llu) was refused by the target: %s",
-                (unsigned long long)m.addr, (unsigned long long)m.len,
-                ferry_status_string(m.status));
-        fy_ep_note_error(ep, m.status < 0 ? m.status : FERRY_ERR_ACCESS_DENIED);
-        break;
-    case RMA_GET_REP:
-    case RMA_AMO_REP:
-    case RMA_PONG: {
-        fy_op_t *op = take_waiting(w, m.wait_id);
-        if (op == NULL) {
-            w->drops_unknown_ep++;
-            break;
-        }
-        st = m.status;
-        if (m.op == RMA_PONG) {
-            fy_ep_flush_sub_done(op, FERRY_OK);
-            break;
-        }
-        if (st == FERRY_OK && m.op == RMA_GET_REP) {
-            if (len != op->len)
-                st = FERRY_ERR_PROTOCOL;
-            else
-                memcpy(op->buf, data, len);
-            if (op->req != NULL)
-                op->req->length = len;
-        } else if (st == FERRY_OK && op->result != NULL) {
-            if (op->amo_size == 8)
-                memcpy(op->result, &m.operand, 8);
-            else {
-                uint32_t v = (uint32_t)m.operand;
-                memcpy(op->result, &v, 4);
-            }
-        }
-        fy_op_finish(op, st);
-        break;
-    }
-    default:
-        w->drops_malformed++;
-    }
-    return FERRY_OK;
-}
-
-void fy_rma_init_worker(ferry_worker_t *w)
-{
-    fy_am_set_handler(w, FY_AM_ID_RMA, rma_handler, w);
 }

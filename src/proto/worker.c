@@ -260,7 +260,7 @@ fy_op_t *fy_op_get(ferry_worker_t *w, ferry_ep_t *ep, fy_op_type_t type, ferry_r
     fy_op_t *op = fy_mpool_get(&w->ops);
     if (op == NULL)
         return NULL;
-    memset(op, 0, offsetof(fy_op_t, iov));
+    memset(op, 0, FY_OP_CLEAR_LEN);
     op->worker = w;
     op->ep = ep;
     op->type = type;
@@ -277,8 +277,7 @@ void fy_op_put(fy_op_t *op)
 {
     if (op->req != NULL)
         op->req->priv[0] = 0;
-    if (op->release != NULL)
-        op->release(op);
+    fy_op_release(op);
     free(op->copy);
     fy_mpool_put(&op->worker->ops, op);
 }

@@ -1,0 +1,246 @@
+/*
+ * tag_rndv.c - the rendezvous protocol of tagged messages: the send, the handler of its
+ * messages (AM id FY_AM_ID_TAG_RNDV, header fy_tag_msg_t in tag_int.h), cancellation, and the
+ * threshold above which an endpoint uses it.
+ *
+ * A message above the threshold stays in the caller's memory until a receive has matched its
+ * RTS.  The data then moves by one of two schemes:
+ *
+ *   get  (tag_rndv_get.c) RTS_GET -> the receiver reads -> ATS, when the AM lane's transport
+ *        can read remote memory: one copy, and no round trip before the data moves.
+ *   am   (tag_rndv_am.c) RTS -> CTS -> DATA: the receiver answers CTS, the sender sends the
+ *        data as an AM from the caller's memory.
+ *
+ * The sender chooses per message (FERRY_TAG_RNDV_SCHEME, the lane's caps, whether
+ * registration and packing worked).  The receiver may turn an RTS_GET into the am scheme by
+ * answering CTS instead (with TAG_F_NO_GET, after which a sender in `auto` offers that
+ * endpoint no more gets).
+ *
+ * Lifetimes.  The sender's op (FY_OP_TAG_SEND) waits in the worker's wait table, counted on
+ * its endpoint, and holds the registration until CTS or ATS comes or the endpoint fails: an
+ * RTS_GET matched late still names valid memory.  fy_op_put() releases whatever an op holds
+ * (the type's release in op.c's table), on every path.  A sender that closes its endpoint by
+ * force sends ABORT for each rendezvous still waiting (best effort): the receiver drops the
+ * unmatched RTS, or fails the receive waiting for DATA, rather than read a buffer the sender
+ * has been given back, or wait forever.  (A receive that matches before the ABORT has arrived
+ * still reads: one-sided reads cannot be revoked.)
+ *
+ * Wait ids are looked up in a hash, never trusted as pointers.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "proto/tag_int.h"
+
+ferry_status_t fy_tag_rndv_ctl(ferry_ep_t *ep, fy_tag_msg_t *m)
+{
+    return fy_am_send(ep, FY_AM_ID_TAG_RNDV, m, sizeof(*m), NULL, 0, NULL);
+}
+
+/* The send op's registration of its buffer (the get scheme), if it has one. */
+static void tag_send_release(fy_op_t *op)
+{
+    fy_op_tag_send_t *s = &op->tag_send;
+    if (s->memh == NULL)
+        return;
+    s->reg_tl->tl->ops->mem_dereg(s->reg_tl->md, s->memh);
+    free(s->memh);
+    s->memh = NULL;
+    s->reg_tl = NULL;
+}
+
+static ferry_status_t tag_send_no_start(fy_op_t *op)
+{
+    (void)op;
+    fy_error("internal: a rendezvous send was started from a queue");
+    return FERRY_ERR_INVALID_PARAM;
+}
+
+const fy_op_ops_t fy_tag_send_op_ops = {"tag-rndv-send", tag_send_no_start, tag_send_release};
+
+ferry_status_t fy_tag_rndv_send(ferry_ep_t *ep, uint64_t tag, const void *buf, size_t len,
+                                ferry_request_t *req)
+{
+    ferry_worker_t *w = ep->worker;
+    if (ep->state == FY_EP_FAILED)
+        return ep->failure;
+    if (ep->state == FY_EP_CLOSED)
+        return FERRY_ERR_NOT_CONNECTED;
+    fy_op_t *op = fy_op_get(w, ep, FY_OP_TAG_SEND, req);
+    if (op == NULL)
+        return FERRY_ERR_NO_MEMORY;
+    op->tag_send.buf = buf;
+    op->tag_send.len = len;
+    op->tag_send.tag = tag;
+    op->wait_id = ++w->next_wait_id;
+    ferry_status_t st = fy_hash_put(&w->waiting, op->wait_id, op);
+    if (st != FERRY_OK) {
+        op->wait_id = 0;
+        fy_op_put(op);
+        return st;
+    }
+    fy_tag_msg_t m = {.type = TAG_RTS, .tag = tag, .len = len, .wait_id = op->wait_id};
+    uint8_t key[TAG_KEY_MAX];
+    struct iovec iov = {key, fy_tag_offer_get(ep, op, &m, key)};
+    st = fy_am_send(ep, FY_AM_ID_TAG_RNDV, &m, sizeof(m), &iov, iov.iov_len != 0, NULL);
+    if (st < 0) {
+        fy_hash_del(&w->waiting, op->wait_id);
+        op->wait_id = 0;
+        fy_op_put(op); /* deregisters */
+        return st;
+    }
+    op->counted = 1;
+    ep->outstanding++;
+    return FERRY_INPROGRESS;
+}
+
+/* The sender's op named by an answer (CTS, ATS) from ep, taken off the wait table. */
+static fy_op_t *take_send_op(ferry_worker_t *w, uint64_t wait_id, ferry_ep_t *ep)
+{
+    fy_op_t *op = fy_hash_get(&w->waiting, wait_id);
+    if (op == NULL || op->type != FY_OP_TAG_SEND || op->ep != ep) {
+        w->drops_unknown_ep++;
+        return NULL;
+    }
+    fy_hash_del(&w->waiting, wait_id);
+    op->wait_id = 0;
+    return op;
+}
+
+/* The sender cancelled a rendezvous (it closed its endpoint): forget its RTS if no receive has
+ * taken it, fail the receive that waits for its DATA.  A read already under way needs nothing:
+ * it has finished (shm, self) or fails at the target's key check (tcp, udp). */
+typedef struct recv_key {
+    ferry_ep_t *ep;
+    uint64_t sender_wait_id;
+    fy_op_t *found;
+} recv_key_t;
+
+static void find_recv(uint64_t key, void *value, void *arg)
+{
+    (void)key;
+    fy_op_t *op = value;
+    recv_key_t *k = arg;
+    if (op->type == FY_OP_TAG_RECV && op->ep == k->ep &&
+        op->tag_recv.peer_wait_id == k->sender_wait_id)
+        k->found = op;
+}
+
+static void recv_abort(ferry_worker_t *w, ferry_ep_t *ep, uint64_t sender_wait_id)
+{
+    fy_list_t *pos;
+    fy_list_for_each(pos, &w->tag_unexp)
+    {
+        fy_tag_unexp_t *u = fy_container_of(pos, fy_tag_unexp_t, link);
+        if (u->ep == ep && u->m.type != TAG_EAGER && u->m.wait_id == sender_wait_id) {
+            fy_list_del(&u->link);
+            free(u);
+            return;
+        }
+    }
+    recv_key_t k = {ep, sender_wait_id, NULL};
+    fy_hash_foreach(&w->waiting, find_recv, &k);
+    if (k.found != NULL)
+        fy_op_finish(k.found, FERRY_ERR_CANCELED);
+}
+
+static ferry_status_t tag_rndv_handler(void *arg, const void *header, size_t header_len,
+                                       const void *data, size_t len, ferry_ep_t *ep)
+{
+    ferry_worker_t *w = arg;
+    fy_tag_msg_t m;
+    if (header_len != sizeof(m)) {
+        w->drops_malformed++;
+        return FERRY_OK;
+    }
+    memcpy(&m, header, sizeof(m));
+    switch (m.type) {
+    case TAG_RTS:
+        fy_tag_match_or_queue(w, &m, NULL, 0, ep);
+        return FERRY_OK;
+    case TAG_RTS_GET:
+        if (m.tl_len == 0 || m.tl_len >= len || len > TAG_KEY_MAX) {
+            w->drops_malformed++;
+            return FERRY_OK;
+        }
+        fy_tag_match_or_queue(w, &m, data, len, ep);
+        return FERRY_OK;
+    case TAG_CTS: {
+        fy_op_t *op = take_send_op(w, m.wait_id, ep);
+        if (op == NULL)
+            return FERRY_OK;
+        if ((m.flags & TAG_F_NO_GET) && !ep->tag_no_get) {
+            ep->tag_no_get = 1;
+            fy_tag_ep_init(ep); /* in auto, back to the threshold for the am scheme */
+        }
+        fy_tag_send_data(op, m.arg);
+        return FERRY_OK;
+    }
+    case TAG_ATS: {
+        fy_op_t *op = take_send_op(w, m.wait_id, ep);
+        if (op != NULL)
+            fy_op_finish(op, m.status <= 0 && m.status > FERRY_ERR_LAST ? (ferry_status_t)m.status
+                                                                        : FERRY_ERR_PROTOCOL);
+        return FERRY_OK;
+    }
+    case TAG_ABORT:
+        recv_abort(w, ep, m.wait_id);
+        return FERRY_OK;
+    case TAG_DATA:
+        fy_tag_recv_data(w, &m, data, len);
+        return FERRY_OK;
+    default:
+        w->drops_malformed++;
+    }
+    return FERRY_OK;
+}
+
+static void abort_send(uint64_t key, void *value, void *arg)
+{
+    fy_op_t *op = value;
+    ferry_ep_t *ep = arg;
+    if (op->type != FY_OP_TAG_SEND || op->ep != ep)
+        return;
+    fy_tag_msg_t m = {
+        .type = TAG_ABORT, .tag = op->tag_send.tag, .len = op->tag_send.len, .wait_id = key};
+    (void)fy_tag_rndv_ctl(ep, &m); /* best effort: the endpoint is going away */
+}
+
+/*
+ * FERRY_TAG_RNDV_THRESH=auto, measured with ferry_perf tag_lat/tag_bw on the reference 2-core
+ * box: over shm a get rendezvous beats eager from 8k on, where an eager message
+ * stops fitting one cell buffer and becomes a pulled zero-copy message plus a copy out of the
+ * receive buffer (8k: 1.9 vs 2.2 us; 64k: 4.2 vs 11.6 us).  Over tcp and udp a rendezvous costs
+ * round trips of several microseconds, and eager stays ahead up to 256k and beyond, so the old
+ * 64k stays.  The sign that reads are memory copies, not requests over a network, is the
+ * lane's latency.
+ */
+#define TAG_THRESH_DEFAULT (64 * 1024)
+#define TAG_MEMORY_LATENCY 1000.0 /* ns: below this, the lane is a memory transport */
+
+void fy_tag_ep_init(ferry_ep_t *ep)
+{
+    const fy_ctx_opts_t *o = &ep->worker->ctx->opts;
+    const fy_iface_t *fi = ep->lanes[FY_LANE_AM].iface;
+    ep->tag_rndv_thresh = o->tag_rndv_thresh;
+    if (o->tag_rndv_thresh != FY_TAG_THRESH_AUTO)
+        return;
+    ep->tag_rndv_thresh = TAG_THRESH_DEFAULT;
+    size_t hdr = sizeof(fy_am_hdr_t) + sizeof(uint64_t); /* an eager message's headers */
+    int by_get = o->tag_rndv_scheme == FY_TAG_SCHEME_GET ||
+                 (o->tag_rndv_scheme == FY_TAG_SCHEME_AUTO && !ep->tag_no_get);
+    if (by_get && (fi->attr.caps & FY_TL_CAP_GET) && fi->attr.latency_ns < TAG_MEMORY_LATENCY &&
+        fi->attr.max_bcopy > hdr)
+        ep->tag_rndv_thresh = FY_MIN(fi->attr.max_bcopy - hdr, (size_t)TAG_THRESH_DEFAULT);
+}
+
+void fy_tag_ep_closing(ferry_ep_t *ep)
+{
+    if (fy_tag_ep_usable(ep))
+        fy_hash_foreach(&ep->worker->waiting, abort_send, ep);
+}
+
+void fy_tag_rndv_init_worker(ferry_worker_t *w)
+{
+    fy_am_set_handler(w, FY_AM_ID_TAG_RNDV, tag_rndv_handler, w);
+}

@@ -176,13 +176,13 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     tl->ops->iface_query(iface, &attr);
     FZ_CHECK(attr.device_addr_len == sizeof(dev_addr) && attr.iface_addr_len == sizeof(if_addr));
     FZ_CHECK(tl->ops->iface_get_address(iface, &dev_addr, &if_addr) == FERRY_OK);
-    fy_tcp_key_t memh;
+    fy_swmd_key_t memh;
     FZ_CHECK(tl->memh_size <= sizeof(memh));
     FZ_CHECK(
         tl->ops->mem_reg(md, region, sizeof(region),
                          FERRY_MEM_REMOTE_READ | FERRY_MEM_REMOTE_WRITE | FERRY_MEM_REMOTE_ATOMIC,
                          &memh) == FERRY_OK);
-    keys = (fz_keys_t){memh.region_id, memh.key, (uint64_t)(uintptr_t)region};
+    keys = (fz_keys_t){memh.id, memh.key, (uint64_t)(uintptr_t)region};
     seeds();
     return 0;
 }

@@ -216,7 +216,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
                          FERRY_MEM_REMOTE_READ | FERRY_MEM_REMOTE_WRITE | FERRY_MEM_REMOTE_ATOMIC,
                          memh) == FERRY_OK);
     uint64_t k[2];
-    memcpy(k, memh, sizeof(k)); /* fy_udp_key_t: region id, key */
+    memcpy(k, memh, sizeof(k)); /* fy_swmd_key_t: region id, key */
     keys = (fz_keys_t){k[0], k[1], (uint64_t)(uintptr_t)region};
     connect_peer();
     seeds();

@@ -22,6 +22,7 @@
 #include <stdint.h>
 #include <sys/uio.h>
 
+#include "tl/swmd.h"
 #include "tl/tl.h"
 #include "util/list.h"
 #include "util/hash.h"
@@ -171,12 +172,6 @@ typedef struct fy_tcp_iface_addr {
     uint16_t rsvd[3];
 } fy_tcp_iface_addr_t;
 
-/* memory handle, packed and unpacked remote key: region id + key (util/region.h) */
-typedef struct fy_tcp_key {
-    uint64_t region_id;
-    uint64_t key;
-} fy_tcp_key_t;
-
 /* ---- configuration (FERRY_TCP_*) -------------------------------------------------------- */
 
 typedef struct fy_tcp_config {
@@ -204,9 +199,8 @@ typedef struct fy_tcp_config {
 extern const fy_config_table_t fy_tcp_config_table;
 
 typedef struct fy_tcp_md {
-    fy_tl_md_t super;
+    fy_swmd_t super; /* the region table remote access is checked against (tl/swmd.h) */
     fy_tcp_config_t cfg;
-    fy_region_table_t regions;
     fy_netif_t *devs; /* one address per device, the device's name */
     unsigned ndevs;
     uint64_t host_id;

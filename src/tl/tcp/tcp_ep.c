@@ -207,7 +207,7 @@ static ferry_status_t rma(fy_tcp_ep_t *ep, uint8_t type, const struct iovec *iov
     fy_tcp_op_t *op = fy_tcp_op_new(p, ep, type, comp);
     if (op == NULL)
         return FERRY_ERR_NO_RESOURCE;
-    const fy_tcp_key_t *k = rkey;
+    const fy_swmd_key_t *k = rkey;
     struct {
         fy_tcp_hdr_t h;
         fy_tcp_rma_ext_t r;
@@ -217,7 +217,7 @@ static ferry_status_t rma(fy_tcp_ep_t *ep, uint8_t type, const struct iovec *iov
     f.h.length = htole32((uint32_t)len);
     f.r.op_id = htole64(op->id);
     f.r.remote_addr = htole64(remote_addr);
-    f.r.region_id = htole64(k->region_id);
+    f.r.region_id = htole64(k->id);
     f.r.key = htole64(k->key);
     fy_tcp_msg_t m = {.hdr = &f, .hdr_len = sizeof(f)};
     if (type == FY_TCP_PUT) {

@@ -92,7 +92,7 @@ ferry_status_t fy_tcp_iface_open(fy_tl_md_t *super, const fy_tl_iface_params_t *
     fy_tcp_iface_t *iface = calloc(1, sizeof(*iface));
     if (iface == NULL)
         return FERRY_ERR_NO_MEMORY;
-    fy_tl_iface_base_init(&iface->super, md->super.component, super, params);
+    fy_tl_iface_base_init(&iface->super, md->super.super.component, super, params);
     iface->md = md;
     iface->cfg = &md->cfg;
     iface->epfd = iface->listen_fd = iface->timer_fd = -1;

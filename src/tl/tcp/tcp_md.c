@@ -5,10 +5,9 @@
  * Devices are network interfaces chosen once per context by util/netif (include / exclude
  * lists with wide CIDR match; loopback only when named or when nothing else is left), one
  * address per interface (IPv4 first unless FERRY_TCP_AF says otherwise).  Remote access is
- * checked at the target against the md's region table: a key is (region id, 64 random bits),
- * so an rkey carries no address a peer could abuse and a wrong or stale key is refused.
+ * checked at the target against the md's region table: the md is the software memory domain
+ * tcp shares with udp (tl/swmd.h), whose key is (region id, 64 random bits).
  */
-#include <endian.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -188,7 +187,6 @@ static ferry_status_t tcp_md_open(const fy_tl_component_t *tl, fy_tl_md_t **md_p
     fy_tcp_md_t *md = calloc(1, sizeof(*md));
     if (md == NULL)
         return FERRY_ERR_NO_MEMORY;
-    md->super.component = tl;
     ferry_status_t st = fy_config_read(&fy_tcp_config_table, &md->cfg);
     if (st != FERRY_OK)
         goto err_free;
@@ -198,11 +196,11 @@ static ferry_status_t tcp_md_open(const fy_tl_component_t *tl, fy_tl_md_t **md_p
     st = select_devices(md);
     if (st != FERRY_OK)
         goto err_cfg;
-    st = fy_region_table_init(&md->regions);
+    st = fy_swmd_init(&md->super, tl);
     if (st != FERRY_OK)
         goto err_devs;
     md->host_id = fy_netif_host_id();
-    *md_p = &md->super;
+    *md_p = &md->super.super;
     return FERRY_OK;
 
 err_devs:
@@ -219,7 +217,7 @@ static void tcp_md_close(fy_tl_md_t *super)
     fy_tcp_md_t *md = (fy_tcp_md_t *)super;
     if (md == NULL)
         return;
-    fy_region_table_destroy(&md->regions);
+    fy_swmd_cleanup(&md->super);
     free(md->devs);
     fy_config_release(&fy_tcp_config_table, &md->cfg);
     free(md);
@@ -239,57 +237,15 @@ static ferry_status_t tcp_query_devices(fy_tl_md_t *super, fy_tl_device_t *devs,
     return FERRY_OK;
 }
 
-static ferry_status_t tcp_mem_reg(fy_tl_md_t *super, void *addr, size_t len, unsigned access,
-                                  void *memh)
-{
-    fy_tcp_md_t *md = (fy_tcp_md_t *)super;
-    fy_region_t r;
-    ferry_status_t st = fy_region_add(&md->regions, addr, len, access, &r);
-    if (st != FERRY_OK)
-        return st;
-    fy_tcp_key_t *k = memh;
-    k->region_id = r.id;
-    k->key = r.key;
-    return FERRY_OK;
-}
-
-static void tcp_mem_dereg(fy_tl_md_t *super, void *memh)
-{
-    fy_tcp_md_t *md = (fy_tcp_md_t *)super;
-    const fy_tcp_key_t *k = memh;
-    if (k != NULL && k->region_id != 0)
-        fy_region_remove(&md->regions, k->region_id);
-}
-
-static ferry_status_t tcp_rkey_pack(fy_tl_md_t *md, const void *memh, void *buf)
-{
-    const fy_tcp_key_t *k = memh;
-    uint64_t v[2] = {htole64(k->region_id), htole64(k->key)};
-    memcpy(buf, v, sizeof(v));
-    return FERRY_OK;
-}
-
-static ferry_status_t tcp_rkey_unpack(fy_tl_md_t *md, const void *buf, void *rkey)
-{
-    uint64_t v[2];
-    memcpy(v, buf, sizeof(v));
-    fy_tcp_key_t *k = rkey;
-    k->region_id = le64toh(v[0]);
-    k->key = le64toh(v[1]);
-    return FERRY_OK;
-}
-
-static void tcp_rkey_release(fy_tl_md_t *md, void *rkey) {}
-
 static const fy_tl_ops_t tcp_ops = {
     .md_open = tcp_md_open,
     .md_close = tcp_md_close,
     .query_devices = tcp_query_devices,
-    .mem_reg = tcp_mem_reg,
-    .mem_dereg = tcp_mem_dereg,
-    .rkey_pack = tcp_rkey_pack,
-    .rkey_unpack = tcp_rkey_unpack,
-    .rkey_release = tcp_rkey_release,
+    .mem_reg = fy_swmd_mem_reg,
+    .mem_dereg = fy_swmd_mem_dereg,
+    .rkey_pack = fy_swmd_rkey_pack,
+    .rkey_unpack = fy_swmd_rkey_unpack,
+    .rkey_release = fy_swmd_rkey_release,
     .iface_open = fy_tcp_iface_open,
     .iface_close = fy_tcp_iface_close,
     .iface_query = fy_tcp_iface_query,
@@ -319,7 +275,5 @@ const fy_tl_component_t fy_tl_tcp_component = {
     .description = "TCP stream sockets: any IP network, the safe default between hosts",
     .ops = &tcp_ops,
     .config = &fy_tcp_config_table,
-    .memh_size = sizeof(fy_tcp_key_t),
-    .rkey_packed_size = sizeof(fy_tcp_key_t),
-    .rkey_size = sizeof(fy_tcp_key_t),
+    FY_SWMD_COMPONENT_SIZES,
 };

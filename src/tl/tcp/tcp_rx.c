@@ -323,7 +323,7 @@ static int handle_frame(fy_tcp_link_t *link)
         }
         void *local = NULL;
         ferry_status_t st = fy_region_check(
-            &iface->md->regions, le64toh(r.region_id), le64toh(r.key), addr, len,
+            &iface->md->super.regions, le64toh(r.region_id), le64toh(r.key), addr, len,
             h.type == FY_TCP_PUT ? FERRY_MEM_REMOTE_WRITE : FERRY_MEM_REMOTE_READ, &local);
         if (st != FERRY_OK)
             fy_debug("tcp: refused a %s of %zu bytes at 0x%llx (region %llu): %s",

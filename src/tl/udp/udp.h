@@ -22,6 +22,7 @@
 #include <stdint.h>
 #include <sys/socket.h>
 
+#include "tl/swmd.h"
 #include "tl/tl.h"
 #include "tl/udp/udp_proto.h"
 #include "util/hash.h"
@@ -76,16 +77,12 @@ typedef struct fy_udp_opts {
 extern const fy_config_table_t fy_udp_config_table;
 
 typedef struct fy_udp_md {
-    fy_tl_md_t super;
+    fy_swmd_t super; /* the region table remote access is checked against (tl/swmd.h) */
     fy_udp_opts_t opts;
-    fy_region_table_t regions;
 } fy_udp_md_t;
 
-/* memh and rkey: the region id and key from the region table. */
-typedef struct fy_udp_key {
-    uint64_t id;
-    uint64_t key;
-} fy_udp_key_t;
+/* memh and rkey: the software md's (region id, key) */
+typedef fy_swmd_key_t fy_udp_key_t;
 
 enum { FY_UDP_CH_PRIO = 0, FY_UDP_CH_DATA = 1, FY_UDP_NCH = 2 };
 

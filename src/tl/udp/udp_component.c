@@ -3,10 +3,10 @@
  * (the one place each variable, default and meaning is written), the memory domain with its
  * region table, remote keys, and the const ops table registered in tl/registry.c.
  *
- * The transport has no hardware to register memory with; registration puts the range into
- * the region table (util/region.h) and the rkey is the region's id and random key.  The
- * target checks every put and get against the table, so a peer can reach only what was
- * registered, with the rights it was registered with.
+ * The transport has no hardware to register memory with: its md is the software memory
+ * domain it shares with tcp (tl/swmd.h), whose region table the target checks every put and
+ * get against, so a peer can reach only what was registered, with the rights it was
+ * registered with.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -119,7 +119,6 @@ static ferry_status_t udp_md_open(const fy_tl_component_t *tl, fy_tl_md_t **md_p
 
     if (md == NULL)
         return FERRY_ERR_NO_MEMORY;
-    md->super.component = tl;
     st = fy_config_read(&fy_udp_config_table, &md->opts);
     if (st != FERRY_OK)
         goto err_free;
@@ -138,10 +137,10 @@ static ferry_status_t udp_md_open(const fy_tl_component_t *tl, fy_tl_md_t **md_p
         st = FERRY_ERR_BAD_CONFIG;
         goto err_cfg;
     }
-    st = fy_region_table_init(&md->regions);
+    st = fy_swmd_init(&md->super, tl);
     if (st != FERRY_OK)
         goto err_cfg;
-    *md_p = &md->super;
+    *md_p = &md->super.super;
     return FERRY_OK;
 
 err_cfg:
@@ -156,55 +155,20 @@ static void udp_md_close(fy_tl_md_t *tl_md)
     fy_udp_md_t *md = (fy_udp_md_t *)tl_md;
     if (md == NULL)
         return;
-    fy_region_table_destroy(&md->regions);
+    fy_swmd_cleanup(&md->super);
     fy_config_release(&fy_udp_config_table, &md->opts);
     free(md);
 }
-
-static ferry_status_t udp_mem_reg(fy_tl_md_t *tl_md, void *addr, size_t len, unsigned access,
-                                  void *memh)
-{
-    fy_udp_md_t *md = (fy_udp_md_t *)tl_md;
-    fy_region_t r;
-    ferry_status_t st = fy_region_add(&md->regions, addr, len, access, &r);
-    if (st != FERRY_OK)
-        return st;
-    fy_udp_key_t k = {r.id, r.key};
-    memcpy(memh, &k, sizeof(k));
-    return FERRY_OK;
-}
-
-static void udp_mem_dereg(fy_tl_md_t *tl_md, void *memh)
-{
-    fy_udp_md_t *md = (fy_udp_md_t *)tl_md;
-    fy_udp_key_t k;
-    memcpy(&k, memh, sizeof(k));
-    fy_region_remove(&md->regions, k.id);
-}
-
-static ferry_status_t udp_rkey_pack(fy_tl_md_t *md, const void *memh, void *buf)
-{
-    memcpy(buf, memh, sizeof(fy_udp_key_t));
-    return FERRY_OK;
-}
-
-static ferry_status_t udp_rkey_unpack(fy_tl_md_t *md, const void *buf, void *rkey)
-{
-    memcpy(rkey, buf, sizeof(fy_udp_key_t));
-    return FERRY_OK;
-}
-
-static void udp_rkey_release(fy_tl_md_t *md, void *rkey) {}
 
 static const fy_tl_ops_t udp_ops = {
     .md_open = udp_md_open,
     .md_close = udp_md_close,
     .query_devices = fy_udp_query_devices,
-    .mem_reg = udp_mem_reg,
-    .mem_dereg = udp_mem_dereg,
-    .rkey_pack = udp_rkey_pack,
-    .rkey_unpack = udp_rkey_unpack,
-    .rkey_release = udp_rkey_release,
+    .mem_reg = fy_swmd_mem_reg,
+    .mem_dereg = fy_swmd_mem_dereg,
+    .rkey_pack = fy_swmd_rkey_pack,
+    .rkey_unpack = fy_swmd_rkey_unpack,
+    .rkey_release = fy_swmd_rkey_release,
     .iface_open = fy_udp_iface_open,
     .iface_close = fy_udp_iface_close,
     .iface_query = fy_udp_iface_query,
@@ -234,7 +198,5 @@ const fy_tl_component_t fy_tl_udp_component = {
     .description = "reliable datagrams over UDP sockets (the usnic design)",
     .ops = &udp_ops,
     .config = &fy_udp_config_table,
-    .memh_size = sizeof(fy_udp_key_t),
-    .rkey_packed_size = sizeof(fy_udp_key_t),
-    .rkey_size = sizeof(fy_udp_key_t),
+    FY_SWMD_COMPONENT_SIZES,
 };

@@ -210,7 +210,7 @@ static void send_rma_done(fy_udp_conn_t *c, uint32_t op_id, ferry_status_t statu
 ferry_status_t fy_udp_rx_put(fy_udp_conn_t *c, const fy_udp_chunk_t *ch, const fy_udp_rma_t *rma,
                              const uint8_t *data, size_t dlen)
 {
-    fy_region_table_t *t = &c->iface->md->regions;
+    fy_region_table_t *t = &c->iface->md->super.regions;
     void *la = NULL;
 
     if (ch->offset == 0) {
@@ -247,8 +247,8 @@ ferry_status_t fy_udp_rx_get_req(fy_udp_conn_t *c, const fy_udp_get_req_t *req)
 {
     fy_udp_iface_t *iface = c->iface;
     void *la = NULL;
-    ferry_status_t st = fy_region_check(&iface->md->regions, req->region_id, req->key, req->addr,
-                                        (size_t)req->len, FERRY_MEM_REMOTE_READ, &la);
+    ferry_status_t st = fy_region_check(&iface->md->super.regions, req->region_id, req->key,
+                                        req->addr, (size_t)req->len, FERRY_MEM_REMOTE_READ, &la);
     fy_udp_frag_t *f = fy_udp_frag_alloc(iface);
     if (f == NULL) {
         fy_error("udp: no memory to answer a get: the initiator will time out");

@@ -223,18 +223,54 @@ static ferry_status_t ping_cb(void *arg, const void *header, size_t header_len, 
     return FERRY_OK;
 }
 
+static void print_hex(const uint8_t *b, size_t len)
+{
+    for (size_t i = 0; i < len; i++)
+        printf("%02x", b[i]);
+}
+
+/* The worker address decoded (the blob's own parser, as a peer reads it), then the raw bytes
+ * in hex, which --lanes PEER accepts. */
 static void print_address(ferry_worker_t *w)
 {
     size_t len = 0;
     if (ferry_worker_get_address(w, NULL, &len) != FERRY_ERR_TRUNCATED || len == 0)
         return;
     unsigned char *b = malloc(len);
-    if (b != NULL && ferry_worker_get_address(w, b, &len) == FERRY_OK) {
-        printf("address (%zu bytes): ", len);
-        for (size_t i = 0; i < len; i++)
-            printf("%02x", b[i]);
+    fy_remote_addr_t *ra = malloc(sizeof(*ra));
+    if (b != NULL && ra != NULL && ferry_worker_get_address(w, b, &len) == FERRY_OK) {
+        if (fy_address_unpack(b, len, ra) == FERRY_OK) {
+            printf("address: %zu bytes, worker %016llx, %u interface(s)\n", len,
+                   (unsigned long long)ra->uuid, ra->niface);
+            for (unsigned i = 0; i < ra->niface; i++) {
+                const fy_remote_iface_t *ri = &ra->ifaces[i];
+                const fy_tl_component_t *tl = fy_tl_find(ri->tl);
+                char where[160];
+                if (tl != NULL && tl->ops->addr_str != NULL) {
+                    tl->ops->addr_str(ri->dev_addr, ri->iface_addr, where, sizeof(where));
+                } else { /* no printer: the two addresses in hex */
+                    size_t o = (size_t)snprintf(where, sizeof(where), "dev ");
+                    for (unsigned k = 0; k < ri->dev_addr_len && o + 3 < 80; k++)
+                        o +=
+                            (size_t)snprintf(where + o, sizeof(where) - o, "%02x", ri->dev_addr[k]);
+                    o += (size_t)snprintf(where + o, sizeof(where) - o, " iface ");
+                    for (unsigned k = 0; k < ri->iface_addr_len && o + 3 < sizeof(where); k++)
+                        o += (size_t)snprintf(where + o, sizeof(where) - o, "%02x",
+                                              ri->iface_addr[k]);
+                }
+                printf("  [%u] %-5s %-10s %s  latency %.0f ns  bandwidth %.0f MB/s  overhead %.0f "
+                       "ns  caps 0x%x\n",
+                       i, ri->tl, ri->dev, where, ri->latency_ns, ri->bandwidth_mbs,
+                       ri->overhead_ns, ri->caps);
+            }
+        } else {
+            printf("address: %zu bytes, which this build cannot parse\n", len);
+        }
+        printf("address (%zu bytes, hex, for --lanes): ", len);
+        print_hex(b, len);
         printf("\n");
     }
+    free(ra);
     free(b);
 }
 

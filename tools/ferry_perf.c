@@ -77,7 +77,7 @@ static void usage(FILE *f)
         "  -w N           warm-up iterations (default n/10, at least 10)\n"
         "  -W N           window: operations in flight in bandwidth/rate tests (default %d)\n"
         "  -f FORMAT      table (default), csv or json\n"
-        "  -c             check: verify every payload (slower; exit 1 on any error)\n"
+        "  -c, --check    check: verify every payload (slower; exit 1 on any error)\n"
         "  -l             server mode;  -p PORT  its TCP port (default %d, 0 = any)\n"
         "  -a HEX         client mode, with the server's worker address\n"
         "  -C CPUS        pin: rank i takes the i-th cpu of the list (server/client: the first)\n"
@@ -192,6 +192,7 @@ static int parse_options(int argc, char **argv, perf_opts_t *o)
     static const struct option longopts[] = {
         {"help", no_argument, NULL, 'h'},
         {"demo", no_argument, NULL, 'D'},
+        {"check", no_argument, NULL, 'c'},
         {NULL, 0, NULL, 0},
     };
     static size_t sizes[PERF_MAX_PLAN];

@@ -74,23 +74,6 @@ static const fy_config_field_t ctx_fields[] = {
 const fy_config_table_t fy_ctx_config_table = {"context", "", ctx_fields,
                                                sizeof(ctx_fields) / sizeof(ctx_fields[0])};
 
-/* Variables read outside any table (logging, bootstrap, launcher, tests). */
-static const char *const extra_names[] = {
-    "FERRY_LOG_LEVEL",
-    "FERRY_LOG_FILE",
-    "FERRY_BOOT",
-    "FERRY_BOOT_ADDR",
-    "FERRY_BOOT_TIMEOUT",
-    "FERRY_RANK",
-    "FERRY_SIZE",
-    "FERRY_LOCAL_RANK",
-    "FERRY_LOCAL_SIZE",
-    "FERRY_BOOT_ID",
-    "FERRY_HOSTNAME",
-    "FERRY_BOOT_SECRET",
-    NULL,
-};
-
 static uint64_t hash_string(const char *s)
 {
     uint64_t h = 0xcbf29ce484222325ull;
@@ -207,7 +190,7 @@ ferry_status_t ferry_context_create(const ferry_context_params_t *params,
         }
         ctl->index = ctx->ntls++;
     }
-    fy_config_warn_unused(tables, ntables, extra_names);
+    fy_config_warn_unused(tables, ntables, NULL);
     if (ctx->ntls == 0) {
         fy_error("no transport is usable (FERRY_TLS selects none that works here)");
         st = FERRY_ERR_NO_DEVICE;
@@ -250,6 +233,8 @@ void ferry_config_print(const ferry_context_t *ctx, void *file)
     if (ctx == NULL)
         return;
     fy_config_print(&fy_ctx_config_table, &ctx->opts, f);
+    fprintf(f, "#\n# read directly (logging, bootstrap, launcher, tools)\n#\n");
+    fy_config_print_direct(f);
     for (size_t i = 0; i < fy_tl_num_components; i++)
         if (fy_tl_components[i]->config != NULL) {
             /* A transport's options live in its md; print the defaults of unopened ones. */

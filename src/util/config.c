@@ -700,15 +700,51 @@ void fy_config_print(const fy_config_table_t *table, const void *opts, FILE *f)
     }
 }
 
+/* ---- variables read directly ---------------------------------------------------------------- */
+
+const fy_config_var_t fy_config_direct_vars[] = {
+    {"FERRY_LOG_LEVEL", "warn", "Log level: none, error, warn, info, debug or trace."},
+    {"FERRY_LOG_FILE", "stderr", "File the log goes to instead of stderr; %p becomes the pid."},
+    {"FERRY_BOOT", "auto",
+     "Bootstrap of ferry_world: builtin (ferryrun), pmix, pmi1 or singleton; auto takes the "
+     "first whose launcher the environment shows."},
+    {"FERRY_BOOT_TIMEOUT", "60s",
+     "How long a bootstrap exchange or barrier may take before it fails with "
+     "FERRY_ERR_TIMED_OUT."},
+    {"FERRY_BOOT_ADDR", "(set by ferryrun)", "host:port of ferryrun's bootstrap server."},
+    {"FERRY_BOOT_SECRET", "(set by ferryrun)",
+     "The job secret a rank proves to ferryrun's bootstrap server (64 hex digits)."},
+    {"FERRY_RANK", "(set by ferryrun)", "This process's rank in the job."},
+    {"FERRY_SIZE", "(set by ferryrun)", "The number of ranks in the job."},
+    {"FERRY_LOCAL_RANK", "(set by ferryrun)", "This process's rank among those of its host."},
+    {"FERRY_LOCAL_SIZE", "(set by ferryrun)", "The number of ranks on this host."},
+    {"FERRY_PERF_CLOCK", "tsc",
+     "ferry_perf's clock: the invariant TSC where the cpu has one, or monotonic "
+     "(clock_gettime) when set to monotonic."},
+    {NULL, NULL, NULL},
+};
+
+void fy_config_print_direct(FILE *f)
+{
+    for (size_t i = 0; fy_config_direct_vars[i].name != NULL; i++) {
+        const fy_config_var_t *v = &fy_config_direct_vars[i];
+        const char *cur = getenv(v->name);
+        fprintf(f, "# %s\n# Default: %s\n", v->doc, v->dflt);
+        if (cur != NULL)
+            fprintf(f, "%s=%s\n\n", v->name, cur);
+        else
+            fprintf(f, "# %s is not set\n\n", v->name);
+    }
+}
+
 /* ---- unknown variables --------------------------------------------------------------------- */
 
 static int known_name(const char *var, size_t len, const fy_config_table_t *const *tables,
                       size_t ntables, const char *const *extra_names)
 {
-    /* Read by log.c before any table exists. */
-    static const char *const builtin[] = {"FERRY_LOG_LEVEL", "FERRY_LOG_FILE"};
-    for (size_t i = 0; i < FY_ARRAY_SIZE(builtin); i++)
-        if (strlen(builtin[i]) == len && strncmp(var, builtin[i], len) == 0)
+    for (size_t i = 0; fy_config_direct_vars[i].name != NULL; i++)
+        if (strlen(fy_config_direct_vars[i].name) == len &&
+            strncmp(var, fy_config_direct_vars[i].name, len) == 0)
             return 1;
     for (size_t t = 0; t < ntables; t++) {
         const fy_config_table_t *tb = tables[t];

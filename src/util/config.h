@@ -101,9 +101,24 @@ int fy_config_list_selects(const fy_config_list_t *l, const char *name);
  * not excluded is at 0.  So the index is >= 0 exactly when the name is selected. */
 int fy_config_list_index(const fy_config_list_t *l, const char *name);
 
-/* Warn for each FERRY_* variable that none of the tables (nor extra_names, given with or
- * without the FERRY_ prefix) knows; FERRY_LOG_LEVEL and FERRY_LOG_FILE are always known.
- * Returns the count. */
+/*
+ * The variables read directly (getenv) rather than through a table: logging (before any
+ * context exists), the bootstrap and the launcher's per-rank settings, the tools.  This list
+ * and the tables are the one place every FERRY_* variable is written down: `ferry_info -c`
+ * prints both, fy_config_warn_unused() knows both, and tests/tools/test_env_vars.sh fails on a
+ * variable read anywhere in src/ or tools/ that neither lists.
+ */
+typedef struct fy_config_var {
+    const char *name; /* the whole name, FERRY_... */
+    const char *dflt; /* what applies when it is unset, in words */
+    const char *doc;
+} fy_config_var_t;
+extern const fy_config_var_t fy_config_direct_vars[]; /* ends with a NULL name */
+/* Print the direct variables as fy_config_print() prints a table (current value or unset). */
+void fy_config_print_direct(FILE *f);
+
+/* Warn for each FERRY_* variable that none of the tables nor fy_config_direct_vars (nor
+ * extra_names, given with or without the FERRY_ prefix) knows.  Returns the count. */
 unsigned fy_config_warn_unused(const fy_config_table_t *const *tables, size_t ntables,
                                const char *const *extra_names);
 

@@ -259,7 +259,7 @@ static void perf_am_bw_csv(void)
 
 static void perf_json(void)
 {
-    run_t r = runf("%s -n 2 " JOB "%s -t am_lat,am_rate,tag_lat -s 8 -n 100 -w 5 -c -f json",
+    run_t r = runf("%s -n 2 " JOB "%s -t am_lat,am_rate,tag_lat -s 8 -n 100 -w 5 --check -f json",
                    FERRYRUN_BIN, FERRY_PERF_BIN);
     ASSERT_EXIT(r, 0);
     FY_ASSERT_MSG(json_valid(r.out), "not JSON:\n%s", r.out);
@@ -270,6 +270,7 @@ static void perf_json(void)
     FY_ASSERT(strstr(r.out, "\"rate_per_s\":") != NULL);
     /* tags: measured, or said to be unavailable, never silently missing */
     FY_ASSERT(strstr(r.out, "\"test\":\"tag_lat\"") != NULL);
+    FY_ASSERT(strstr(r.out, "\"check\":true") != NULL); /* --check, the long -c */
     FY_ASSERT(strstr(r.out, "\"verification_errors\":0}") != NULL);
     run_free(&r);
 }
@@ -409,10 +410,14 @@ static void info_config(void)
 
 static void info_address(void)
 {
-    run_t r = runf("%s -a", FERRY_INFO_BIN);
+    run_t r = runf("FERRY_TLS=self %s -a", FERRY_INFO_BIN);
     ASSERT_EXIT(r, 0);
     FY_ASSERT_MSG(strstr(r.out, "address (") != NULL && strstr(r.out, "worker ") != NULL, "%s",
                   r.out);
+    /* decoded: the worker's uuid, its one interface with transport, device and figures */
+    FY_ASSERT_MSG(strstr(r.out, "1 interface(s)") != NULL && strstr(r.out, "  [0] self ") != NULL &&
+                      strstr(r.out, "latency ") != NULL,
+                  "%s", r.out);
     run_free(&r);
     r = runf("%s -n 2 " JOB "%s -a", FERRYRUN_BIN, FERRY_INFO_BIN);
     ASSERT_EXIT(r, 0);

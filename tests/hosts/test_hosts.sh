@@ -25,7 +25,9 @@
 #   impair        alltoall through the impairer on tbB's link (1% loss, reordering, delay, a rate
 #                 limit): passes, and the impairer counted losses and rate-limited packets
 #   nonet         udp and tcp dropped: fails (no hang) with an error naming both candidates
-#   shm_same      two ranks on one host share /dev/shm: alltoall passes with FERRY_TLS=self,shm
+#   shm_same      two hosts (network namespaces) sharing the machine's /dev/shm: alltoall passes
+#                 with FERRY_TLS=self,shm and ferry_info shows the default AM lane is shm; two
+#                 ranks of one host: alltoall with FERRY_TLS=self,shm
 #   shm_separate  two ranks with one network namespace but separate /dev/shm: alltoall passes
 #                 by default, and fails cleanly (no hang) with FERRY_TLS=self,shm: not over shm
 #   rails         two links between two hosts: ferry_info shows both as rails; rails_check
@@ -228,7 +230,24 @@ impair)
     echo "ok: impaired link"
     ;;
 shm_same)
-    two_hosts
+    # two network namespaces (each its own addresses and abstract socket space) that share
+    # the machine's /dev/shm: shm must be found (its probe and wake-up socket are files there)
+    tb_can || exit 77
+    tb_init
+    trap 'rm -f "$OUT" "$OUT.hf"; tb_down' EXIT
+    tb_host tbA shm=shared
+    tb_host tbB shm=shared
+    tb_up || fail "could not build the testbed"
+    [ "$("$AGENT" tbA readlink /proc/self/ns/net)" != "$("$AGENT" tbB readlink /proc/self/ns/net)" ] ||
+        fail "tbA and tbB share a network namespace"
+    expect_alltoall_ok "two network namespaces, one /dev/shm, FERRY_TLS=self,shm" \
+        --hosts tbA:1,tbB:1 --env FERRY_TLS=self,shm "$A2A"
+    # the default lanes choose shm between them (every transport offered)
+    run_on_a --hosts tbA:1,tbB:1 "$(dirname "$FRUN")/ferry_info" -a || { show; fail "ferry_info -a"; }
+    [ "$(grep -c "ep [0-9]* -> [0-9a-f]*.* am=shm/memory" "$OUT")" = 2 ] ||
+        { show; fail "the default AM lane between the namespaces is not shm on both ranks"; }
+    echo "ok: default lanes across the namespaces: am=shm/memory on both ranks"
+    # and two ranks of one host, as before
     expect_alltoall_ok "one host, shared /dev/shm, FERRY_TLS=self,shm" --hosts tbA:2 \
         --env FERRY_TLS=self,shm --boot-addr eth0 "$A2A"
     ;;

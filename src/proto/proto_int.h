@@ -304,7 +304,7 @@ struct fy_op {
     unsigned mode; /* close mode */
     /* tag rendezvous by get: the sender's wait id, the message's length, bytes asked so far;
      * the transport whose registration (sender) or unpacked key (receiver) `copy` holds */
-    fy_lane_t *rail; /* an AM fragment's rail (rails.c); NULL: the ep's AM lane */
+    fy_lane_t *rail; /* an AM fragment's or RMA piece's rail (rails.c); NULL: the ep's lane */
     uint64_t peer_wait_id;
     size_t msg_len, offset;
     fy_ctx_tl_t *reg_tl;
@@ -410,11 +410,17 @@ typedef struct fy_rails_cursor {
     uint32_t seq;
     size_t pos[FY_MAX_RAILS], end[FY_MAX_RAILS], room[FY_MAX_RAILS];
     unsigned rail[FY_MAX_RAILS];
+    fy_lane_t *lane[FY_MAX_RAILS]; /* RMA: the lane of each slot (NULL: the ep's RMA lane) */
 } fy_rails_cursor_t;
 int fy_rails_stripe(const ferry_ep_t *ep, size_t total);
 void fy_rails_begin(ferry_ep_t *ep, size_t total, size_t room, fy_rails_cursor_t *c);
 size_t fy_rails_next(ferry_ep_t *ep, fy_rails_cursor_t *c, size_t *off, fy_lane_t **lane,
                      uint32_t *tag);
+/* RMA: a put/get of len bytes goes over several lanes; its pieces (fy_rails_next gives each,
+ * with the lane: NULL is the RMA lane) */
+int fy_rails_stripe_rma(ferry_ep_t *ep, const ferry_rkey_t *rkey, size_t len);
+void fy_rails_begin_rma(ferry_ep_t *ep, const ferry_rkey_t *rkey, size_t len, size_t max,
+                        fy_rails_cursor_t *c);
 void fy_rails_frag_recv(ferry_worker_t *w, ferry_ep_t *ep, const uint8_t *hdr, size_t hdr_len,
                         const uint8_t *data, size_t len);
 int fy_rails_hold(ferry_worker_t *w, ferry_ep_t *ep, unsigned id, const uint8_t *hdr,

@@ -24,8 +24,9 @@
  * yet wait aside; at most FY_RAILS_MAX_MSGS messages per endpoint are gathered or held at a
  * time (more is a peer's error: dropped and counted as malformed).
  *
- * What is not striped: RMA (a put or get split into pieces stays on the RMA lane), and
- * anything while the endpoint is in wireup.  A rail that fails after the endpoint connected
+ * RMA: a native put or get above the threshold is split into pieces over the RMA lane and
+ * the rails of its transport (fy_rails_begin_rma).  Nothing is striped while the endpoint is
+ * in wireup.  A rail that fails after the endpoint connected
  * is dropped from the rails; messages it was carrying fail with its error.
  */
 #include <stdlib.h>
@@ -117,11 +118,63 @@ size_t fy_rails_next(ferry_ep_t *ep, fy_rails_cursor_t *c, size_t *off, fy_lane_
         *off = c->pos[s];
         c->pos[s] += len;
         c->turn = s + 1;
-        *lane = c->rail[s] == 0 ? NULL : &ep->rails[c->rail[s]];
+        *lane = c->lane[s] != NULL ? c->lane[s] : c->rail[s] == 0 ? NULL : &ep->rails[c->rail[s]];
         *tag = c->seq | (*off == 0 ? FY_AM_FRAG_ANCHOR : 0);
         return len;
     }
     return 0;
+}
+
+/*
+ * RMA: a native put or get above the threshold (or above the RMA lane's max_rma) is split into
+ * pieces spread over the RMA lane and the rails of the same transport that do put and get (the
+ * key was unpacked by that transport, and every interface of it honours it).  The remote
+ * memory is addressed by offset, so the pieces need no order; a flush covers every lane.
+ */
+static unsigned rma_rails(ferry_ep_t *ep, const ferry_rkey_t *rkey, fy_lane_t **out)
+{
+    fy_lane_t *rl = &ep->lanes[FY_LANE_RMA];
+    unsigned n = 0;
+    out[n++] = rl;
+    if (ep->nrails < 2 || ep->state != FY_EP_CONNECTED || rkey->tl != rl->iface->tl)
+        return n;
+    for (unsigned r = 0; r < ep->nrails; r++) {
+        fy_lane_t *l = &ep->rails[r];
+        uint64_t both = FY_TL_CAP_PUT | FY_TL_CAP_GET;
+        if (l->tl_ep != rl->tl_ep && l->iface->tl == rl->iface->tl &&
+            (l->iface->attr.caps & both) == both)
+            out[n++] = l;
+    }
+    return n;
+}
+
+int fy_rails_stripe_rma(ferry_ep_t *ep, const ferry_rkey_t *rkey, size_t len)
+{
+    fy_lane_t *l[FY_MAX_RAILS];
+    return len > ep->worker->ctx->opts.rails_thresh && rma_rails(ep, rkey, l) > 1;
+}
+
+void fy_rails_begin_rma(ferry_ep_t *ep, const ferry_rkey_t *rkey, size_t len, size_t max,
+                        fy_rails_cursor_t *c)
+{
+    fy_lane_t *l[FY_MAX_RAILS];
+    memset(c, 0, sizeof(*c));
+    c->n = len > ep->worker->ctx->opts.rails_thresh ? rma_rails(ep, rkey, l) : 1;
+    size_t start = 0;
+    for (unsigned s = 0; s < c->n; s++) {
+        /* equal shares: the rails of one transport advertise alike */
+        size_t share = s + 1 == c->n ? len - start : len / c->n;
+        size_t m = l[s]->iface->attr.max_rma;
+        c->pos[s] = start;
+        c->end[s] = start + share;
+        c->room[s] = s == 0 ? max : m != 0 ? m : max;
+        c->lane[s] = s == 0 ? NULL : l[s];
+        start += share;
+    }
+    if (c->n == 1) {
+        c->end[0] = len;
+        c->room[0] = max;
+    }
 }
 
 /* ---- receiving ---------------------------------------------------------------------------- */

@@ -32,7 +32,8 @@
 #                 by default, and fails cleanly (no hang) with FERRY_TLS=self,shm: not over shm
 #   rails         two links between two hosts: ferry_info shows both as rails; rails_check
 #                 (striped and small AMs mixed, both ways) passes, bytes and order checked, and
-#                 each link carried at least 30% of the bytes (with FERRY_MAX_RAILS=1: eth1 none)
+#                 each link carried at least 30% of the bytes (with FERRY_MAX_RAILS=1: eth1 none);
+#                 1 MiB puts (ferry_perf -c) spread over both links too
 #
 # PENDING: a case that fails today only because of work in progress elsewhere calls `pending`
 # and runs only with FYHOSTS_PENDING=1; otherwise it prints why and skips.  (None does now.)
@@ -306,6 +307,17 @@ rails)
         fi
     done
     echo "ok: striped over both links, every message whole and in order"
+    # native puts above the threshold: pieces over both links (ferry_perf checks every byte)
+    a0=$(txb 0) a1=$(txb 1)
+    run_on_a --hosts tbA:1,tbB:1 "$(dirname "$FRUN")/ferry_perf" -t put_bw -s 1m -n 16 -w 2 -c
+    rc=$?
+    show
+    [ $rc = 0 ] && grep -q "verification: passed (0 errors)" "$OUT" || fail "put_bw -c over the rails"
+    d0=$(($(txb 0) - a0)) d1=$(($(txb 1) - a1))
+    echo "puts: tbA sent $d0 B on eth0, $d1 B on eth1"
+    [ $((d1 * 10)) -gt $(((d0 + d1) * 3)) ] && [ $((d0 * 10)) -gt $(((d0 + d1) * 3)) ] ||
+        fail "puts were not spread over the rails: eth0 $d0 B, eth1 $d1 B"
+    echo "ok: puts striped over both links, every byte checked"
     ;;
 *)
     fail "unknown case"

@@ -12,8 +12,8 @@
 #          one (fy_impair on both hosts' egress: --rate, --loss)
 #   rails  two links between the hosts, each limited to --rail-rate by fy_impair on both
 #          hosts' egress: 1 MiB am_bw over one link (FERRY_TCP_IF_INCLUDE=eth0) against both
-#          links offered (FERRY_TLS=tcp, and the default lanes); issue 11's multi-rail goal is
-#          >= 1.6x one link (needs bulk data striped over lanes: 1.0x until then)
+#          links offered (FERRY_TLS=tcp, and the default lanes: both stripe 1 MiB AMs over
+#          the two links, FERRY_MAX_RAILS=2); issue 11's multi-rail goal is >= 1.6x one link
 #
 #   bench/hosts.sh [--reps N] [--only lanes,tcp,rails] [--build DIR] [--cpus A,B]
 #                  [--impair "fy_impair options"] [--rail-rate R] [--out FILE]

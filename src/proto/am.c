@@ -14,7 +14,8 @@
  * proto_int.h), each a zcopy from the caller's memory (or the copy), under one parent op that
  * completes when every fragment has; the receiver gathers them and runs the handler once.
  * Fragments rather than a rendezvous: every transport carries AMs, not every one reads remote
- * memory, and the AMs of an ep are ordered, so reassembly needs no sequence numbers.
+ * memory.  Fragments may be spread over several lanes (multi-rail): rails.c numbers them,
+ * gathers them and keeps the ep's order.
  *
  * Receiving checks everything that came from outside before trusting it: the header length,
  * the AM id, that a handler is registered, and which endpoint the message belongs to.  Bad
@@ -53,7 +54,7 @@ static inline size_t am_proto_hdr(ferry_ep_t *ep, unsigned id, size_t header_len
 ferry_status_t fy_am_op_start(fy_op_t *op)
 {
     ferry_ep_t *ep = op->ep;
-    fy_lane_t *lane = &ep->lanes[FY_LANE_AM];
+    fy_lane_t *lane = op->rail != NULL ? op->rail : &ep->lanes[FY_LANE_AM]; /* rails.c */
     const fy_tl_ops_t *ops = lane->iface->tl->ops;
     const fy_tl_iface_attr_t *attr = &lane->iface->attr;
     struct iovec iov[FY_MAX_IOV + 2];
@@ -246,11 +247,14 @@ static ferry_status_t am_send_frags(ferry_ep_t *ep, unsigned id, const void *hea
             parent->iov[1 + i] = data[i];
         parent->iovcnt = 1 + iovcnt;
     }
-    size_t total = header_len + dlen;
+    size_t total = header_len + dlen, off, len;
     fy_op_parent_init(parent);
     ferry_status_t st = FERRY_OK;
-    for (size_t off = 0; off < total && st >= 0; off += room) {
-        size_t len = total - off < room ? total - off : room;
+    fy_rails_cursor_t cur; /* the fragments spread over the rails (rails.c) */
+    fy_lane_t *rail;
+    uint32_t tag;
+    fy_rails_begin(ep, total, room, &cur);
+    while (st >= 0 && (len = fy_rails_next(ep, &cur, &off, &rail, &tag)) != 0) {
         fy_op_t *op = fy_op_get(w, ep, FY_OP_AM, NULL);
         if (op == NULL) {
             st = FERRY_ERR_NO_MEMORY;
@@ -260,7 +264,8 @@ static ferry_status_t am_send_frags(ferry_ep_t *ep, unsigned id, const void *hea
                                .offset = off,
                                .id = (uint16_t)id,
                                .user_hdr_len = (uint16_t)header_len,
-                               .reserved = 0};
+                               .seq = tag};
+        op->rail = rail;
         op->am_id = FY_TLAM_MSG;
         op->proto_len = am_proto_hdr(ep, FY_AM_ID_FRAG, sizeof(fh), op->hdr);
         memcpy(op->hdr + op->proto_len, &fh, sizeof(fh));
@@ -282,8 +287,8 @@ static ferry_status_t am_send_slow(ferry_ep_t *ep, unsigned id, const void *head
         fy_ep_queue_full(ep, header_len + dlen))
         return FERRY_ERR_NO_RESOURCE;
     size_t max = am_lane_max(ep);
-    if (FY_UNLIKELY(max != 0 && 16 + header_len + dlen > max &&
-                    max > 16 + 2 * sizeof(fy_am_frag_hdr_t)))
+    if (FY_UNLIKELY(max > 16 + 2 * sizeof(fy_am_frag_hdr_t) &&
+                    (16 + header_len + dlen > max || fy_rails_stripe(ep, header_len + dlen))))
         return am_send_frags(ep, id, header, header_len, data, iovcnt, dlen, req, max);
     fy_op_t *op = fy_op_get(ep->worker, ep, FY_OP_AM, req);
     if (op == NULL)
@@ -363,63 +368,6 @@ ferry_status_t ferry_worker_set_am_handler(ferry_worker_t *w, unsigned id, ferry
 /* Receive                                                                                     */
 /* ------------------------------------------------------------------------------------------ */
 
-/* A fragment of a large AM: gather it; the last one runs the message's handler. */
-static void am_frag_recv(ferry_worker_t *w, ferry_ep_t *ep, const uint8_t *hdr, size_t hdr_len,
-                         const uint8_t *data, size_t len)
-{
-    fy_am_frag_hdr_t fh;
-    if (hdr_len != sizeof(fh))
-        goto malformed;
-    memcpy(&fh, hdr, sizeof(fh));
-    if (fh.id >= FY_AM_ID_TOTAL || fh.id == FY_AM_ID_FRAG ||
-        fh.user_hdr_len > FERRY_AM_HEADER_MAX || fh.user_hdr_len > fh.total ||
-        fh.offset > fh.total || len > fh.total - fh.offset)
-        goto malformed;
-    if (fh.offset == 0) {
-        if (ep->frag_buf != NULL) { /* the previous message was never finished */
-            free(ep->frag_buf);
-            ep->frag_buf = NULL;
-            w->drops_malformed++;
-        }
-        ep->frag_buf = fh.total <= SIZE_MAX ? malloc(fh.total != 0 ? fh.total : 1) : NULL;
-        if (ep->frag_buf == NULL) {
-            fy_warn("dropping an active message of %llu bytes: out of memory",
-                    (unsigned long long)fh.total);
-            w->drops_malformed++;
-            return;
-        }
-        ep->frag_total = fh.total;
-        ep->frag_got = 0;
-        ep->frag_id = fh.id;
-        ep->frag_hdr_len = fh.user_hdr_len;
-    } else if (ep->frag_buf == NULL) {
-        return; /* the rest of a message already dropped */
-    } else if (fh.offset != ep->frag_got || fh.total != ep->frag_total || fh.id != ep->frag_id ||
-               fh.user_hdr_len != ep->frag_hdr_len) {
-        free(ep->frag_buf);
-        ep->frag_buf = NULL;
-        goto malformed;
-    }
-    memcpy(ep->frag_buf + ep->frag_got, data, len);
-    ep->frag_got += len;
-    if (ep->frag_got < ep->frag_total)
-        return;
-    uint8_t *buf = ep->frag_buf;
-    ep->frag_buf = NULL;
-    fy_am_entry_t *e = &w->am[fh.id];
-    if (e->cb == NULL) {
-        if (w->drops_no_handler++ < 8)
-            fy_warn("dropping an active message with id %u: no handler is registered", fh.id);
-    } else {
-        e->cb(e->arg, buf, fh.user_hdr_len, buf + fh.user_hdr_len, fh.total - fh.user_hdr_len, ep);
-    }
-    free(buf);
-    return;
-malformed:
-    if (w->drops_malformed++ == 0)
-        fy_warn("dropping a malformed fragment of an active message");
-}
-
 void fy_am_recv_cb(void *arg, uint8_t am_id, const void *data, size_t len)
 {
     fy_iface_t *fi = arg;
@@ -473,12 +421,16 @@ void fy_am_recv_cb(void *arg, uint8_t am_id, const void *data, size_t len)
     ep->stats.rx_bytes += len;
     if (FY_UNLIKELY(e->cb == NULL)) {
         if (id == FY_AM_ID_FRAG) {
-            am_frag_recv(w, ep, p, h.header_len, p + h.header_len, rest - h.header_len);
+            fy_rails_frag_recv(w, ep, p, h.header_len, p + h.header_len, rest - h.header_len);
             return;
         }
         if (w->drops_no_handler++ < 8)
             fy_warn("dropping an active message with id %u: no handler is registered", id);
         return;
     }
+    /* behind a message still being gathered from its rails: wait for it (rails.c) */
+    if (FY_UNLIKELY(ep->frag_rx != NULL) &&
+        fy_rails_hold(w, ep, id, p, h.header_len, p + h.header_len, rest - h.header_len))
+        return;
     e->cb(e->arg, p, h.header_len, p + h.header_len, rest - h.header_len, ep);
 }

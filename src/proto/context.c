@@ -69,6 +69,16 @@ static const fy_config_field_t ctx_fields[] = {
                     "sockaddr: how long a client waits for a listener's answer, and how long a "
                     "listener keeps an accepted connection that has not sent its request.",
                     FY_CFG_TIME, fy_ctx_opts_t, cm_timeout_ns),
+    FY_CONFIG_FIELD("MAX_RAILS", "2",
+                    "Multi-rail: an active message above FERRY_RAILS_THRESH to a peer reached "
+                    "by several good network paths (separate devices at both ends) is striped "
+                    "over up to this many of them, by bandwidth; 1 turns striping off (at most "
+                    "4).",
+                    FY_CFG_UINT, fy_ctx_opts_t, max_rails),
+    FY_CONFIG_FIELD("RAILS_THRESH", "256k",
+                    "Multi-rail: active messages larger than this (header and data) are "
+                    "striped over the rails; smaller ones stay on the am lane alone.",
+                    FY_CFG_SIZE, fy_ctx_opts_t, rails_thresh),
 };
 
 const fy_config_table_t fy_ctx_config_table = {"context", "", ctx_fields,

@@ -38,7 +38,7 @@ ferry_status_t fy_ep_create_internal(ferry_worker_t *w, const void *addr, size_t
     if (st != FERRY_OK) {
         for (unsigned i = 0; i < ep->ntl_eps; i++)
             fy_ep_tl_destroy(ep->tl_eps[i]);
-        free(ep->frag_buf);
+        fy_rails_rx_free(ep);
         fy_worker_ep_free(w, ep);
         return st;
     }
@@ -532,7 +532,7 @@ void fy_ep_destroy_now(ferry_ep_t *ep)
             op->counted = 0;
         }
     }
-    free(ep->frag_buf); /* a fragmented AM never finished */
+    fy_rails_rx_free(ep); /* fragmented AMs never finished */
     fy_worker_ep_free(w, ep);
 }
 
@@ -591,7 +591,8 @@ void fy_ep_tl_err_cb(void *arg, fy_tl_ep_t *tl_ep, ferry_status_t status)
 {
     (void)arg;
     ferry_ep_t *ep = tl_ep->owner;
-    if (ep != NULL && !fy_wireup_tl_failed(ep, tl_ep, status)) /* the next lane, if any */
+    if (ep != NULL && !fy_rails_tl_failed(ep, tl_ep) &&
+        !fy_wireup_tl_failed(ep, tl_ep, status)) /* the next lane, if any */
         fy_ep_fail(ep, status);
 }
 

@@ -121,6 +121,8 @@ static int better(ferry_worker_t *w, const fy_remote_addr_t *ra, const fy_lane_c
     return r < 0;
 }
 
+static void choose_rails(ferry_worker_t *w, const fy_remote_addr_t *ra, fy_lane_plan_t *plan);
+
 static const fy_lane_fail_t *find_fail(const fy_lane_fail_t *fails, unsigned n, unsigned bit)
 {
     for (unsigned k = 0; k < n; k++)
@@ -218,6 +220,69 @@ void fy_lanes_plan(ferry_worker_t *w, const fy_remote_addr_t *ra, const fy_lane_
             plan->amo = (int)k;
         }
     }
+    choose_rails(w, ra, plan);
+}
+
+static int local_is_loopback(ferry_worker_t *w, int local)
+{
+    const fy_iface_t *fi = &w->ifaces[local];
+    for (unsigned d = 0; d < fi->ctl->ndevs; d++)
+        if (strcmp(fi->ctl->devs[d].name, fi->tl_iface->dev_name) == 0)
+            return fi->ctl->devs[d].is_loopback;
+    return 1; /* unknown: not a network path */
+}
+
+/*
+ * Multi-rail: besides the AM lane (rail 0), up to FERRY_MAX_RAILS - 1 more candidates for
+ * striping bulk data (rails.c), cheapest bulk cost first.  A rail must be a path of its own:
+ * a local device and a remote device no chosen rail uses (tcp and udp over one wire share its
+ * bandwidth), on a network device (shared memory and loopback are one memory bus), carrying
+ * active messages, and good: at least a quarter of the AM lane's bandwidth.  Both ends compute
+ * the same set from the same two addresses (symmetric figures and tie-break).
+ */
+static void choose_rails(ferry_worker_t *w, const fy_remote_addr_t *ra, fy_lane_plan_t *plan)
+{
+    unsigned long max = w->ctx->opts.max_rails;
+    if (max > FY_MAX_RAILS)
+        max = FY_MAX_RAILS;
+    plan->nrails = 0;
+    if (plan->am < 0)
+        return;
+    const fy_lane_cand_t *am = &plan->cand[plan->am];
+    plan->rails[0] = plan->am;
+    plan->rail_bw[0] = pair_figures(&w->ifaces[am->local], &ra->ifaces[am->remote]).bw;
+    plan->nrails = 1;
+    if (max <= 1 || local_is_loopback(w, am->local))
+        return;
+    while (plan->nrails < max) {
+        const fy_lane_cand_t *best = NULL;
+        int best_k = -1;
+        for (unsigned k = 0; k < plan->ncand; k++) {
+            const fy_lane_cand_t *c = &plan->cand[k];
+            if (!c->usable || c->cost[FY_CLS_AM_BULK] < 0 || local_is_loopback(w, c->local))
+                continue;
+            int clash = 0;
+            for (unsigned r = 0; r < plan->nrails && !clash; r++) {
+                const fy_lane_cand_t *o = &plan->cand[plan->rails[r]];
+                clash = strcmp(w->ifaces[o->local].tl_iface->dev_name,
+                               w->ifaces[c->local].tl_iface->dev_name) == 0 ||
+                        strcmp(ra->ifaces[o->remote].dev, ra->ifaces[c->remote].dev) == 0;
+            }
+            double bw = pair_figures(&w->ifaces[c->local], &ra->ifaces[c->remote]).bw;
+            if (clash || bw < plan->rail_bw[0] / 4)
+                continue;
+            if (better(w, ra, c, c->cost[FY_CLS_AM_BULK], best,
+                       best ? best->cost[FY_CLS_AM_BULK] : 0)) {
+                best = c;
+                best_k = (int)k;
+            }
+        }
+        if (best == NULL)
+            break;
+        plan->rails[plan->nrails] = best_k;
+        plan->rail_bw[plan->nrails++] =
+            pair_figures(&w->ifaces[best->local], &ra->ifaces[best->remote]).bw;
+    }
 }
 
 static void cand_name(ferry_worker_t *w, const fy_remote_addr_t *ra, const fy_lane_cand_t *c,
@@ -253,9 +318,30 @@ void fy_lanes_print(ferry_worker_t *w, const fy_remote_addr_t *ra, const fy_lane
             fprintf(f, "  %-9s %-28s score %10.1f ns%s\n", fy_lane_class_names[k], name, s, note);
         }
     }
+    if (plan->nrails > 1) {
+        double sum = 0;
+        for (unsigned r = 0; r < plan->nrails; r++)
+            sum += plan->rail_bw[r];
+        fprintf(f, "  rails     %u, am messages above %zu B striped by bandwidth:", plan->nrails,
+                w->ctx->opts.rails_thresh);
+        for (unsigned r = 0; r < plan->nrails; r++) {
+            cand_name(w, ra, &plan->cand[plan->rails[r]], name, sizeof(name));
+            fprintf(f, "%s %s (%.0f%%)", r != 0 ? "," : "", name, 100.0 * plan->rail_bw[r] / sum);
+        }
+        fprintf(f, "\n");
+    } else if (plan->am >= 0) {
+        fprintf(f, "  rails     1 (the am lane alone: %s)\n",
+                w->ctx->opts.max_rails <= 1 ? "FERRY_MAX_RAILS=1"
+                                            : "no other good path on separate devices");
+    }
     for (unsigned k = 0; k < plan->ncand; k++) {
         const fy_lane_cand_t *c = &plan->cand[k];
         cand_name(w, ra, c, name, sizeof(name));
+        int is_rail = 0;
+        for (unsigned r = 1; r < plan->nrails; r++)
+            is_rail |= plan->rails[r] == (int)k;
+        if (is_rail)
+            continue;
         if (!c->usable) {
             fprintf(f, "  rejected  %-28s %s\n", name, c->why);
         } else if ((int)k != plan->am && (int)k != plan->rma && (int)k != plan->amo) {

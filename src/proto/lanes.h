@@ -51,7 +51,9 @@ enum {
 extern const char *const fy_lane_class_names[FY_CLS_COUNT];
 
 #define FY_LANE_MAX_CAND 32
-#define FY_LANE_WHY_LEN  96
+/* At most this many rails (FERRY_MAX_RAILS is capped to it); the AM lane is rail 0. */
+#define FY_MAX_RAILS    4
+#define FY_LANE_WHY_LEN 96
 
 /* A pair (local iface, remote iface) of one transport, with its costs or why it is out. */
 typedef struct fy_lane_cand {
@@ -65,8 +67,13 @@ typedef struct fy_lane_cand {
 typedef struct fy_lane_plan {
     unsigned ncand;
     fy_lane_cand_t cand[FY_LANE_MAX_CAND];
-    int am;                /* index in cand of the AM lane, -1: none */
-    int rma, amo;          /* index in cand, -1: emulated over the AM lane */
+    int am;       /* index in cand of the AM lane, -1: none */
+    int rma, amo; /* index in cand, -1: emulated over the AM lane */
+    /* Multi-rail (rails.c): the lanes bulk AM data is striped over, rail 0 the AM lane, each
+     * with its weight (the pair's bandwidth, bytes/s); nrails 1: no striping. */
+    unsigned nrails;
+    int rails[FY_MAX_RAILS];
+    double rail_bw[FY_MAX_RAILS];
     unsigned nremote_only; /* remote interfaces of transports we do not run */
     char remote_only[160]; /* their names, for the explanation */
 } fy_lane_plan_t;

@@ -67,10 +67,14 @@ typedef struct fy_am_hdr {
 #define FY_AM_F_SRC   (1u << 9)
 
 /*
- * An AM larger than its lane carries in one transport operation goes as fragments, each an
- * AM with id FY_AM_ID_FRAG and this header as its user header (am.c).  The fragments of one
- * message follow each other on the ep (AMs of an ep are ordered); the receiver gathers them
- * into one buffer and runs the message's handler once, with the whole header and data.
+ * An AM larger than its lane carries in one transport operation, or above
+ * FERRY_RAILS_THRESH to a peer with several rails, goes as fragments, each an AM with id
+ * FY_AM_ID_FRAG and this header as its user header (am.c, rails.c).  The fragments may travel
+ * on different lanes (rails) and arrive in any order: each carries its offset and its
+ * message's number on the ep; the one at offset 0 (the anchor, flag FY_AM_FRAG_ANCHOR) goes
+ * on the AM lane and gives the message its place in the ep's order.  The receiver gathers
+ * them into one buffer and runs the message's handler once, in order, with the whole header
+ * and data.
  *
  *   0                               63
  *   +-------------------------------+
@@ -79,7 +83,7 @@ typedef struct fy_am_hdr {
  *   | offset of this fragment's     |
  *   | data in (user header + data)  |
  *   +---------------+---------------+-------------------------------+
- *   | id            | user hdr len  |  reserved (0)                 |
+ *   | id            | user hdr len  |  anchor:1 (bit 31) message:31 |
  *   +---------------+---------------+-------------------------------+
  *   fragment bytes (the first fragment starts with the user header)
  */
@@ -89,8 +93,10 @@ typedef struct fy_am_frag_hdr {
     uint64_t offset;
     uint16_t id;
     uint16_t user_hdr_len;
-    uint32_t reserved;
+    uint32_t seq; /* the message's number on the ep, | FY_AM_FRAG_ANCHOR at offset 0 */
 } fy_am_frag_hdr_t;
+#define FY_AM_FRAG_ANCHOR   0x80000000u
+#define FY_AM_FRAG_SEQ_MASK 0x7fffffffu
 
 typedef struct fy_wireup_msg {
     uint64_t src_uuid;
@@ -121,6 +127,8 @@ typedef struct fy_ctx_opts {
     uint64_t wireup_timeout_ns; /* a lane that has not answered by then: try the next one */
     fy_config_list_t cms;       /* FERRY_CM */
     uint64_t cm_timeout_ns;     /* FERRY_CM_TIMEOUT */
+    unsigned long max_rails;    /* FERRY_MAX_RAILS: lanes bulk AM data is striped over */
+    size_t rails_thresh;        /* FERRY_RAILS_THRESH: AMs above it are striped */
 } fy_ctx_opts_t;
 
 typedef struct fy_ctx_tl {
@@ -200,10 +208,13 @@ struct ferry_ep {
     ferry_ep_stats_t stats;
     fy_list_t close_waiters;    /* flush/close ops waiting for outstanding == 0 */
     struct fy_wireup_state *wu; /* while WIREUP: the peer's address and the lanes tried */
-    /* a fragmented AM being received (am.c): its buffer, size, bytes so far, id, header */
-    uint8_t *frag_buf;
-    uint64_t frag_total, frag_got;
-    unsigned frag_id, frag_hdr_len;
+    /* fragmented AMs being received, and messages waiting behind them (rails.c) */
+    struct fy_rails_rx *frag_rx;
+    uint32_t frag_seq; /* the next fragmented message's number */
+    /* multi-rail (rails.c): rails[0] is the AM lane; weights by bandwidth (MB/s) */
+    unsigned nrails;
+    fy_lane_t rails[FY_MAX_RAILS];
+    uint32_t rail_weight[FY_MAX_RAILS];
 };
 
 typedef struct fy_am_entry {
@@ -341,6 +352,7 @@ struct fy_op {
     size_t qcost;     /* counted in ep->queued_bytes from submission to completion */
     uint64_t wait_id; /* in worker->waiting while an answer is due */
     void *copy;       /* owned copy of the data (AM, put) when the caller gave no request */
+    fy_lane_t *rail;  /* an AM fragment's or RMA piece's rail (rails.c); NULL: the ep's lane */
     union {
         fy_op_rma_t rma;
         fy_op_amo_t amo;
@@ -461,6 +473,35 @@ void fy_tag_init_worker(ferry_worker_t *w);
 void fy_tag_cleanup_worker(ferry_worker_t *w);
 void fy_tag_ep_init(ferry_ep_t *ep);    /* its lanes are chosen: pick its rendezvous threshold */
 void fy_tag_ep_closing(ferry_ep_t *ep); /* closed here: tell the peer of cancelled sends */
+/* rails.c: multi-rail fragments.  A fragmented AM: fy_rails_begin numbers it and spreads its
+ * bytes over the rails, fy_rails_next gives each fragment (0 when done); the receiver passes
+ * each fragment to fy_rails_frag_recv, and every other message of an ep with frag_rx to
+ * fy_rails_hold (1: held behind an incomplete message, delivered later in order). */
+typedef struct fy_rails_rx fy_rails_rx_t;
+typedef struct fy_rails_cursor {
+    unsigned n, turn;
+    uint32_t seq;
+    size_t pos[FY_MAX_RAILS], end[FY_MAX_RAILS], room[FY_MAX_RAILS];
+    unsigned rail[FY_MAX_RAILS];
+    fy_lane_t *lane[FY_MAX_RAILS]; /* RMA: the lane of each slot (NULL: the ep's RMA lane) */
+} fy_rails_cursor_t;
+int fy_rails_stripe(const ferry_ep_t *ep, size_t total);
+void fy_rails_begin(ferry_ep_t *ep, size_t total, size_t room, fy_rails_cursor_t *c);
+size_t fy_rails_next(ferry_ep_t *ep, fy_rails_cursor_t *c, size_t *off, fy_lane_t **lane,
+                     uint32_t *tag);
+/* RMA: a put/get of len bytes goes over several lanes; its pieces (fy_rails_next gives each,
+ * with the lane: NULL is the RMA lane) */
+int fy_rails_stripe_rma(ferry_ep_t *ep, const ferry_rkey_t *rkey, size_t len);
+void fy_rails_begin_rma(ferry_ep_t *ep, const ferry_rkey_t *rkey, size_t len, size_t max,
+                        fy_rails_cursor_t *c);
+void fy_rails_frag_recv(ferry_worker_t *w, ferry_ep_t *ep, const uint8_t *hdr, size_t hdr_len,
+                        const uint8_t *data, size_t len);
+int fy_rails_hold(ferry_worker_t *w, ferry_ep_t *ep, unsigned id, const uint8_t *hdr,
+                  size_t hdr_len, const uint8_t *data, size_t len);
+void fy_rails_rx_free(ferry_ep_t *ep);
+/* wireup: the plan's extra rails got the lanes lanes[0..n) (rails 1..n) */
+void fy_rails_set(ferry_ep_t *ep, const fy_lane_plan_t *plan, const fy_lane_t *lanes, unsigned n);
+int fy_rails_tl_failed(ferry_ep_t *ep, fy_tl_ep_t *tl_ep); /* 1: a rail alone, dropped */
 extern const fy_op_ops_t fy_tag_send_op_ops, fy_tag_get_op_ops;
 /* rma.c: native put, get, atomics */
 extern const fy_op_ops_t fy_rma_put_op_ops, fy_rma_get_op_ops, fy_rma_amo_op_ops;

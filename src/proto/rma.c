@@ -9,7 +9,8 @@
  * object.
  *
  * A native put or get larger than the lane's max_rma goes as several transport operations of
- * at most max_rma each, pieces of one parent op (ep.c) that completes once, when they all have.
+ * at most max_rma each, pieces of one parent op (ep.c) that completes once, when they all have;
+ * above FERRY_RAILS_THRESH the pieces are spread over the ep's rails (rails.c).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -25,7 +26,7 @@ static void rma_comp_cb(fy_tl_comp_t *comp, ferry_status_t st)
 /* The starts of the native types (op.c's table): one transport operation each. */
 static ferry_status_t put_start(fy_op_t *op)
 {
-    fy_lane_t *lane = &op->ep->lanes[FY_LANE_RMA];
+    fy_lane_t *lane = op->rail != NULL ? op->rail : &op->ep->lanes[FY_LANE_RMA]; /* rails.c */
     struct iovec iov = {op->rma.buf, op->rma.len};
     op->comp.cb = rma_comp_cb;
     return lane->iface->tl->ops->put_zcopy(lane->tl_ep, &iov, 1, op->rma.remote_addr,
@@ -34,7 +35,7 @@ static ferry_status_t put_start(fy_op_t *op)
 
 static ferry_status_t get_start(fy_op_t *op)
 {
-    fy_lane_t *lane = &op->ep->lanes[FY_LANE_RMA];
+    fy_lane_t *lane = op->rail != NULL ? op->rail : &op->ep->lanes[FY_LANE_RMA]; /* rails.c */
     struct iovec iov = {op->rma.buf, op->rma.len};
     op->comp.cb = rma_comp_cb;
     return lane->iface->tl->ops->get_zcopy(lane->tl_ep, &iov, 1, op->rma.remote_addr,
@@ -117,15 +118,21 @@ static ferry_status_t rma_split(ferry_ep_t *ep, fy_op_type_t type, void *buf, si
     }
     fy_op_parent_init(parent);
     ferry_status_t st = FERRY_OK;
-    for (size_t off = 0; off < len && st >= 0; off += max) {
+    fy_rails_cursor_t cur; /* pieces spread over the rails (rails.c) */
+    fy_lane_t *rail;
+    uint32_t tag;
+    size_t off, n;
+    fy_rails_begin_rma(ep, rkey, len, max, &cur);
+    while (st >= 0 && (n = fy_rails_next(ep, &cur, &off, &rail, &tag)) != 0) {
         fy_op_t *op = fy_op_get(ep->worker, ep, type, NULL);
         if (op == NULL) {
             st = FERRY_ERR_NO_MEMORY;
             break;
         }
+        op->rail = rail;
         op->rma.rkey = rkey;
         op->rma.remote_addr = remote_addr + off;
-        op->rma.len = len - off < max ? len - off : max;
+        op->rma.len = n;
         op->rma.buf = (uint8_t *)buf + off;
         st = fy_ep_submit_child(ep, parent, op);
         if (st < 0 && type == FY_OP_PUT)
@@ -153,7 +160,7 @@ ferry_status_t ferry_put(ferry_ep_t *ep, const void *buf, size_t len, uint64_t r
         }
         if (fy_ep_queue_full(ep, len))
             return FERRY_ERR_NO_RESOURCE; /* FERRY_MAX_QUEUED: nothing taken */
-        if (FY_UNLIKELY(len > lane->iface->attr.max_rma))
+        if (FY_UNLIKELY(len > lane->iface->attr.max_rma || fy_rails_stripe_rma(ep, rkey, len)))
             return rma_split(ep, FY_OP_PUT, (void *)buf, len, remote_addr, rkey, req,
                              lane->iface->attr.max_rma);
         fy_op_t *op = fy_op_get(ep->worker, ep, FY_OP_PUT, req);
@@ -200,7 +207,8 @@ ferry_status_t ferry_get(ferry_ep_t *ep, void *buf, size_t len, uint64_t remote_
         r = &local;
     }
     if (ep->rma_native && rkey->tl_rkey != NULL &&
-        FY_UNLIKELY(len > ep->lanes[FY_LANE_RMA].iface->attr.max_rma)) {
+        FY_UNLIKELY(len > ep->lanes[FY_LANE_RMA].iface->attr.max_rma ||
+                    fy_rails_stripe_rma(ep, rkey, len))) {
         st = rma_split(ep, FY_OP_GET, buf, len, remote_addr, rkey, r,
                        ep->lanes[FY_LANE_RMA].iface->attr.max_rma);
         if (st == FERRY_INPROGRESS && req == NULL)

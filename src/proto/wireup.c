@@ -65,6 +65,7 @@ static void destroy_tl_eps(ferry_ep_t *ep)
         tl_ep_destroy(ep->tl_eps[i]);
     ep->ntl_eps = 0;
     memset(ep->lanes, 0, sizeof(ep->lanes));
+    ep->nrails = 0;
     ep->rma_native = ep->amo_native = 0;
 }
 
@@ -148,9 +149,15 @@ static ferry_status_t choose(ferry_ep_t *ep, const fy_remote_addr_t *ra, fy_lane
         fy_lanes_plan(w, ra, fails, *nfails, only_local, plan);
         if (plan->am < 0)
             return FERRY_ERR_UNREACHABLE;
-        int which[FY_LANE_COUNT] = {plan->am, plan->rma, plan->amo};
-        unsigned want[FY_LANE_COUNT];
-        for (int l = 0; l < FY_LANE_COUNT; l++) {
+        /* the lanes, then the extra rails (multi-rail, rails.c) */
+        enum { NWANT = FY_LANE_COUNT + FY_MAX_RAILS - 1 };
+        int which[NWANT] = {plan->am, plan->rma, plan->amo};
+        int nwant = FY_LANE_COUNT;
+        for (unsigned r = 1; r < plan->nrails; r++)
+            which[nwant++] = plan->rails[r];
+        unsigned want[NWANT];
+        fy_lane_t rails[FY_MAX_RAILS];
+        for (int l = 0; l < nwant; l++) {
             const fy_lane_cand_t *c = &plan->cand[which[l] >= 0 ? which[l] : plan->am];
             want[l] = fy_lane_pair_bit(c->local, c->remote);
         }
@@ -158,7 +165,7 @@ static ferry_status_t choose(ferry_ep_t *ep, const fy_remote_addr_t *ra, fy_lane
         unsigned n = 0;
         for (unsigned i = 0; i < ep->ntl_eps; i++) {
             int keep = 0;
-            for (int l = 0; l < FY_LANE_COUNT; l++)
+            for (int l = 0; l < nwant; l++)
                 keep |= ep->tl_ep_pair[i] == want[l];
             if (keep) {
                 ep->tl_eps[n] = ep->tl_eps[i];
@@ -171,7 +178,7 @@ static ferry_status_t choose(ferry_ep_t *ep, const fy_remote_addr_t *ra, fy_lane
         memset(ep->lanes, 0, sizeof(ep->lanes));
         ferry_status_t st = FERRY_OK;
         int l;
-        for (l = 0; l < FY_LANE_COUNT; l++) {
+        for (l = 0; l < nwant; l++) {
             unsigned i;
             for (i = 0; i < ep->ntl_eps && ep->tl_ep_pair[i] != want[l]; i++)
                 ;
@@ -188,13 +195,16 @@ static ferry_status_t choose(ferry_ep_t *ep, const fy_remote_addr_t *ra, fy_lane
                 ep->tl_ep_pair[i] = (uint16_t)want[l];
                 ep->tl_eps[ep->ntl_eps++] = tl_ep;
             }
-            ep->lanes[l].iface = fi;
-            ep->lanes[l].tl_ep = ep->tl_eps[i];
-            lane_bit[l] = (int)want[l];
+            fy_lane_t *lane = l < FY_LANE_COUNT ? &ep->lanes[l] : &rails[l - FY_LANE_COUNT];
+            lane->iface = fi;
+            lane->tl_ep = ep->tl_eps[i];
+            if (l < FY_LANE_COUNT)
+                lane_bit[l] = (int)want[l];
         }
         if (st == FERRY_OK) {
             ep->rma_native = plan->rma >= 0;
             ep->amo_native = plan->amo >= 0;
+            fy_rails_set(ep, plan, rails, (unsigned)(nwant - FY_LANE_COUNT));
             return FERRY_OK;
         }
         char why[FY_LANE_WHY_LEN];

@@ -516,6 +516,9 @@ void ferry_worker_print_info(const ferry_worker_t *w, void *file)
                                 (l == FY_LANE_AMO && !ep->amo_native)
                             ? "(emulated)"
                             : "");
+        for (unsigned r = 0; r < ep->nrails && ep->nrails > 1; r++) /* multi-rail (rails.c) */
+            fprintf(f, "%s%s/%s:%u", r == 0 ? " rails=" : "+", ep->rails[r].iface->tl->name,
+                    ep->rails[r].iface->tl_iface->dev_name, ep->rail_weight[r]);
         fprintf(f, "  tx %llu msgs rx %llu msgs\n", (unsigned long long)ep->stats.tx_msgs,
                 (unsigned long long)ep->stats.rx_msgs);
     }

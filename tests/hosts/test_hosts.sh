@@ -2,7 +2,7 @@
 # test_hosts.sh - ferry across "hosts" made of namespaces (tests/hosts/testbed.sh), and
 # ferryrun's multi-host launch (--hosts, --hostfile, --agent, --boot-addr, -x).
 #
-#   test_hosts.sh CASE FERRYRUN ALLTOALL
+#   test_hosts.sh CASE FERRYRUN ALLTOALL [RAILS_CHECK]
 #
 # Each case builds its own testbed (names carry this shell's pid), runs, and tears it down
 # (trap on exit, also on failure or timeout).  ferryrun itself runs on host tbA, as it would
@@ -25,9 +25,15 @@
 #   impair        alltoall through the impairer on tbB's link (1% loss, reordering, delay, a rate
 #                 limit): passes, and the impairer counted losses and rate-limited packets
 #   nonet         udp and tcp dropped: fails (no hang) with an error naming both candidates
-#   shm_same      two ranks on one host share /dev/shm: alltoall passes with FERRY_TLS=self,shm
+#   shm_same      two hosts (network namespaces) sharing the machine's /dev/shm: alltoall passes
+#                 with FERRY_TLS=self,shm and ferry_info shows the default AM lane is shm; two
+#                 ranks of one host: alltoall with FERRY_TLS=self,shm
 #   shm_separate  two ranks with one network namespace but separate /dev/shm: alltoall passes
 #                 by default, and fails cleanly (no hang) with FERRY_TLS=self,shm: not over shm
+#   rails         two links between two hosts: ferry_info shows both as rails; rails_check
+#                 (striped and small AMs mixed, both ways) passes, bytes and order checked, and
+#                 each link carried at least 30% of the bytes (with FERRY_MAX_RAILS=1: eth1 none);
+#                 1 MiB puts (ferry_perf -c) spread over both links too
 #
 # PENDING: a case that fails today only because of work in progress elsewhere calls `pending`
 # and runs only with FYHOSTS_PENDING=1; otherwise it prints why and skips.  (None does now.)
@@ -35,6 +41,7 @@ set -u
 CASE=${1:?case}
 FRUN=${2:?ferryrun}
 A2A=${3:?alltoall}
+RAILS=${4:-}
 HERE=$(cd "$(dirname "$0")" && pwd)
 AGENT=$HERE/tb-agent
 TMO=40
@@ -224,7 +231,24 @@ impair)
     echo "ok: impaired link"
     ;;
 shm_same)
-    two_hosts
+    # two network namespaces (each its own addresses and abstract socket space) that share
+    # the machine's /dev/shm: shm must be found (its probe and wake-up socket are files there)
+    tb_can || exit 77
+    tb_init
+    trap 'rm -f "$OUT" "$OUT.hf"; tb_down' EXIT
+    tb_host tbA shm=shared
+    tb_host tbB shm=shared
+    tb_up || fail "could not build the testbed"
+    [ "$("$AGENT" tbA readlink /proc/self/ns/net)" != "$("$AGENT" tbB readlink /proc/self/ns/net)" ] ||
+        fail "tbA and tbB share a network namespace"
+    expect_alltoall_ok "two network namespaces, one /dev/shm, FERRY_TLS=self,shm" \
+        --hosts tbA:1,tbB:1 --env FERRY_TLS=self,shm "$A2A"
+    # the default lanes choose shm between them (every transport offered)
+    run_on_a --hosts tbA:1,tbB:1 "$(dirname "$FRUN")/ferry_info" -a || { show; fail "ferry_info -a"; }
+    [ "$(grep -c "ep [0-9]* -> [0-9a-f]*.* am=shm/memory" "$OUT")" = 2 ] ||
+        { show; fail "the default AM lane between the namespaces is not shm on both ranks"; }
+    echo "ok: default lanes across the namespaces: am=shm/memory on both ranks"
+    # and two ranks of one host, as before
     expect_alltoall_ok "one host, shared /dev/shm, FERRY_TLS=self,shm" --hosts tbA:2 \
         --env FERRY_TLS=self,shm --boot-addr eth0 "$A2A"
     ;;
@@ -251,6 +275,49 @@ shm_separate)
     [ $rc != 124 ] && [ $((SECONDS - start)) -lt $TMO ] ||
         fail "FERRY_TLS=self,shm between separate /dev/shm hung instead of failing"
     echo "ok: separate /dev/shm is not reachable over shm (status $rc, a clean failure)"
+    ;;
+rails)
+    # two links between two hosts: AMs above FERRY_RAILS_THRESH are striped over both
+    [ -n "$RAILS" ] || fail "no rails_check program given"
+    tb_can || exit 77
+    tb_init
+    trap 'rm -f "$OUT" "$OUT.hf"; tb_down' EXIT
+    tb_host tbA shm=private links=2
+    tb_host tbB shm=private links=2
+    tb_up || fail "could not build the testbed"
+    run_on_a --hosts tbA:1,tbB:1 "$(dirname "$FRUN")/ferry_info" -a || { show; fail "ferry_info -a"; }
+    [ "$(grep -c "am=tcp/eth0 .* rails=tcp/eth0:[0-9]*+tcp/eth1:[0-9]*" "$OUT")" = 2 ] ||
+        { show; fail "ferry_info -a does not show both links as rails on both ranks"; }
+    txb() { "$AGENT" tbA cat /sys/class/net/eth$1/statistics/tx_bytes; }
+    # (rails_check ROUNDS: rank pairs send each other messages of 0 B..3 MiB, order and bytes checked)
+    for rails in 1 2; do
+        a0=$(txb 0) a1=$(txb 1)
+        run_on_a --hosts tbA:1,tbB:1 --env FERRY_MAX_RAILS=$rails "$RAILS" $((rails == 1 ? 1 : 3))
+        rc=$?
+        show
+        [ $rc = 0 ] || fail "FERRY_MAX_RAILS=$rails: rails_check exited with $rc"
+        [ "$(grep -c "in order, 0 errors: ok" "$OUT")" = 2 ] || fail "no verdict of both ranks"
+        d0=$(($(txb 0) - a0)) d1=$(($(txb 1) - a1))
+        echo "FERRY_MAX_RAILS=$rails: tbA sent $d0 B on eth0, $d1 B on eth1"
+        if [ $rails = 1 ]; then
+            [ $((d1 * 20)) -lt $((d0 + d1)) ] || fail "one rail, yet eth1 carried $d1 of $((d0 + d1)) B"
+        else
+            [ $((d1 * 10)) -gt $(((d0 + d1) * 3)) ] && [ $((d0 * 10)) -gt $(((d0 + d1) * 3)) ] ||
+                fail "two rails, yet the bytes were not shared: eth0 $d0 B, eth1 $d1 B"
+        fi
+    done
+    echo "ok: striped over both links, every message whole and in order"
+    # native puts above the threshold: pieces over both links (ferry_perf checks every byte)
+    a0=$(txb 0) a1=$(txb 1)
+    run_on_a --hosts tbA:1,tbB:1 "$(dirname "$FRUN")/ferry_perf" -t put_bw -s 1m -n 16 -w 2 -c
+    rc=$?
+    show
+    [ $rc = 0 ] && grep -q "verification: passed (0 errors)" "$OUT" || fail "put_bw -c over the rails"
+    d0=$(($(txb 0) - a0)) d1=$(($(txb 1) - a1))
+    echo "puts: tbA sent $d0 B on eth0, $d1 B on eth1"
+    [ $((d1 * 10)) -gt $(((d0 + d1) * 3)) ] && [ $((d0 * 10)) -gt $(((d0 + d1) * 3)) ] ||
+        fail "puts were not spread over the rails: eth0 $d0 B, eth1 $d1 B"
+    echo "ok: puts striped over both links, every byte checked"
     ;;
 *)
     fail "unknown case"

@@ -171,7 +171,8 @@ typedef struct shm_iface_addr {
     uint16_t flags; /* SHM_ADDR_F_* */
     uint32_t bcopy_size;
 } shm_iface_addr_t;
-#define SHM_ADDR_F_NO_CMA 1u /* this iface does not pull with cross-memory attach */
+#define SHM_ADDR_F_NO_CMA    1u /* this iface does not pull with cross-memory attach */
+#define SHM_ADDR_F_WAKE_PATH 2u /* its wake-up socket is /dev/shm/ferry-wake-<id>, not abstract */
 
 /* A zcopy descriptor (PULL), in the cell's buffer, followed by the AM header. */
 typedef struct shm_pull_desc {
@@ -449,6 +450,10 @@ struct shm_iface {
     uint32_t stuck_ticket;
     int stuck_seen;
     uint64_t probe_seen, wake_seen; /* the last peer probe / wake-up socket found reachable */
+    char
+        wake_path[sizeof(((struct sockaddr_un *)0)->sun_path)]; /* our wake-up socket's file in
+                                                                   /dev/shm ("": an abstract one) */
+    int32_t wake_pid; /* who bound it (a forked child leaves it to its parent) */
     struct {
         uint64_t rx_msgs, rx_bytes, rx_pull, rx_frag, rx_amo, rx_obox, drops_malformed, drops_dead;
         uint64_t drops_revoked, revoke_waits;
@@ -573,7 +578,12 @@ void fy_shm_rx_free(shm_iface_t *iface);
 void fy_shm_frag_free(shm_frag_rx_t *f);
 
 /* shm_peer.c */
-void fy_shm_sock_name(uint64_t id, struct sockaddr_un *sun, socklen_t *len);
+/* The wake-up socket of iface id: the file /dev/shm/ferry-wake-<id> (path != 0: seen by every
+ * process that shares this /dev/shm, whatever its network namespace), or the abstract name
+ * "\0ferry-shm-<id>" (one network namespace) where /dev/shm could not hold a socket. */
+void fy_shm_sock_name(uint64_t id, int path, struct sockaddr_un *sun, socklen_t *len);
+/* Wake the iface id that left itself in one of our waiter slots. */
+void fy_shm_wake_id(shm_iface_t *iface, uint64_t id);
 int fy_shm_pid_is_dead(pid_t pid); /* exited, even if not yet reaped */
 /* The peer iface at addr, mapped on first use and kept until the iface closes. */
 ferry_status_t fy_shm_peer_get(shm_iface_t *iface, const shm_iface_addr_t *addr,

@@ -12,6 +12,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdlib.h>
+#include <dirent.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -22,20 +23,60 @@
 
 /* ---- open / close ---------------------------------------------------------------------- */
 
-static ferry_status_t open_socket(shm_iface_t *iface)
+/* Remove the wake-up socket files of ifaces that are gone (a killed process leaves its file):
+ * a socket file nobody is bound to refuses a connect. */
+static void sweep_wake_files(void)
 {
-    for (int attempt = 0; attempt < 8; attempt++) {
+    DIR *d = opendir("/dev/shm");
+    if (d == NULL)
+        return;
+    int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    struct dirent *e;
+    while (fd >= 0 && (e = readdir(d)) != NULL) {
+        unsigned long long id;
+        char end;
+        if (sscanf(e->d_name, "ferry-wake-%16llx%c", &id, &end) != 1)
+            continue;
         struct sockaddr_un sun;
         socklen_t len;
-        fy_shm_sock_name(iface->id, &sun, &len);
-        if (bind(iface->sock, (struct sockaddr *)&sun, len) == 0)
-            return FERRY_OK;
-        if (errno != EADDRINUSE) {
-            fy_error("binding the shm wake-up socket failed: %m");
-            return FERRY_ERR_IO;
-        }
-        iface->id = fy_random64() | 1; /* a clash of random ids: draw again */
+        fy_shm_sock_name(id, 1, &sun, &len);
+        if (connect(fd, (struct sockaddr *)&sun, len) != 0 && errno == ECONNREFUSED)
+            unlink(sun.sun_path);
     }
+    if (fd >= 0)
+        close(fd);
+    closedir(d);
+}
+
+/*
+ * Bind the wake-up socket: a socket file in /dev/shm, which every process sharing this
+ * /dev/shm reaches whatever its network namespace (an abstract name lives in one network
+ * namespace only); where /dev/shm cannot hold one, the abstract name.
+ */
+static ferry_status_t open_socket(shm_iface_t *iface)
+{
+    sweep_wake_files();
+    for (int path = 1; path >= 0; path--) {
+        for (int attempt = 0; attempt < 8; attempt++) {
+            struct sockaddr_un sun;
+            socklen_t len;
+            fy_shm_sock_name(iface->id, path, &sun, &len);
+            if (bind(iface->sock, (struct sockaddr *)&sun, len) == 0) {
+                if (path) {
+                    snprintf(iface->wake_path, sizeof(iface->wake_path), "%s", sun.sun_path);
+                    iface->wake_pid = (int32_t)getpid();
+                }
+                return FERRY_OK;
+            }
+            if (errno != EADDRINUSE)
+                break;
+            iface->id = fy_random64() | 1; /* a clash of random ids: draw again */
+        }
+        if (path)
+            fy_info("shm: no wake-up socket in /dev/shm (%m): an abstract one, seen only in "
+                    "this network namespace");
+    }
+    fy_error("binding the shm wake-up socket failed: %m");
     return FERRY_ERR_IO;
 }
 
@@ -131,14 +172,16 @@ ferry_status_t fy_shm_iface_open(fy_tl_md_t *tl_md, const fy_tl_iface_params_t *
     h->seg_size = ref.size;
     __atomic_store_n(&h->magic, SHM_SEG_MAGIC, __ATOMIC_RELEASE);
 
-    iface->addr = (shm_iface_addr_t){.id = iface->id,
-                                     .ino = ref.ino,
-                                     .size = ref.size,
-                                     .pid = ref.pid,
-                                     .fd = ref.fd,
-                                     .version = SHM_ADDR_VERSION,
-                                     .flags = o->cma ? 0 : SHM_ADDR_F_NO_CMA,
-                                     .bcopy_size = (uint32_t)o->bcopy_size};
+    iface->addr = (shm_iface_addr_t){
+        .id = iface->id,
+        .ino = ref.ino,
+        .size = ref.size,
+        .pid = ref.pid,
+        .fd = ref.fd,
+        .version = SHM_ADDR_VERSION,
+        .flags = (uint16_t)((o->cma ? 0 : SHM_ADDR_F_NO_CMA) |
+                            (iface->wake_path[0] != '\0' ? SHM_ADDR_F_WAKE_PATH : 0)),
+        .bcopy_size = (uint32_t)o->bcopy_size};
     iface->next_check_ns = fy_time_ns() + o->liveness_ns;
     *iface_p = &iface->super;
     return FERRY_OK;
@@ -156,6 +199,8 @@ err_fds:
         close(iface->sock);
     if (iface->txsock >= 0)
         close(iface->txsock);
+    if (iface->wake_path[0] != '\0' && iface->wake_pid == (int32_t)getpid())
+        unlink(iface->wake_path);
     fy_shmem_free(iface->seg);
 err_free:
     free(iface);
@@ -198,6 +243,8 @@ void fy_shm_iface_close(fy_tl_iface_t *tl_iface)
     close(iface->epfd);
     close(iface->sock);
     close(iface->txsock);
+    if (iface->wake_path[0] != '\0' && iface->wake_pid == (int32_t)getpid())
+        unlink(iface->wake_path);
     fy_shmem_free(iface->seg);
     free(iface);
 }
@@ -256,12 +303,13 @@ static int probe_matches(uint64_t probe)
     return n == (ssize_t)sizeof(v) && v == probe;
 }
 
-/* Is the peer's wake-up socket (abstract: one per network namespace) visible from here? */
-static int wake_socket_visible(uint64_t id)
+/* Is the peer's wake-up socket visible from here (a file in the /dev/shm we share, or an
+ * abstract name: only in its network namespace)? */
+static int wake_socket_visible(uint64_t id, int path)
 {
     struct sockaddr_un sun;
     socklen_t len;
-    fy_shm_sock_name(id, &sun, &len);
+    fy_shm_sock_name(id, path, &sun, &len);
     int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
     if (fd < 0)
         return 1; /* cannot tell: let the connect decide */
@@ -318,8 +366,14 @@ static int shm_check(shm_iface_t *iface, const void *dev_addr, const void *iface
         return 0;
     }
     if (a.id != iface->wake_seen) {
-        if (!wake_socket_visible(a.id)) {
-            snprintf(why, len, "its wake-up socket is not visible (another network namespace)");
+        if (!wake_socket_visible(a.id, (a.flags & SHM_ADDR_F_WAKE_PATH) != 0)) {
+            if (a.flags & SHM_ADDR_F_WAKE_PATH)
+                snprintf(why, len, "its wake-up socket /dev/shm/ferry-wake-%016llx is not here",
+                         (unsigned long long)a.id);
+            else
+                snprintf(why, len,
+                         "its wake-up socket is abstract (it had none in /dev/shm): "
+                         "not visible from another network namespace");
             return 0;
         }
         iface->wake_seen = a.id;
@@ -360,10 +414,7 @@ static void ring_release(shm_iface_t *iface)
             if (id == 0)
                 continue;
             __atomic_fetch_sub(&h->nwaiters, 1, __ATOMIC_SEQ_CST);
-            struct sockaddr_un sun;
-            socklen_t len;
-            fy_shm_sock_name(id, &sun, &len);
-            fy_shm_send_wake(iface, &sun, len);
+            fy_shm_wake_id(iface, id);
         }
     }
 }

@@ -32,10 +32,16 @@
 #include "tl/shm/shm.h"
 #include "util/log.h"
 
-void fy_shm_sock_name(uint64_t id, struct sockaddr_un *sun, socklen_t *len)
+void fy_shm_sock_name(uint64_t id, int path, struct sockaddr_un *sun, socklen_t *len)
 {
     memset(sun, 0, sizeof(*sun));
     sun->sun_family = AF_UNIX;
+    if (path) {
+        int n = snprintf(sun->sun_path, sizeof(sun->sun_path), "/dev/shm/ferry-wake-%016llx",
+                         (unsigned long long)id);
+        *len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)n);
+        return;
+    }
     int n = snprintf(sun->sun_path + 1, sizeof(sun->sun_path) - 1, "ferry-shm-%016llx",
                      (unsigned long long)id);
     *len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)n);
@@ -140,7 +146,8 @@ ferry_status_t fy_shm_peer_get(shm_iface_t *iface, const shm_iface_addr_t *addr,
     }
     if ((st = fy_hash_put(&iface->peers, peer->id, peer)) != FERRY_OK)
         goto err_unmap;
-    fy_shm_sock_name(peer->id, &peer->sun, &peer->sunlen);
+    fy_shm_sock_name(peer->id, (addr->flags & SHM_ADDR_F_WAKE_PATH) != 0, &peer->sun,
+                     &peer->sunlen);
     fy_list_add_tail(&iface->peer_list, &peer->link);
     *peer_p = peer;
     return FERRY_OK;
@@ -161,6 +168,27 @@ void fy_shm_send_wake(shm_iface_t *iface, const struct sockaddr_un *sun, socklen
     /* EAGAIN: its queue is full, so it is awake anyway; ECONNREFUSED: it is gone. */
     (void)sendto(iface->txsock, &b, 1, MSG_DONTWAIT | MSG_NOSIGNAL, (const struct sockaddr *)sun,
                  len);
+}
+
+void fy_shm_wake_id(shm_iface_t *iface, uint64_t id)
+{
+    shm_peer_t *peer = fy_hash_get(&iface->peers, id);
+    if (peer != NULL) {
+        fy_shm_send_wake(iface, &peer->sun, peer->sunlen);
+        return;
+    }
+    /* a producer we have not mapped: its socket file if there is one, else the abstract name */
+    struct sockaddr_un sun;
+    socklen_t len;
+    char b = 0;
+    fy_shm_sock_name(id, 1, &sun, &len);
+    iface->stats.wakeups_sent++;
+    if (sendto(iface->txsock, &b, 1, MSG_DONTWAIT | MSG_NOSIGNAL, (const struct sockaddr *)&sun,
+               len) < 0 &&
+        (errno == ENOENT || errno == ECONNREFUSED)) {
+        fy_shm_sock_name(id, 0, &sun, &len);
+        fy_shm_send_wake(iface, &sun, len);
+    }
 }
 
 void fy_shm_peer_wake(shm_iface_t *iface, shm_peer_t *peer)

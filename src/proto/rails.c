@@ -1,0 +1,399 @@
+/*
+ * rails.c - multi-rail: an active message too large for one transport operation, or larger
+ * than FERRY_RAILS_THRESH to a peer with several good paths, goes as fragments spread over
+ * the endpoint's rails; the receiver gathers them and keeps the endpoint's order.
+ *
+ * Sending.  Wireup (lanes.c, wireup.c) gives the endpoint its rails: the AM lane as rail 0
+ * and up to FERRY_MAX_RAILS - 1 more lanes on separate devices, each weighted by its
+ * bandwidth.  A striped message gives each rail a contiguous share of its bytes in proportion
+ * to the weights (rail 0's share starts at offset 0) and submits the pieces round-robin over
+ * the rails, each piece at most what its rail carries in one operation.  A message that is
+ * only too large for one operation (or below the threshold, or to an endpoint still in
+ * wireup) uses rail 0 alone.  Every fragment names its message by a per-endpoint number; the
+ * one at offset 0, sent on the AM lane in order with the endpoint's other messages, is the
+ * message's anchor.
+ *
+ * Receiving.  The endpoint is found by the id in the proto header whatever connection a
+ * fragment arrived on (every lane of a peer names the same endpoint).  Fragments land at
+ * their offset in the message's buffer, in any order.  The AM lane's order is the
+ * endpoint's order: an anchor takes the message's place in it, and while the message at the
+ * head of that order is incomplete, every later message of the endpoint (a whole one, or
+ * another anchor) waits behind it (a whole one is copied).  So handlers run in the order the
+ * messages were sent, as with one lane, and an endpoint that never stripes never holds
+ * anything: its fragments arrive in order on one lane.  Fragments whose anchor has not come
+ * yet wait aside; at most FY_RAILS_MAX_MSGS messages per endpoint are gathered or held at a
+ * time (more is a peer's error: dropped and counted as malformed).
+ *
+ * RMA: a native put or get above the threshold is split into pieces over the RMA lane and
+ * the rails of its transport (fy_rails_begin_rma).  Nothing is striped while the endpoint is
+ * in wireup.  A rail that fails after the endpoint connected
+ * is dropped from the rails; messages it was carrying fail with its error.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "proto/proto_int.h"
+
+#define FY_RAILS_MAX_MSGS 64
+
+typedef struct fy_rails_msg {
+    struct fy_rails_msg *next;
+    int held;     /* a whole message waiting for its turn (a copy), else a reassembly */
+    int anchored; /* has its place in the endpoint's order */
+    uint32_t seq;
+    unsigned id, hdr_len;
+    uint64_t total, got;
+    uint8_t *buf;
+} fy_rails_msg_t;
+
+struct fy_rails_rx {
+    fy_rails_msg_t *head, *tail; /* the endpoint's order: anchored and held messages */
+    fy_rails_msg_t *loose;       /* reassemblies whose anchor has not arrived */
+    unsigned count;
+};
+
+/* ---- sending ------------------------------------------------------------------------------ */
+
+/* The most one AM on a lane carries, proto header included. */
+static size_t lane_max(const fy_lane_t *lane)
+{
+    const fy_tl_iface_attr_t *attr = &lane->iface->attr;
+    size_t m = (attr->caps & FY_TL_CAP_AM_ZCOPY) ? attr->max_zcopy : 0;
+    if ((attr->caps & FY_TL_CAP_AM_BCOPY) && attr->max_bcopy > m)
+        m = attr->max_bcopy;
+    return m;
+}
+
+int fy_rails_stripe(const ferry_ep_t *ep, size_t total)
+{
+    return ep->nrails > 1 && total > ep->worker->ctx->opts.rails_thresh &&
+           ep->state == FY_EP_CONNECTED;
+}
+
+void fy_rails_begin(ferry_ep_t *ep, size_t total, size_t room, fy_rails_cursor_t *c)
+{
+    memset(c, 0, sizeof(*c));
+    c->seq = ep->frag_seq++ & FY_AM_FRAG_SEQ_MASK;
+    c->n = 1;
+    c->end[0] = total;
+    c->room[0] = room;
+    if (!fy_rails_stripe(ep, total))
+        return;
+    uint64_t sum = 0;
+    for (unsigned r = 0; r < ep->nrails; r++)
+        sum += ep->rail_weight[r];
+    size_t start = 0;
+    for (unsigned r = 0; r < ep->nrails && sum != 0; r++) {
+        size_t m = r == 0 ? room + 16 + sizeof(fy_am_frag_hdr_t) : lane_max(&ep->rails[r]);
+        if (m <= 16 + 2 * sizeof(fy_am_frag_hdr_t))
+            continue;
+        size_t share = r + 1 == ep->nrails
+                           ? total - start
+                           : (size_t)((double)total * (double)ep->rail_weight[r] / (double)sum);
+        if (share > total - start)
+            share = total - start;
+        unsigned slot = r == 0 ? 0 : c->n; /* rail 0 is slot 0 */
+        c->pos[slot] = start;
+        c->end[slot] = start + share;
+        c->room[slot] = m - 16 - sizeof(fy_am_frag_hdr_t);
+        c->rail[slot] = r;
+        if (r != 0)
+            c->n++;
+        start += share;
+    }
+    if (start < total) /* rails skipped: rail 0 takes the rest after the others */
+        c->end[c->n - 1] = total;
+}
+
+size_t fy_rails_next(ferry_ep_t *ep, fy_rails_cursor_t *c, size_t *off, fy_lane_t **lane,
+                     uint32_t *tag)
+{
+    for (unsigned k = 0; k < c->n; k++) {
+        unsigned s = (c->turn + k) % c->n;
+        if (c->pos[s] >= c->end[s])
+            continue;
+        size_t len = c->end[s] - c->pos[s];
+        if (len > c->room[s])
+            len = c->room[s];
+        *off = c->pos[s];
+        c->pos[s] += len;
+        c->turn = s + 1;
+        *lane = c->lane[s] != NULL ? c->lane[s] : c->rail[s] == 0 ? NULL : &ep->rails[c->rail[s]];
+        *tag = c->seq | (*off == 0 ? FY_AM_FRAG_ANCHOR : 0);
+        return len;
+    }
+    return 0;
+}
+
+/*
+ * RMA: a native put or get above the threshold (or above the RMA lane's max_rma) is split into
+ * pieces spread over the RMA lane and the rails of the same transport that do put and get (the
+ * key was unpacked by that transport, and every interface of it honours it).  The remote
+ * memory is addressed by offset, so the pieces need no order; a flush covers every lane.
+ */
+static unsigned rma_rails(ferry_ep_t *ep, const ferry_rkey_t *rkey, fy_lane_t **out)
+{
+    fy_lane_t *rl = &ep->lanes[FY_LANE_RMA];
+    unsigned n = 0;
+    out[n++] = rl;
+    if (ep->nrails < 2 || ep->state != FY_EP_CONNECTED || rkey->tl != rl->iface->tl)
+        return n;
+    for (unsigned r = 0; r < ep->nrails; r++) {
+        fy_lane_t *l = &ep->rails[r];
+        uint64_t both = FY_TL_CAP_PUT | FY_TL_CAP_GET;
+        if (l->tl_ep != rl->tl_ep && l->iface->tl == rl->iface->tl &&
+            (l->iface->attr.caps & both) == both)
+            out[n++] = l;
+    }
+    return n;
+}
+
+int fy_rails_stripe_rma(ferry_ep_t *ep, const ferry_rkey_t *rkey, size_t len)
+{
+    fy_lane_t *l[FY_MAX_RAILS];
+    return len > ep->worker->ctx->opts.rails_thresh && rma_rails(ep, rkey, l) > 1;
+}
+
+void fy_rails_begin_rma(ferry_ep_t *ep, const ferry_rkey_t *rkey, size_t len, size_t max,
+                        fy_rails_cursor_t *c)
+{
+    fy_lane_t *l[FY_MAX_RAILS];
+    memset(c, 0, sizeof(*c));
+    c->n = len > ep->worker->ctx->opts.rails_thresh ? rma_rails(ep, rkey, l) : 1;
+    size_t start = 0;
+    for (unsigned s = 0; s < c->n; s++) {
+        /* equal shares: the rails of one transport advertise alike */
+        size_t share = s + 1 == c->n ? len - start : len / c->n;
+        size_t m = l[s]->iface->attr.max_rma;
+        c->pos[s] = start;
+        c->end[s] = start + share;
+        c->room[s] = s == 0 ? max : m != 0 ? m : max;
+        c->lane[s] = s == 0 ? NULL : l[s];
+        start += share;
+    }
+    if (c->n == 1) {
+        c->end[0] = len;
+        c->room[0] = max;
+    }
+}
+
+/* ---- receiving ---------------------------------------------------------------------------- */
+
+static void msg_free(fy_rails_msg_t *m)
+{
+    free(m->buf);
+    free(m);
+}
+
+void fy_rails_rx_free(ferry_ep_t *ep)
+{
+    fy_rails_rx_t *rx = ep->frag_rx;
+    if (rx == NULL)
+        return;
+    for (fy_rails_msg_t *lists[2] = {rx->head, rx->loose}, **l = lists; l < lists + 2; l++)
+        while (*l != NULL) {
+            fy_rails_msg_t *m = *l;
+            *l = m->next;
+            msg_free(m);
+        }
+    free(rx);
+    ep->frag_rx = NULL;
+}
+
+static fy_rails_rx_t *rx_of(ferry_ep_t *ep)
+{
+    if (ep->frag_rx == NULL)
+        ep->frag_rx = calloc(1, sizeof(fy_rails_rx_t));
+    return ep->frag_rx;
+}
+
+static void append(fy_rails_rx_t *rx, fy_rails_msg_t *m)
+{
+    m->next = NULL;
+    m->anchored = 1;
+    if (rx->tail != NULL)
+        rx->tail->next = m;
+    else
+        rx->head = m;
+    rx->tail = m;
+}
+
+static void deliver(ferry_worker_t *w, ferry_ep_t *ep, fy_rails_msg_t *m)
+{
+    fy_am_entry_t *e = &w->am[m->id];
+    if (e->cb == NULL) {
+        if (w->drops_no_handler++ < 8)
+            fy_warn("dropping an active message with id %u: no handler is registered", m->id);
+        return;
+    }
+    e->cb(e->arg, m->buf, m->hdr_len, m->buf + m->hdr_len, m->total - m->hdr_len, ep);
+}
+
+/* Run the handlers of the complete messages at the head of the endpoint's order. */
+static void drain(ferry_worker_t *w, ferry_ep_t *ep)
+{
+    uint32_t id = ep->id;
+    for (;;) {
+        fy_rails_rx_t *rx = ep->frag_rx;
+        if (rx == NULL || rx->head == NULL)
+            return;
+        fy_rails_msg_t *m = rx->head;
+        if (!m->held && m->got < m->total)
+            return;
+        rx->head = m->next;
+        if (rx->head == NULL)
+            rx->tail = NULL;
+        rx->count--;
+        deliver(w, ep, m);
+        msg_free(m);
+        /* the handler may have closed the endpoint */
+        if (fy_worker_ep_lookup(w, id) != ep || ep->state == FY_EP_CLOSED)
+            return;
+    }
+}
+
+int fy_rails_hold(ferry_worker_t *w, ferry_ep_t *ep, unsigned id, const uint8_t *hdr,
+                  size_t hdr_len, const uint8_t *data, size_t len)
+{
+    fy_rails_rx_t *rx = ep->frag_rx;
+    if (rx == NULL || rx->head == NULL)
+        return 0;
+    fy_rails_msg_t *m = calloc(1, sizeof(*m));
+    if (m != NULL && (m->buf = malloc(hdr_len + len + 1)) == NULL) {
+        free(m);
+        m = NULL;
+    }
+    if (m == NULL || rx->count >= FY_RAILS_MAX_MSGS) {
+        if (m != NULL)
+            msg_free(m);
+        if (w->drops_malformed++ == 0)
+            fy_warn("dropping an active message held behind a striped one: %s",
+                    m == NULL ? "out of memory" : "too many waiting");
+        return 1;
+    }
+    memcpy(m->buf, hdr, hdr_len);
+    if (len != 0)
+        memcpy(m->buf + hdr_len, data, len);
+    m->held = 1;
+    m->id = id;
+    m->hdr_len = (unsigned)hdr_len;
+    m->total = m->got = hdr_len + len;
+    rx->count++;
+    append(rx, m);
+    return 1;
+}
+
+static fy_rails_msg_t *find(fy_rails_msg_t *l, uint32_t seq, fy_rails_msg_t **prev)
+{
+    *prev = NULL;
+    for (; l != NULL; *prev = l, l = l->next)
+        if (!l->held && l->seq == seq)
+            return l;
+    return NULL;
+}
+
+void fy_rails_frag_recv(ferry_worker_t *w, ferry_ep_t *ep, const uint8_t *hdr, size_t hdr_len,
+                        const uint8_t *data, size_t len)
+{
+    fy_am_frag_hdr_t fh;
+    const char *why = "malformed";
+    if (hdr_len != sizeof(fh))
+        goto drop;
+    memcpy(&fh, hdr, sizeof(fh));
+    if (fh.id >= FY_AM_ID_TOTAL || fh.id == FY_AM_ID_FRAG ||
+        fh.user_hdr_len > FERRY_AM_HEADER_MAX || fh.user_hdr_len > fh.total ||
+        fh.offset > fh.total || len > fh.total - fh.offset || fh.total >= SIZE_MAX)
+        goto drop;
+    uint32_t seq = fh.seq & FY_AM_FRAG_SEQ_MASK;
+    int anchor = (fh.seq & FY_AM_FRAG_ANCHOR) != 0;
+    if (anchor && fh.offset != 0)
+        goto drop;
+    fy_rails_rx_t *rx = rx_of(ep);
+    if (rx == NULL) {
+        why = "out of memory";
+        goto drop;
+    }
+    fy_rails_msg_t *prev, *m = find(rx->head, seq, &prev);
+    if (m == NULL && (m = find(rx->loose, seq, &prev)) != NULL && anchor) {
+        /* its anchor: the message takes its place in the endpoint's order */
+        if (prev != NULL)
+            prev->next = m->next;
+        else
+            rx->loose = m->next;
+        append(rx, m);
+    }
+    if (m == NULL) {
+        if (rx->count >= FY_RAILS_MAX_MSGS) {
+            why = "too many messages gathered at once";
+            goto drop;
+        }
+        m = calloc(1, sizeof(*m));
+        if (m == NULL || (m->buf = malloc(fh.total != 0 ? fh.total : 1)) == NULL) {
+            free(m);
+            fy_warn("dropping an active message of %llu bytes: out of memory",
+                    (unsigned long long)fh.total);
+            w->drops_malformed++;
+            return;
+        }
+        m->seq = seq;
+        m->id = fh.id;
+        m->hdr_len = fh.user_hdr_len;
+        m->total = fh.total;
+        rx->count++;
+        if (anchor) {
+            append(rx, m);
+        } else {
+            m->next = rx->loose;
+            rx->loose = m;
+        }
+    } else if (m->total != fh.total || m->id != fh.id || m->hdr_len != fh.user_hdr_len ||
+               m->got + len > m->total) {
+        goto drop;
+    }
+    if (len != 0)
+        memcpy(m->buf + fh.offset, data, len);
+    m->got += len;
+    drain(w, ep);
+    return;
+drop:
+    if (w->drops_malformed++ == 0)
+        fy_warn("dropping a fragment of an active message: %s", why);
+}
+
+/* ---- wireup ------------------------------------------------------------------------------- */
+
+void fy_rails_set(ferry_ep_t *ep, const fy_lane_plan_t *plan, const fy_lane_t *lanes, unsigned n)
+{
+    ep->nrails = 1;
+    ep->rails[0] = ep->lanes[FY_LANE_AM];
+    ep->rail_weight[0] = 1;
+    if (n == 0 || plan->nrails < 2)
+        return;
+    for (unsigned r = 0; r < plan->nrails && r < FY_MAX_RAILS; r++) {
+        double mbs = plan->rail_bw[r] / 1e6;
+        ep->rail_weight[r] = mbs < 1 ? 1 : mbs > 4e9 ? 4000000000u : (uint32_t)mbs;
+        if (r != 0)
+            ep->rails[r] = lanes[r - 1];
+    }
+    ep->nrails = plan->nrails < n + 1 ? plan->nrails : n + 1;
+}
+
+int fy_rails_tl_failed(ferry_ep_t *ep, fy_tl_ep_t *tl_ep)
+{
+    for (unsigned r = 1; r < ep->nrails; r++) {
+        if (ep->rails[r].tl_ep != tl_ep)
+            continue;
+        if (ep->lanes[FY_LANE_AM].tl_ep == tl_ep || ep->lanes[FY_LANE_RMA].tl_ep == tl_ep ||
+            ep->lanes[FY_LANE_AMO].tl_ep == tl_ep)
+            return 0;
+        fy_warn("endpoint %u: the rail %s %s failed: bulk messages go on the other rail(s)", ep->id,
+                ep->rails[r].iface->tl->name, ep->rails[r].iface->tl_iface->dev_name);
+        for (unsigned k = r; k + 1 < ep->nrails; k++) {
+            ep->rails[k] = ep->rails[k + 1];
+            ep->rail_weight[k] = ep->rail_weight[k + 1];
+        }
+        ep->nrails--;
+        return 1;
+    }
+    return 0;
+}

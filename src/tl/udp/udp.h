@@ -249,6 +249,17 @@ typedef struct fy_udp_conn {
 
     fy_list_t zombie_link;
     ferry_ep_stats_t stats;
+
+    /* ---- loss recovery and congestion (udp_retx.c; wire: tsval/tsecr, F_DSACK) ---- */
+    uint32_t ts_echo;      /* receive: tsval to echo in our next ACK (0: none) */
+    uint32_t last_tsecr;   /* send: the echo the last RTT sample came from */
+    uint8_t dsack_pending; /* receive: a segment arrived twice; say so in the next ACK */
+    uint32_t nsacked;      /* send: segments in the window the peer holds (out of the pipe) */
+    uint64_t sacked_bytes; /* ... and their credit cost */
+    uint32_t reo_quarters; /* RACK reorder window, in quarters of the minimum RTT (1..4) */
+    uint32_t reo_calm;     /* recoveries since the reorder window last grew */
+    uint64_t resent_at;    /* send: time of the last resend (a DSACK after it is ours) */
+    uint64_t dsacks;       /* DSACKs received: resends that were needless (or net dups) */
 } fy_udp_conn_t;
 
 /* ---- the fault injector -------------------------------------------------------------- */
@@ -432,8 +443,14 @@ void fy_udp_rx_unplace(fy_udp_iface_t *iface, fy_udp_conn_t *conn);
 uint32_t fy_udp_sack_bits(const fy_udp_conn_t *conn);
 
 /* udp_retx.c */
-void fy_udp_process_ack(fy_udp_conn_t *conn, uint32_t ack, uint32_t sack, int pure,
+void fy_udp_process_ack(fy_udp_conn_t *conn, const fy_udp_hdr_t *h, int pure,
                         const fy_udp_sack_ext_t *ext);
+/* The microsecond clock of tsval. */
+static inline uint32_t fy_udp_ts(uint64_t now_ns)
+{
+    uint32_t t = (uint32_t)(now_ns / 1000);
+    return t ? t : 1; /* 0 means "no echo" */
+}
 /* Fill an extended SACK bitmap; returns its size in bytes (0: nothing beyond 32 bits). */
 size_t fy_udp_sack_ext(const fy_udp_conn_t *conn, fy_udp_sack_ext_t *ext);
 void fy_udp_hotel_expired(fy_hotel_t *hotel, fy_hotel_room_t *room, void *arg);

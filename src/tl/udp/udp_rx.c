@@ -453,7 +453,7 @@ static int rx_dgram(fy_udp_iface_t *iface, uint8_t chan, fy_udp_rxbuf_t *b, size
             }
         }
         if (h.flags & FY_UDP_F_ACK)
-            fy_udp_process_ack(c, h.ack, h.sack, 1, e);
+            fy_udp_process_ack(c, &h, 1, e);
         return 0;
     }
     if (h.len < fy_udp_xhdr_len(h.type)) {
@@ -462,6 +462,10 @@ static int rx_dgram(fy_udp_iface_t *iface, uint8_t chan, fy_udp_rxbuf_t *b, size
     }
 
     int32_t d = fy_udp_seq_diff(h.seq, c->rcv_nxt);
+    /* The echo for the RTT: the first segment since our last ACK (a delayed ACK then
+     * covers the wait it caused), or this one when it makes the ACK go at once. */
+    if (!c->ack_pending || d != 0)
+        c->ts_echo = h.tsval;
     if (placed != NULL && (d != 0 || c != iface->ch[chan].place_conn)) {
         /* the predicted chunk, but not in order after all (one before it was lost): make
          * it whole in its own buffer for the stash */
@@ -475,18 +479,20 @@ static int rx_dgram(fy_udp_iface_t *iface, uint8_t chan, fy_udp_rxbuf_t *b, size
         }
         /* Deferred bookkeeping: the ACK this segment carried, then the stash. */
         if ((h.flags & FY_UDP_F_ACK) && fy_udp_conn_alive(c))
-            fy_udp_process_ack(c, h.ack, h.sack, 0, NULL);
+            fy_udp_process_ack(c, &h, 0, NULL);
         if (c->nstash != 0)
             drain(iface, c);
         return 0;
     }
     if (h.flags & FY_UDP_F_ACK)
-        fy_udp_process_ack(c, h.ack, h.sack, 0, NULL);
+        fy_udp_process_ack(c, &h, 0, NULL);
     if (!fy_udp_conn_alive(c))
         return 0;
     if (d < 0) {
-        /* Already processed: our ACK was lost.  ACK again at once. */
+        /* Already processed: our ACK was lost, or the resend was needless (DSACK).  ACK
+         * again at once. */
         c->stats.drops_duplicate++;
+        c->dsack_pending = 1;
         fy_udp_ack_schedule(c, 1, 0);
         return 0;
     }
@@ -503,6 +509,7 @@ static int rx_dgram(fy_udp_iface_t *iface, uint8_t chan, fy_udp_rxbuf_t *b, size
     uint32_t slot = h.seq & (iface->wsize - 1);
     if (c->stash[slot] != NULL) {
         c->stats.drops_duplicate++;
+        c->dsack_pending = 1;
         return 0;
     }
     fy_udp_chan_t *ch = &iface->ch[chan];

@@ -92,7 +92,7 @@ tcp_run() {
 ferry_run() {
   local r
   r=$(ip netns exec "$A" env FERRY_UDP_IF_INCLUDE="$DA" FERRY_UDP_CHECKSUM=y FERRY_STATS=1 \
-      timeout 180 "$PP" bw -s 1048576 -T "$SECS" -c -d "$DA" -N "$Bn" -D "$DB" 2>&1) || {
+      timeout 180 "$PP" bw -s 1048576 -T "$SECS" -c -w -d "$DA" -N "$Bn" -D "$DB" 2>&1) || {
     echo "FAIL"; echo "$r" >&2; return; }
   echo "$r" >&2
   echo "$r" | awk '/GB\/s/ {printf "%.2f\n", $5 * 1000}'

@@ -38,7 +38,7 @@
 #define FY_UDP_SEG_HDR_MAX (FY_UDP_HDR_LEN + 48)
 #define FY_UDP_CWND_INIT   64 /* segments a new ep may have in flight before its first ACK */
 #define FY_UDP_CWND_MIN    32
-#define FY_UDP_QUEUE_NS    (5 * 1000 * 1000ll) /* queueing delay tolerated above 4x min RTT */
+#define FY_UDP_QUEUE_NS    (20 * 1000 * 1000ll) /* queueing delay tolerated above 4x min RTT */
 #define FY_UDP_TX_BYTES    (1u << 20)          /* bytes of new segments one ep sends per pass */
 #define FY_UDP_GSO_MAX     64    /* segments per GSO send (the kernel's UDP_MAX_SEGMENTS) */
 #define FY_UDP_GSO_BYTES   65000 /* payload of one GSO send */

@@ -496,7 +496,15 @@ static int rx_dgram(fy_udp_iface_t *iface, uint8_t chan, fy_udp_rxbuf_t *b, size
         fy_udp_ack_schedule(c, 1, 0);
         return 0;
     }
-    fy_udp_ack_schedule(c, 1, 0); /* a hole: tell the sender now (dup ACK + SACK) */
+    /* A new hole: tell the sender now (dup ACK + SACK).  A segment that only extends
+     * the run above a known hole is ACKed every 4th, so a loss does not turn the ACK
+     * stream into one datagram per segment (the sender's loss detection is by time, and
+     * needs the news of an arrival, not every arrival). */
+    if ((uint32_t)d < iface->wsize && c->nstash != 0 && h.seq == c->stash_top + 1 &&
+        !c->dsack_pending && c->stash != NULL && c->stash[h.seq & (iface->wsize - 1)] == NULL)
+        fy_udp_ack_schedule(c, c->ack_unsent >= 3, 0);
+    else
+        fy_udp_ack_schedule(c, 1, 0);
     if ((uint32_t)d >= iface->wsize) {
         iface->drops_window++;
         return 0;

@@ -259,8 +259,10 @@ int main(int argc, char **argv)
 {
     int opt;
     if (argc < 2 || (strcmp(argv[1], "lat") != 0 && strcmp(argv[1], "bw") != 0)) {
-        fprintf(stderr, "usage: %s lat|bw [-s size] [-n iters] [-d device] [-w] "
-                        "[-N peer_netns] [-D peer_device] [-T secs] [-c]\n", argv[0]);
+        fprintf(stderr,
+                "usage: %s lat|bw [-s size] [-n iters] [-d device] [-w] "
+                "[-N peer_netns] [-D peer_device] [-T secs] [-c]\n",
+                argv[0]);
         return 2;
     }
     int lat = strcmp(argv[1], "lat") == 0;

@@ -39,7 +39,7 @@
 #define FY_UDP_CWND_INIT   64 /* segments a new ep may have in flight before its first ACK */
 #define FY_UDP_CWND_MIN    32
 #define FY_UDP_QUEUE_NS    (20 * 1000 * 1000ll) /* queueing delay tolerated above 4x min RTT */
-#define FY_UDP_TX_BYTES    (1u << 20)          /* bytes of new segments one ep sends per pass */
+#define FY_UDP_TX_BYTES    (1u << 20)           /* bytes of new segments one ep sends per pass */
 #define FY_UDP_GSO_MAX     64    /* segments per GSO send (the kernel's UDP_MAX_SEGMENTS) */
 #define FY_UDP_GSO_BYTES   65000 /* payload of one GSO send */
 
@@ -145,6 +145,7 @@ typedef struct fy_udp_seg {
     uint8_t tries;
     uint8_t sacked; /* the receiver holds it (out of order): never time it out */
     uint8_t pool;   /* which mpool it came from */
+    uint8_t chan;   /* channel of its last transmission (RACK compares within one) */
     uint8_t hdr[FY_UDP_SEG_HDR_MAX] __attribute__((aligned(8)));
     uint8_t data[]; /* inline data (bcopy) */
 } fy_udp_seg_t;
@@ -256,10 +257,14 @@ typedef struct fy_udp_conn {
     uint8_t dsack_pending; /* receive: a segment arrived twice; say so in the next ACK */
     uint32_t nsacked;      /* send: segments in the window the peer holds (out of the pipe) */
     uint64_t sacked_bytes; /* ... and their credit cost */
-    uint32_t reo_quarters; /* RACK reorder window, in quarters of the minimum RTT (1..4) */
+    uint32_t reo_quarters; /* RACK reorder window, in quarters of the minimum RTT (1..16) */
     uint32_t reo_calm;     /* recoveries since the reorder window last grew */
     uint64_t resent_at;    /* send: time of the last resend (a DSACK after it is ours) */
     uint64_t dsacks;       /* DSACKs received: resends that were needless (or net dups) */
+    uint64_t rack_ch[FY_UDP_NCH]; /* send time of the newest segment known delivered, per
+                                   * channel (the two channels overtake each other) */
+    uint8_t ts_echo_chan;         /* receive: the channel ts_echo's segment came on */
+    uint64_t una_moved_ns;        /* send: snd_una last moved */
 } fy_udp_conn_t;
 
 /* ---- the fault injector -------------------------------------------------------------- */

@@ -66,10 +66,11 @@ enum fy_udp_type {
 #define FY_UDP_T_FIRST_SEQ FY_UDP_T_AM
 
 enum fy_udp_flag {
-    FY_UDP_F_ACK = 1u << 0,  /* ack and sack are valid */
-    FY_UDP_F_CSUM = 1u << 1, /* csum is valid */
-    FY_UDP_F_DSACK = 1u << 2, /* this ACK answers a segment received twice (a needless resend
-                               * or a network duplicate): the sender's reorder window grows */
+    FY_UDP_F_ACK = 1u << 0,       /* ack and sack are valid */
+    FY_UDP_F_CSUM = 1u << 1,      /* csum is valid */
+    FY_UDP_F_DSACK = 1u << 2,     /* this ACK answers a segment received twice (a needless resend
+                                   * or a network duplicate): the sender's reorder window grows */
+    FY_UDP_F_ECHO_DATA = 1u << 3, /* the segment tsecr echoes came on the data channel */
 };
 
 typedef struct fy_udp_hdr {

@@ -14,8 +14,11 @@
  * held by the receiver (the SACK bitmap covers the whole window) is lost and resent at once
  * - a resend too, so a lost resend is repaired after one more round trip, not by the timer.
  * The reorder window starts at a quarter of the minimum RTT and grows by a quarter (up to
- * one minimum RTT) each time the receiver reports a segment it got twice (F_DSACK) after a
- * resend: a resend that proved needless.  It shrinks back after 64 calm recoveries.
+ * four minimum RTTs, never beyond the SRTT) each time the receiver reports a segment it got twice
+ * (F_DSACK) after a resend: a resend that proved needless.  It shrinks back by a step after
+ * 64 calm recoveries.  Reordering between the two channels (a tiny segment on the priority
+ * channel overtakes a large one on the data channel) is expected: a segment is judged only
+ * by segments sent after it on its own channel.
  *
  * What the receiver holds out of order leaves the pipe: the congestion window counts only
  * segments in flight, so new data keeps flowing while holes are repaired.
@@ -62,8 +65,8 @@ static void rtt_sample(fy_udp_conn_t *c, int64_t r)
         c->rttvar = (3 * c->rttvar + delta) / 4;
         c->srtt = (7 * c->srtt + r) / 8;
     }
-    uint64_t rto =
-        (uint64_t)(c->srtt + FY_MAX(FY_MAX(4 * c->rttvar, c->srtt / 4), (int64_t)FY_NSEC_PER_USEC * 5));
+    uint64_t rto = (uint64_t)(c->srtt + FY_MAX(FY_MAX(4 * c->rttvar, c->srtt / 4),
+                                               (int64_t)FY_NSEC_PER_USEC * 5));
     c->rto = FY_MIN(FY_MAX(rto, o->rto_min), o->rto_max);
 }
 
@@ -88,6 +91,14 @@ static inline int sacked(uint32_t ack, uint32_t sack, const fy_udp_sack_ext_t *e
     if (i < 32 && ((sack >> i) & 1u))
         return 1;
     return ext != NULL && i < ext->nbits && ((ext->bits[i / 8] >> (i % 8)) & 1u);
+}
+
+/* RACK: lost when a segment sent after it on the same channel (by more than the reorder
+ * window) arrived.  Across channels nothing can be told: a busy receiver may read one
+ * socket milliseconds behind the other (there the timer decides). */
+static int rack_lost(const fy_udp_conn_t *c, const fy_udp_seg_t *seg, uint64_t reo)
+{
+    return seg->tx_ns + reo <= c->rack_ch[seg->chan];
 }
 
 /* Resend the holes below the highest segment the receiver holds (from the SACK bits). */
@@ -120,7 +131,7 @@ static void resend_holes(fy_udp_conn_t *c, uint32_t ack, uint32_t sack,
          * still on the way for an RTO. */
         if (seg == NULL || fy_list_is_linked(&seg->rlink))
             continue;
-        if (c->rack_tx != 0 ? seg->tx_ns + reo > c->rack_tx
+        if (c->rack_tx != 0 ? !rack_lost(c, seg, reo)
                             : iface->now - seg->tx_ns < (seg->tries > 1 ? c->rto : thresh))
             continue;
         c->stats.fast_retransmits++;
@@ -154,9 +165,12 @@ void fy_udp_process_ack(fy_udp_conn_t *c, const fy_udp_hdr_t *h, int pure,
         uint64_t sent = echo_time(iface, h->tsecr);
         c->last_tsecr = h->tsecr;
         if (sent != 0 && iface->now - sent < 60ull * FY_NSEC_PER_SEC) {
+            uint8_t ch = (h->flags & FY_UDP_F_ECHO_DATA) ? FY_UDP_CH_DATA : FY_UDP_CH_PRIO;
             rtt_sample(c, (int64_t)(iface->now - sent));
             if (sent > c->rack_tx)
                 c->rack_tx = sent;
+            if (sent > c->rack_ch[ch])
+                c->rack_ch[ch] = sent;
         }
     }
     if ((h->flags & FY_UDP_F_DSACK) && c->resent_at != 0 &&
@@ -164,7 +178,7 @@ void fy_udp_process_ack(fy_udp_conn_t *c, const fy_udp_hdr_t *h, int pure,
         /* A resend of ours arrived as a duplicate: it was needless - reordering read as
          * loss.  Widen the reorder window. */
         c->dsacks++;
-        if (c->reo_quarters < 4)
+        if (c->reo_quarters < 16)
             c->reo_quarters++;
         c->reo_calm = 0;
     } else if (c->reo_calm > 64 && c->reo_quarters > 1) {
@@ -175,6 +189,8 @@ void fy_udp_process_ack(fy_udp_conn_t *c, const fy_udp_hdr_t *h, int pure,
         fy_udp_seg_t *newest = c->win[(ack - 1) & mask];
         if (newest != NULL && newest->tries == 1 && newest->tx_ns > c->rack_tx)
             c->rack_tx = newest->tx_ns;
+        if (newest != NULL && newest->tries == 1 && newest->tx_ns > c->rack_ch[newest->chan])
+            c->rack_ch[newest->chan] = newest->tx_ns;
         for (uint32_t s = c->snd_una; s != ack; s++) {
             fy_udp_seg_t *seg = c->win[s & mask];
             c->win[s & mask] = NULL;
@@ -199,6 +215,7 @@ void fy_udp_process_ack(fy_udp_conn_t *c, const fy_udp_hdr_t *h, int pure,
             c->cwnd = FY_MIN(c->wnd, c->cwnd + (uint32_t)d);
         c->snd_una = ack;
         c->last_ack_ns = iface->now;
+        c->una_moved_ns = iface->now;
         if (!fy_list_is_empty(&c->sendq))
             fy_udp_ready_add(c);
         if (!fy_list_is_empty(&c->flushq))
@@ -256,6 +273,13 @@ void fy_udp_hotel_expired(fy_hotel_t *hotel, fy_hotel_room_t *room, void *arg)
      * receiver.  Wait on.  One below it is a hole: resend. */
     if (fy_udp_seq_diff(seg->seq, c->snd_high) > 0 && iface->now - c->last_ack_ns < c->rto) {
         fy_hotel_checkin(&iface->hotel, &seg->timer.room, c->rto - (iface->now - c->last_ack_ns),
+                         iface->now);
+        return;
+    }
+    /* Below it, a hole is for RACK to judge while the ACK point still moves (a burst of
+     * ACKs may wait in the socket behind this timer); the timer is for when it stopped. */
+    if (seg->tries == 1 && iface->now - c->una_moved_ns < c->rto) {
+        fy_hotel_checkin(&iface->hotel, &seg->timer.room, c->rto - (iface->now - c->una_moved_ns),
                          iface->now);
         return;
     }

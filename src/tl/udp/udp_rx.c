@@ -462,10 +462,14 @@ static int rx_dgram(fy_udp_iface_t *iface, uint8_t chan, fy_udp_rxbuf_t *b, size
     }
 
     int32_t d = fy_udp_seq_diff(h.seq, c->rcv_nxt);
-    /* The echo for the RTT: the first segment since our last ACK (a delayed ACK then
-     * covers the wait it caused), or this one when it makes the ACK go at once. */
-    if (!c->ack_pending || d != 0)
+    /* The echo for the RTT and RACK: the first segment since our last ACK (a delayed ACK
+     * then covers the wait it caused), or one out of order that makes the ACK go at once -
+     * never a duplicate (a needless resend's fresh stamp would make the sender take every
+     * segment sent before it for lost). */
+    if (d == 0 && !c->ack_pending) {
         c->ts_echo = h.tsval;
+        c->ts_echo_chan = chan;
+    }
     if (placed != NULL && (d != 0 || c != iface->ch[chan].place_conn)) {
         /* the predicted chunk, but not in order after all (one before it was lost): make
          * it whole in its own buffer for the stash */
@@ -528,6 +532,8 @@ static int rx_dgram(fy_udp_iface_t *iface, uint8_t chan, fy_udp_rxbuf_t *b, size
     }
     b->len = (uint32_t)len;
     c->stash[slot] = b;
+    c->ts_echo = h.tsval;
+    c->ts_echo_chan = chan;
     if (c->nstash++ == 0 || fy_udp_seq_diff(h.seq, c->stash_top) > 0)
         c->stash_top = h.seq;
     return 1;

@@ -174,6 +174,19 @@ void fy_udp_tx_flush(fy_udp_iface_t *iface, uint8_t chan)
             memcpy(CMSG_DATA(cm), &gso, sizeof(gso));
         }
     }
+    /* RACK compares send times: stamp a batch when it really leaves (the priority
+     * channel's batch goes first, so a data segment stamped before a later-numbered tiny
+     * one may still leave after it).  With checksums the header is sealed already. */
+    if (n > 1 || ch->nbseg > 1 || (chan == FY_UDP_CH_DATA && !iface->csum)) {
+        if (!iface->csum) {
+            uint64_t t = fy_time_ns();
+            uint32_t ts = fy_udp_ts(t);
+            for (unsigned k = 0; k < ch->nbseg; k++) {
+                ch->bseg[k]->tx_ns = t;
+                ((fy_udp_hdr_t *)ch->bseg[k]->hdr)->tsval = ts;
+            }
+        }
+    }
     if (iface->fault.enabled && (iface->fault.chan_mask & (1u << chan))) {
         for (unsigned i = 0; i < n; i++)
             fy_udp_fault_send(iface, chan, &ch->tmsg[i].msg_hdr);
@@ -300,7 +313,8 @@ static unsigned iov_slice(const struct iovec *src, size_t cnt, uint64_t off, uin
 static void piggyback(fy_udp_conn_t *c, uint8_t *hdr)
 {
     fy_udp_hdr_t *h = (fy_udp_hdr_t *)hdr; /* hdr is 8-byte aligned in the segment */
-    h->flags = FY_UDP_F_ACK | (c->dsack_pending ? FY_UDP_F_DSACK : 0);
+    h->flags = FY_UDP_F_ACK | (c->dsack_pending ? FY_UDP_F_DSACK : 0) |
+               (c->ts_echo_chan == FY_UDP_CH_DATA ? FY_UDP_F_ECHO_DATA : 0);
     h->ack = c->rcv_nxt;
     h->sack = c->nstash ? fy_udp_sack_bits(c) : 0;
     h->tsval = fy_udp_ts(c->iface->now);
@@ -328,6 +342,7 @@ static void seg_xmit(fy_udp_iface_t *iface, fy_udp_conn_t *c, fy_udp_seg_t *seg,
         iface->now = fy_time_ns();
     piggyback(c, seg->hdr);
     seg->tx_ns = iface->now;
+    seg->chan = chan;
     ((fy_udp_hdr_t *)seg->hdr)->tsval = fy_udp_ts(iface->now);
     seg->tries++;
     if (seg->tries > 1) {
@@ -662,7 +677,8 @@ void fy_udp_tx_ctrl(fy_udp_iface_t *iface, fy_udp_conn_t *c, uint8_t chan, uint8
     h.len = (uint32_t)(pad_to - FY_UDP_HDR_LEN);
     h.tsval = fy_udp_ts(iface->now);
     if (type == FY_UDP_T_ACK) {
-        h.flags = FY_UDP_F_ACK | (c->dsack_pending ? FY_UDP_F_DSACK : 0);
+        h.flags = FY_UDP_F_ACK | (c->dsack_pending ? FY_UDP_F_DSACK : 0) |
+                  (c->ts_echo_chan == FY_UDP_CH_DATA ? FY_UDP_F_ECHO_DATA : 0);
         h.ack = c->rcv_nxt;
         h.sack = c->nstash ? fy_udp_sack_bits(c) : 0;
         h.tsecr = c->ts_echo;
@@ -727,8 +743,7 @@ void fy_udp_send_acks(fy_udp_iface_t *iface, int force)
                     elen = 4 + ext.nbits / 8;
                 }
             }
-            fy_udp_tx_ctrl(iface, c, chan, FY_UDP_T_ACK, &ext, elen, 0, &c->addr[chan],
-                           c->addrlen);
+            fy_udp_tx_ctrl(iface, c, chan, FY_UDP_T_ACK, &ext, elen, 0, &c->addr[chan], c->addrlen);
         }
     }
 }

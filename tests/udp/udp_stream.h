@@ -138,8 +138,13 @@ static int sender(int rfd, int wfd, const size_t *sizes, unsigned nsizes, unsign
     if (n.ops->ep_get_stats(n.ep, &es) != FERRY_OK || es.tx_msgs < count)
         return 14;
     if (drop != NULL && atof(drop) >= 5 &&
-        (es.retransmits == 0 || es.rtt_ns == 0 || es.rto_ns < es.rtt_ns / 2 || es.window_max == 0))
+        (es.retransmits == 0 || es.rtt_ns == 0 || es.rto_ns < es.rtt_ns / 2 ||
+         es.window_max == 0)) {
+        fprintf(stderr, "sender: statistics: %llu resends, rtt %llu ns, rto %llu ns, window %llu\n",
+                (unsigned long long)es.retransmits, (unsigned long long)es.rtt_ns,
+                (unsigned long long)es.rto_ns, (unsigned long long)es.window_max);
         return 15;
+    }
     ut_close(&n);
     return 0;
 }

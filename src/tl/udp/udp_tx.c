@@ -319,6 +319,7 @@ static void piggyback(fy_udp_conn_t *c, uint8_t *hdr)
     h->sack = c->nstash ? fy_udp_sack_bits(c) : 0;
     h->tsval = fy_udp_ts(c->iface->now);
     h->tsecr = c->ts_echo;
+    c->ts_echo = 0; /* each echo once: a later ACK must not repeat a stale one */
     c->dsack_pending = 0;
     if (c->ack_pending) {
         c->ack_pending = 0;
@@ -682,6 +683,7 @@ void fy_udp_tx_ctrl(fy_udp_iface_t *iface, fy_udp_conn_t *c, uint8_t chan, uint8
         h.ack = c->rcv_nxt;
         h.sack = c->nstash ? fy_udp_sack_bits(c) : 0;
         h.tsecr = c->ts_echo;
+        c->ts_echo = 0;
         c->dsack_pending = 0;
     }
     uint8_t *buf = ch->thdr[ch->ntx];

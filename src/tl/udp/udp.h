@@ -257,7 +257,7 @@ typedef struct fy_udp_conn {
     uint8_t dsack_pending; /* receive: a segment arrived twice; say so in the next ACK */
     uint32_t nsacked;      /* send: segments in the window the peer holds (out of the pipe) */
     uint64_t sacked_bytes; /* ... and their credit cost */
-    uint32_t reo_quarters; /* RACK reorder window, in quarters of the minimum RTT (1..16) */
+    uint32_t reo_quarters; /* RACK reorder window, in quarters of the minimum RTT (1..1024) */
     uint32_t reo_calm;     /* recoveries since the reorder window last grew */
     uint64_t resent_at;    /* send: time of the last resend (a DSACK after it is ours) */
     uint64_t dsacks;       /* DSACKs received: resends that were needless (or net dups) */

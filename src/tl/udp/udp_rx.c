@@ -12,10 +12,10 @@
  * the connection's stash - the receive buffer itself, no copy - and ACKed at once with the
  * SACK bits, which tells the sender about the hole (one that only extends the run above a
  * known hole every 4th).  Each ACK echoes the send time (tsval) of the segment it answers,
- * never of a duplicate; a duplicate sets F_DSACK on the next ACK.  When the hole is filled the stash drains
- * in order.  Because processing is in order, the chunks of one fragment arrive one after the
- * other, so reassembly is a single running buffer per connection and every offset is checked
- * against what came before.
+ * never of a duplicate; a duplicate sets F_DSACK on the next ACK.  When the hole is filled the
+ * stash drains in order.  Because processing is in order, the chunks of one fragment arrive one
+ * after the other, so reassembly is a single running buffer per connection and every offset is
+ * checked against what came before.
  *
  * The fast receive path of the notes: an in-order AM is handed to the handler before the
  * ACK it carries is processed; that bookkeeping (freeing ACKed segments, timers) runs after

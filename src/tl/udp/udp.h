@@ -39,8 +39,8 @@
 #define FY_UDP_SEG_HDR_MAX (FY_UDP_HDR_LEN + 48)
 #define FY_UDP_CWND_INIT   64 /* segments a new ep may have in flight before its first ACK */
 #define FY_UDP_CWND_MIN    32
-#define FY_UDP_QUEUE_NS    (5 * 1000 * 1000ll) /* queueing delay tolerated above 4x min RTT */
-#define FY_UDP_TX_BYTES    (1u << 20)          /* bytes of new segments one ep sends per pass */
+#define FY_UDP_QUEUE_NS    (20 * 1000 * 1000ll) /* queueing delay tolerated above 4x min RTT */
+#define FY_UDP_TX_BYTES    (1u << 20)           /* bytes of new segments one ep sends per pass */
 #define FY_UDP_GSO_MAX     64    /* segments per GSO send (the kernel's UDP_MAX_SEGMENTS) */
 #define FY_UDP_GSO_BYTES   65000 /* payload of one GSO send */
 
@@ -142,6 +142,7 @@ typedef struct fy_udp_seg {
     uint8_t tries;
     uint8_t sacked; /* the receiver holds it (out of order): never time it out */
     uint8_t pool;   /* which mpool it came from */
+    uint8_t chan;   /* channel of its last transmission (RACK compares within one) */
     uint8_t hdr[FY_UDP_SEG_HDR_MAX] __attribute__((aligned(8)));
     uint8_t data[]; /* inline data (bcopy) */
 } fy_udp_seg_t;
@@ -246,6 +247,21 @@ typedef struct fy_udp_conn {
 
     fy_list_t zombie_link;
     ferry_ep_stats_t stats;
+
+    /* ---- loss recovery and congestion (udp_retx.c; wire: tsval/tsecr, F_DSACK) ---- */
+    uint32_t ts_echo;      /* receive: tsval to echo in our next ACK (0: none) */
+    uint32_t last_tsecr;   /* send: the echo the last RTT sample came from */
+    uint8_t dsack_pending; /* receive: a segment arrived twice; say so in the next ACK */
+    uint32_t nsacked;      /* send: segments in the window the peer holds (out of the pipe) */
+    uint64_t sacked_bytes; /* ... and their credit cost */
+    uint32_t reo_quarters; /* RACK reorder window, in quarters of the minimum RTT (1..1024) */
+    uint32_t reo_calm;     /* recoveries since the reorder window last grew */
+    uint64_t resent_at;    /* send: time of the last resend (a DSACK after it is ours) */
+    uint64_t dsacks;       /* DSACKs received: resends that were needless (or net dups) */
+    uint64_t rack_ch[FY_UDP_NCH]; /* send time of the newest segment known delivered, per
+                                   * channel (the two channels overtake each other) */
+    uint8_t ts_echo_chan;         /* receive: the channel ts_echo's segment came on */
+    uint64_t una_moved_ns;        /* send: snd_una last moved */
 } fy_udp_conn_t;
 
 /* ---- the fault injector -------------------------------------------------------------- */
@@ -429,8 +445,14 @@ void fy_udp_rx_unplace(fy_udp_iface_t *iface, fy_udp_conn_t *conn);
 uint32_t fy_udp_sack_bits(const fy_udp_conn_t *conn);
 
 /* udp_retx.c */
-void fy_udp_process_ack(fy_udp_conn_t *conn, uint32_t ack, uint32_t sack, int pure,
+void fy_udp_process_ack(fy_udp_conn_t *conn, const fy_udp_hdr_t *h, int pure,
                         const fy_udp_sack_ext_t *ext);
+/* The microsecond clock of tsval. */
+static inline uint32_t fy_udp_ts(uint64_t now_ns)
+{
+    uint32_t t = (uint32_t)(now_ns / 1000);
+    return t ? t : 1; /* 0 means "no echo" */
+}
 /* Fill an extended SACK bitmap; returns its size in bytes (0: nothing beyond 32 bits). */
 size_t fy_udp_sack_ext(const fy_udp_conn_t *conn, fy_udp_sack_ext_t *ext);
 void fy_udp_hotel_expired(fy_hotel_t *hotel, fy_hotel_room_t *room, void *arg);

@@ -6,7 +6,7 @@
  * of the other order fails the job-key check and is dropped).  Every header is read with
  * memcpy from the receive buffer, never through a cast pointer, so alignment never matters.
  *
- * The base header, 40 bytes, on every datagram:
+ * The base header, 48 bytes, on every datagram:
  *
  *    0               4               8
  *   +-------+-------+-------+-------+-------+-------+-------+-------+
@@ -20,6 +20,8 @@
  *   +-------+-------+-------+-------+-------+-------+-------+-------+
  *   |             csum              |             sack              | 32
  *   +-------+-------+-------+-------+-------+-------+-------+-------+
+ *   |             tsval             |             tsecr             | 40
+ *   +-------+-------+-------+-------+-------+-------+-------+-------+
  *
  *   job_key  params.job_key of the sender's iface; a datagram with another key is dropped.
  *   dst_id   the receiver's connection id (0 in CONN_REQ and PROBE, which create/find one).
@@ -31,6 +33,10 @@
  *   version  FY_UDP_VERSION.
  *   csum     with F_CSUM: CRC32C of the whole datagram computed with this field zero.
  *   sack     with F_ACK: bit i set = seq ack+1+i has been received out of order.
+ *   tsval    the sender's clock (microseconds, mod 2^32) when the datagram left.
+ *   tsecr    with F_ACK: the tsval of the segment whose arrival this ACK answers (the first
+ *            one since the last ACK, or the out-of-order / duplicate one that made it go at
+ *            once); 0 = none.  Every ACK is thus an unambiguous RTT sample, resends included.
  */
 #ifndef FY_TL_UDP_PROTO_H
 #define FY_TL_UDP_PROTO_H
@@ -39,8 +45,8 @@
 #include <stdint.h>
 #include <string.h>
 
-#define FY_UDP_VERSION 1
-#define FY_UDP_HDR_LEN 40
+#define FY_UDP_VERSION 2
+#define FY_UDP_HDR_LEN 48
 
 /* Packet types.  Those from FY_UDP_T_AM on carry a sequence number and are reliable. */
 enum fy_udp_type {
@@ -60,8 +66,11 @@ enum fy_udp_type {
 #define FY_UDP_T_FIRST_SEQ FY_UDP_T_AM
 
 enum fy_udp_flag {
-    FY_UDP_F_ACK = 1u << 0,  /* ack and sack are valid */
-    FY_UDP_F_CSUM = 1u << 1, /* csum is valid */
+    FY_UDP_F_ACK = 1u << 0,       /* ack and sack are valid */
+    FY_UDP_F_CSUM = 1u << 1,      /* csum is valid */
+    FY_UDP_F_DSACK = 1u << 2,     /* this ACK answers a segment received twice (a needless resend
+                                   * or a network duplicate): the sender's reorder window grows */
+    FY_UDP_F_ECHO_DATA = 1u << 3, /* the segment tsecr echoes came on the data channel */
 };
 
 typedef struct fy_udp_hdr {
@@ -77,8 +86,10 @@ typedef struct fy_udp_hdr {
     uint8_t version;
     uint32_t csum;
     uint32_t sack;
+    uint32_t tsval;
+    uint32_t tsecr;
 } fy_udp_hdr_t;
-_Static_assert(sizeof(fy_udp_hdr_t) == FY_UDP_HDR_LEN, "udp header is 40 bytes");
+_Static_assert(sizeof(fy_udp_hdr_t) == FY_UDP_HDR_LEN, "udp header is 48 bytes");
 #define FY_UDP_CSUM_OFFSET offsetof(fy_udp_hdr_t, csum)
 
 /*
@@ -177,15 +188,17 @@ typedef struct fy_udp_rma_done {
 
 /*
  * ACK payload (optional): an extended SACK bitmap for when more than the header's 32 bits
- * are out of order (small segments, heavy loss):
+ * are out of order (small segments, heavy loss).  It reaches the highest segment the
+ * receiver holds, so it covers the whole window (up to 16384 segments); an ACK whose bitmap
+ * does not fit the priority channel goes on the data channel.
  *
  *   +-------+-------+-------+-------+
- *   |            nbits              |   bits that follow (a multiple of 8, <= 1024)
+ *   |            nbits              |   bits that follow (a multiple of 8, <= 16384)
  *   +-------+-------+-------+-------+
  *   |  bit i of byte i/8 set: seq ack+1+i was received out of order ...
  *   +-------------------------------+
  */
-#define FY_UDP_SACK_EXT_BITS 1024
+#define FY_UDP_SACK_EXT_BITS 16384
 typedef struct fy_udp_sack_ext {
     uint32_t nbits;
     uint8_t bits[FY_UDP_SACK_EXT_BITS / 8];

@@ -1,19 +1,27 @@
 /*
- * udp_retx.c - reliability on the sender's side: cumulative ACKs, the RTT estimate, fast
- * retransmission and the hotel.
+ * udp_retx.c - reliability on the sender's side: cumulative and selective ACKs, the RTT
+ * estimate, time-based loss detection (RACK) and the hotel.
  *
- * Every segment sent is checked into the hotel (util/hotel.h, a timing wheel: O(1) check-in
- * and check-out) for one retransmission timeout, and checked out when an ACK covers it or
- * when it is put on the resend queue.  The timeout adapts to the path, as TCP's does
- * (RFC 6298): SRTT and RTTVAR from ACKs of segments sent once (Karn), RTO = SRTT + 4 RTTVAR
- * between FERRY_UDP_RTO_MIN and _MAX, doubled for each resend of the same segment.
+ * RTT: every datagram carries the sender's clock (tsval) and every ACK echoes the tsval of
+ * the segment whose arrival it answers (tsecr), so every ACK is an unambiguous sample -
+ * resends included, and whatever the receiver held in its stash.  SRTT, RTTVAR and RTO as
+ * in RFC 6298, RTO = SRTT + max(4 RTTVAR, SRTT/4) (the adaptive floor: a steady path does
+ * not get an RTO at its bare RTT), between FERRY_UDP_RTO_MIN and _MAX, doubled per resend
+ * of one segment.
  *
- * A loss is normally found well before the timeout: the receiver ACKs at once when a segment
- * arrives out of order, and that ACK carries SACK bits of what it holds beyond the hole.  A
- * duplicate ACK, or SACK bits showing a hole, resends the missing segments at once - but only
- * those sent more than about half an RTT ago, so a segment merely overtaken (a tiny one on
- * the priority channel passing a large one on the data channel) is not sent twice.  A loss
- * thus costs about one RTT, not a timeout.
+ * Loss detection is by time, as RACK (RFC 8985): the echo of an ACK names the send time of
+ * a segment that arrived; a segment sent before it by more than the reorder window and not
+ * held by the receiver (the SACK bitmap covers the whole window) is lost and resent at once
+ * - a resend too, so a lost resend is repaired after one more round trip, not by the timer.
+ * The reorder window starts at a quarter of the minimum RTT and doubles (never beyond half
+ * the SRTT or the RTO) each time the receiver reports a segment it got twice
+ * (F_DSACK) after a resend: a resend that proved needless.  It halves after 64 calm
+ * recoveries.  Reordering between the two channels (a tiny segment on the priority
+ * channel overtakes a large one on the data channel) is expected: a segment is judged only
+ * by segments sent after it on its own channel.
+ *
+ * What the receiver holds out of order leaves the pipe: the congestion window counts only
+ * segments in flight, so new data keeps flowing while holes are repaired.
  *
  * The timeout is the time without ACK progress, as in TCP: a segment whose timer runs out
  * while the ACK point moved within the last RTO is checked in again instead of resent.
@@ -57,7 +65,8 @@ static void rtt_sample(fy_udp_conn_t *c, int64_t r)
         c->rttvar = (3 * c->rttvar + delta) / 4;
         c->srtt = (7 * c->srtt + r) / 8;
     }
-    uint64_t rto = (uint64_t)(c->srtt + FY_MAX(4 * c->rttvar, (int64_t)FY_NSEC_PER_USEC * 5));
+    uint64_t rto = (uint64_t)(c->srtt + FY_MAX(FY_MAX(4 * c->rttvar, c->srtt / 4),
+                                               (int64_t)FY_NSEC_PER_USEC * 5));
     c->rto = FY_MIN(FY_MAX(rto, o->rto_min), o->rto_max);
 }
 
@@ -84,22 +93,34 @@ static inline int sacked(uint32_t ack, uint32_t sack, const fy_udp_sack_ext_t *e
     return ext != NULL && i < ext->nbits && ((ext->bits[i / 8] >> (i % 8)) & 1u);
 }
 
+/* RACK: lost when a segment sent after it on the same channel (by more than the reorder
+ * window) arrived.  Across channels nothing can be told: a busy receiver may read one
+ * socket milliseconds behind the other (there the timer decides). */
+static int rack_lost(const fy_udp_conn_t *c, const fy_udp_seg_t *seg, uint64_t reo)
+{
+    return seg->tx_ns + reo <= c->rack_ch[seg->chan];
+}
+
 /* Resend the holes below the highest segment the receiver holds (from the SACK bits). */
 static void resend_holes(fy_udp_conn_t *c, uint32_t ack, uint32_t sack,
                          const fy_udp_sack_ext_t *ext, uint32_t top)
 {
     fy_udp_iface_t *iface = c->iface;
     uint64_t thresh = c->srtt ? (uint64_t)c->srtt / 2 : iface->opts->rto_min / 2;
-    /* RACK: a segment is lost when one sent after it (by more than a reordering allowance)
+    /* RACK: a segment is lost when one sent after it (by more than the reorder window)
      * has been delivered - whatever the RTT estimate says.  That holds for a resend too. */
-    uint64_t reo = (uint64_t)c->min_rtt / 4 + 2 * FY_NSEC_PER_USEC;
+    uint64_t reo = (uint64_t)c->min_rtt / 4 * FY_MAX(c->reo_quarters, 1u) + 2 * FY_NSEC_PER_USEC;
+    if (c->srtt != 0) /* (and well inside the timeout, or the timer would fire first) */
+        reo = FY_MIN(reo, FY_MIN((uint64_t)c->srtt / 2, c->rto / 2));
     for (uint32_t s = ack; fy_udp_seq_diff(s, top) < 0; s++) {
         if (fy_udp_seq_diff(s, c->snd_nxt) >= 0)
             break;
         fy_udp_seg_t *seg = c->win[s & (iface->wsize - 1)];
         if (s != ack && sacked(ack, sack, ext, s)) {
             if (seg != NULL && !seg->sacked) {
-                seg->sacked = 1; /* the scoreboard: no timer resends it */
+                seg->sacked = 1; /* the scoreboard: no timer resends it; out of the pipe */
+                c->nsacked++;
+                c->sacked_bytes += fy_udp_seg_cost(seg);
                 fy_hotel_checkout(&iface->hotel, &seg->timer.room);
                 if (fy_list_is_linked(&seg->rlink))
                     fy_list_del(&seg->rlink);
@@ -110,44 +131,66 @@ static void resend_holes(fy_udp_conn_t *c, uint32_t ack, uint32_t sack,
          * still on the way for an RTO. */
         if (seg == NULL || fy_list_is_linked(&seg->rlink))
             continue;
-        if (c->rack_tx != 0 ? seg->tx_ns + reo > c->rack_tx
+        if (c->rack_tx != 0 ? !rack_lost(c, seg, reo)
                             : iface->now - seg->tx_ns < (seg->tries > 1 ? c->rto : thresh))
             continue;
         c->stats.fast_retransmits++;
+        c->reo_calm++;
         fy_udp_resend_push(iface, seg);
     }
 }
 
+/* The send time (ns, our clock) that an echoed tsval stands for. */
+static uint64_t echo_time(const fy_udp_iface_t *iface, uint32_t tsecr)
+{
+    uint32_t ago_us = fy_udp_ts(iface->now) - tsecr;
+    uint64_t ago = (uint64_t)ago_us * 1000;
+    return ago < iface->now ? iface->now - ago : 0;
+}
+
 /* An ACK from the peer: every seq before ack arrived; sack: what it holds beyond. */
-void fy_udp_process_ack(fy_udp_conn_t *c, uint32_t ack, uint32_t sack, int pure,
+void fy_udp_process_ack(fy_udp_conn_t *c, const fy_udp_hdr_t *h, int pure,
                         const fy_udp_sack_ext_t *ext)
 {
     fy_udp_iface_t *iface = c->iface;
     uint32_t mask = iface->wsize - 1;
+    uint32_t ack = h->ack, sack = h->sack;
     int32_t d = fy_udp_seq_diff(ack, c->snd_una);
 
-    if (d > 0) {
-        if (fy_udp_seq_diff(ack, c->snd_nxt) > 0)
-            return; /* acknowledges what was never sent: not from our peer's stream */
-        /* RTT: the oldest segment this ACK covers (with ACKs that cover many segments,
-         * its wait is what a timeout must outlast) - but only when no segment in the range
-         * was resent or held out of order: then the ACK waited for a recovery, which is
-         * not the path's round trip (Karn, extended to the whole range). */
-        fy_udp_seg_t *oldest = NULL;
-        for (uint32_t s = c->snd_una; s != ack; s++) {
-            fy_udp_seg_t *seg = c->win[s & mask];
-            if (seg != NULL && (seg->tries > 1 || seg->sacked)) {
-                oldest = NULL;
-                break;
-            }
-            if (oldest == NULL)
-                oldest = seg;
+    if (d > 0 && fy_udp_seq_diff(ack, c->snd_nxt) > 0)
+        return; /* acknowledges what was never sent: not from our peer's stream */
+    if (d >= 0 && h->tsecr != 0 && h->tsecr != c->last_tsecr) {
+        /* The echo: the send time of a segment that just arrived - a true round trip
+         * (plus the receiver's ACK delay), and the RACK clock. */
+        uint64_t sent = echo_time(iface, h->tsecr);
+        c->last_tsecr = h->tsecr;
+        if (sent != 0 && iface->now - sent < 60ull * FY_NSEC_PER_SEC) {
+            uint8_t ch = (h->flags & FY_UDP_F_ECHO_DATA) ? FY_UDP_CH_DATA : FY_UDP_CH_PRIO;
+            rtt_sample(c, (int64_t)(iface->now - sent));
+            if (sent > c->rack_tx)
+                c->rack_tx = sent;
+            if (sent > c->rack_ch[ch])
+                c->rack_ch[ch] = sent;
         }
-        if (oldest != NULL)
-            rtt_sample(c, (int64_t)(iface->now - oldest->tx_ns));
+    }
+    if ((h->flags & FY_UDP_F_DSACK) && c->resent_at != 0 &&
+        iface->now - c->resent_at < 4 * (uint64_t)FY_MAX(c->srtt, c->min_rtt)) {
+        /* A resend of ours arrived as a duplicate: it was needless - reordering read as
+         * loss.  Widen the reorder window. */
+        c->dsacks++;
+        if (c->reo_quarters < 1024)
+            c->reo_quarters = FY_MAX(c->reo_quarters, 1u) * 2;
+        c->reo_calm = 0;
+    } else if (c->reo_calm > 64 && c->reo_quarters > 1) {
+        c->reo_quarters /= 2;
+        c->reo_calm = 0;
+    }
+    if (d > 0) {
         fy_udp_seg_t *newest = c->win[(ack - 1) & mask];
-        if (newest != NULL && newest->tx_ns > c->rack_tx)
+        if (newest != NULL && newest->tries == 1 && newest->tx_ns > c->rack_tx)
             c->rack_tx = newest->tx_ns;
+        if (newest != NULL && newest->tries == 1 && newest->tx_ns > c->rack_ch[newest->chan])
+            c->rack_ch[newest->chan] = newest->tx_ns;
         for (uint32_t s = c->snd_una; s != ack; s++) {
             fy_udp_seg_t *seg = c->win[s & mask];
             c->win[s & mask] = NULL;
@@ -156,6 +199,10 @@ void fy_udp_process_ack(fy_udp_conn_t *c, uint32_t ack, uint32_t sack, int pure,
             fy_hotel_checkout(&iface->hotel, &seg->timer.room);
             fy_list_del(&seg->rlink);
             c->inflight -= fy_udp_seg_cost(seg);
+            if (seg->sacked) {
+                c->nsacked--;
+                c->sacked_bytes -= fy_udp_seg_cost(seg);
+            }
             if (seg->frag != NULL)
                 fy_udp_frag_release_seg(iface, seg->frag);
             fy_udp_seg_free(iface, seg);
@@ -168,6 +215,7 @@ void fy_udp_process_ack(fy_udp_conn_t *c, uint32_t ack, uint32_t sack, int pure,
             c->cwnd = FY_MIN(c->wnd, c->cwnd + (uint32_t)d);
         c->snd_una = ack;
         c->last_ack_ns = iface->now;
+        c->una_moved_ns = iface->now;
         if (!fy_list_is_empty(&c->sendq))
             fy_udp_ready_add(c);
         if (!fy_list_is_empty(&c->flushq))
@@ -191,13 +239,6 @@ void fy_udp_process_ack(fy_udp_conn_t *c, uint32_t ack, uint32_t sack, int pure,
     if (top == ack && sack != 0)
         top = ack + 1 + (31u - (uint32_t)__builtin_clz(sack)) + 1;
     if (fy_udp_seq_diff(top - 1, c->snd_high) > 0) {
-        /* The newest segment the peer holds is the one whose arrival made it send this
-         * ACK at once: a true round trip, if it was sent once. */
-        fy_udp_seg_t *seg = top != ack ? c->win[(top - 1) & mask] : NULL;
-        if (seg != NULL && seg->tries == 1 && !seg->sacked)
-            rtt_sample(c, (int64_t)(iface->now - seg->tx_ns));
-        if (seg != NULL && seg->tx_ns > c->rack_tx)
-            c->rack_tx = seg->tx_ns;
         c->snd_high = top - 1;
         c->last_ack_ns = iface->now; /* news from the receiver: the path is moving */
     }
@@ -232,6 +273,13 @@ void fy_udp_hotel_expired(fy_hotel_t *hotel, fy_hotel_room_t *room, void *arg)
      * receiver.  Wait on.  One below it is a hole: resend. */
     if (fy_udp_seq_diff(seg->seq, c->snd_high) > 0 && iface->now - c->last_ack_ns < c->rto) {
         fy_hotel_checkin(&iface->hotel, &seg->timer.room, c->rto - (iface->now - c->last_ack_ns),
+                         iface->now);
+        return;
+    }
+    /* Below it, a hole is for RACK to judge while the ACK point still moves (a burst of
+     * ACKs may wait in the socket behind this timer); the timer is for when it stopped. */
+    if (seg->tries == 1 && iface->now - c->una_moved_ns < c->rto) {
+        fy_hotel_checkin(&iface->hotel, &seg->timer.room, c->rto - (iface->now - c->una_moved_ns),
                          iface->now);
         return;
     }

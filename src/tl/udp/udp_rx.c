@@ -10,10 +10,12 @@
  * Ordering: a segment with the expected sequence number is processed at once; an older one
  * is a duplicate (its ACK was lost: ACK at once); a newer one within the window is kept in
  * the connection's stash - the receive buffer itself, no copy - and ACKed at once with the
- * SACK bits, which tells the sender about the hole.  When the hole is filled the stash drains
- * in order.  Because processing is in order, the chunks of one fragment arrive one after the
- * other, so reassembly is a single running buffer per connection and every offset is checked
- * against what came before.
+ * SACK bits, which tells the sender about the hole (one that only extends the run above a
+ * known hole every 4th).  Each ACK echoes the send time (tsval) of the segment it answers,
+ * never of a duplicate; a duplicate sets F_DSACK on the next ACK.  When the hole is filled the
+ * stash drains in order.  Because processing is in order, the chunks of one fragment arrive one
+ * after the other, so reassembly is a single running buffer per connection and every offset is
+ * checked against what came before.
  *
  * The fast receive path of the notes: an in-order AM is handed to the handler before the
  * ACK it carries is processed; that bookkeeping (freeing ACKed segments, timers) runs after
@@ -453,7 +455,7 @@ static int rx_dgram(fy_udp_iface_t *iface, uint8_t chan, fy_udp_rxbuf_t *b, size
             }
         }
         if (h.flags & FY_UDP_F_ACK)
-            fy_udp_process_ack(c, h.ack, h.sack, 1, e);
+            fy_udp_process_ack(c, &h, 1, e);
         return 0;
     }
     if (h.len < fy_udp_xhdr_len(h.type)) {
@@ -462,6 +464,14 @@ static int rx_dgram(fy_udp_iface_t *iface, uint8_t chan, fy_udp_rxbuf_t *b, size
     }
 
     int32_t d = fy_udp_seq_diff(h.seq, c->rcv_nxt);
+    /* The echo for the RTT and RACK: the first segment since our last ACK (a delayed ACK
+     * then covers the wait it caused), or one out of order that makes the ACK go at once -
+     * never a duplicate (a needless resend's fresh stamp would make the sender take every
+     * segment sent before it for lost). */
+    if (d == 0 && !c->ack_pending) {
+        c->ts_echo = h.tsval;
+        c->ts_echo_chan = chan;
+    }
     if (placed != NULL && (d != 0 || c != iface->ch[chan].place_conn)) {
         /* the predicted chunk, but not in order after all (one before it was lost): make
          * it whole in its own buffer for the stash */
@@ -475,22 +485,32 @@ static int rx_dgram(fy_udp_iface_t *iface, uint8_t chan, fy_udp_rxbuf_t *b, size
         }
         /* Deferred bookkeeping: the ACK this segment carried, then the stash. */
         if ((h.flags & FY_UDP_F_ACK) && fy_udp_conn_alive(c))
-            fy_udp_process_ack(c, h.ack, h.sack, 0, NULL);
+            fy_udp_process_ack(c, &h, 0, NULL);
         if (c->nstash != 0)
             drain(iface, c);
         return 0;
     }
     if (h.flags & FY_UDP_F_ACK)
-        fy_udp_process_ack(c, h.ack, h.sack, 0, NULL);
+        fy_udp_process_ack(c, &h, 0, NULL);
     if (!fy_udp_conn_alive(c))
         return 0;
     if (d < 0) {
-        /* Already processed: our ACK was lost.  ACK again at once. */
+        /* Already processed: our ACK was lost, or the resend was needless (DSACK).  ACK
+         * again at once. */
         c->stats.drops_duplicate++;
+        c->dsack_pending = 1;
         fy_udp_ack_schedule(c, 1, 0);
         return 0;
     }
-    fy_udp_ack_schedule(c, 1, 0); /* a hole: tell the sender now (dup ACK + SACK) */
+    /* A new hole: tell the sender now (dup ACK + SACK).  A segment that only extends
+     * the run above a known hole is ACKed every 4th, so a loss does not turn the ACK
+     * stream into one datagram per segment (the sender's loss detection is by time, and
+     * needs the news of an arrival, not every arrival). */
+    if ((uint32_t)d < iface->wsize && c->nstash != 0 && h.seq == c->stash_top + 1 &&
+        !c->dsack_pending && c->stash != NULL && c->stash[h.seq & (iface->wsize - 1)] == NULL)
+        fy_udp_ack_schedule(c, c->ack_unsent >= 3, 0);
+    else
+        fy_udp_ack_schedule(c, 1, 0);
     if ((uint32_t)d >= iface->wsize) {
         iface->drops_window++;
         return 0;
@@ -503,6 +523,7 @@ static int rx_dgram(fy_udp_iface_t *iface, uint8_t chan, fy_udp_rxbuf_t *b, size
     uint32_t slot = h.seq & (iface->wsize - 1);
     if (c->stash[slot] != NULL) {
         c->stats.drops_duplicate++;
+        c->dsack_pending = 1;
         return 0;
     }
     fy_udp_chan_t *ch = &iface->ch[chan];
@@ -513,6 +534,8 @@ static int rx_dgram(fy_udp_iface_t *iface, uint8_t chan, fy_udp_rxbuf_t *b, size
     }
     b->len = (uint32_t)len;
     c->stash[slot] = b;
+    c->ts_echo = h.tsval;
+    c->ts_echo_chan = chan;
     if (c->nstash++ == 0 || fy_udp_seq_diff(h.seq, c->stash_top) > 0)
         c->stash_top = h.seq;
     return 1;

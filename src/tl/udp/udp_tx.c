@@ -117,10 +117,14 @@ void fy_udp_frag_release_seg(fy_udp_iface_t *iface, fy_udp_frag_t *f)
     fy_udp_frag_finish(iface, f);
 }
 
+/* The window bounds the sequence span (the receiver's stash); the congestion window and
+ * the credits bound only what is in flight: segments the receiver holds out of order have
+ * left the pipe, so new data flows while holes are repaired. */
 static inline int can_send(const fy_udp_conn_t *c)
 {
-    return (uint32_t)(c->snd_nxt - c->snd_una) < FY_MIN(c->wnd, c->cwnd) &&
-           (c->inflight < c->credit || c->snd_nxt == c->snd_una);
+    uint32_t span = c->snd_nxt - c->snd_una;
+    return span < c->wnd && span - c->nsacked < c->cwnd &&
+           (c->inflight - c->sacked_bytes < c->credit || span == 0);
 }
 
 void fy_udp_ready_add(fy_udp_conn_t *c)
@@ -168,6 +172,19 @@ void fy_udp_tx_flush(fy_udp_iface_t *iface, uint8_t chan)
             cm->cmsg_type = UDP_SEGMENT;
             cm->cmsg_len = CMSG_LEN(sizeof(gso));
             memcpy(CMSG_DATA(cm), &gso, sizeof(gso));
+        }
+    }
+    /* RACK compares send times: stamp a batch when it really leaves (the priority
+     * channel's batch goes first, so a data segment stamped before a later-numbered tiny
+     * one may still leave after it).  With checksums the header is sealed already. */
+    if (n > 1 || ch->nbseg > 1 || (chan == FY_UDP_CH_DATA && !iface->csum)) {
+        if (!iface->csum) {
+            uint64_t t = fy_time_ns();
+            uint32_t ts = fy_udp_ts(t);
+            for (unsigned k = 0; k < ch->nbseg; k++) {
+                ch->bseg[k]->tx_ns = t;
+                ((fy_udp_hdr_t *)ch->bseg[k]->hdr)->tsval = ts;
+            }
         }
     }
     if (iface->fault.enabled && (iface->fault.chan_mask & (1u << chan))) {
@@ -296,9 +313,14 @@ static unsigned iov_slice(const struct iovec *src, size_t cnt, uint64_t off, uin
 static void piggyback(fy_udp_conn_t *c, uint8_t *hdr)
 {
     fy_udp_hdr_t *h = (fy_udp_hdr_t *)hdr; /* hdr is 8-byte aligned in the segment */
-    h->flags = FY_UDP_F_ACK;
+    h->flags = FY_UDP_F_ACK | (c->dsack_pending ? FY_UDP_F_DSACK : 0) |
+               (c->ts_echo_chan == FY_UDP_CH_DATA ? FY_UDP_F_ECHO_DATA : 0);
     h->ack = c->rcv_nxt;
     h->sack = c->nstash ? fy_udp_sack_bits(c) : 0;
+    h->tsval = fy_udp_ts(c->iface->now);
+    h->tsecr = c->ts_echo;
+    c->ts_echo = 0; /* each echo once: a later ACK must not repeat a stale one */
+    c->dsack_pending = 0;
     if (c->ack_pending) {
         c->ack_pending = 0;
         c->ack_now = 0;
@@ -315,15 +337,19 @@ static void seg_xmit(fy_udp_iface_t *iface, fy_udp_conn_t *c, fy_udp_seg_t *seg,
     struct mmsghdr *m = batch_slot(iface, chan, FY_UDP_MAX_IOV + 3, &iov);
     unsigned n = 1;
 
-    piggyback(c, seg->hdr);
     /* A batch may carry megabytes: stamp each later segment with its own time, or its
      * timer would start early.  (The first of a batch uses the caller's fresh time.) */
     if (iface->ch[chan].ntx != 0)
         iface->now = fy_time_ns();
+    piggyback(c, seg->hdr);
     seg->tx_ns = iface->now;
+    seg->chan = chan;
+    ((fy_udp_hdr_t *)seg->hdr)->tsval = fy_udp_ts(iface->now);
     seg->tries++;
-    if (seg->tries > 1)
+    if (seg->tries > 1) {
         c->stats.retransmits++;
+        c->resent_at = iface->now;
+    }
     fy_hotel_checkin(&iface->hotel, &seg->timer.room, fy_udp_seg_stay(c, seg), iface->now);
     iov[0].iov_base = seg->hdr;
     iov[0].iov_len = seg->hlen;
@@ -650,10 +676,15 @@ void fy_udp_tx_ctrl(fy_udp_iface_t *iface, fy_udp_conn_t *c, uint8_t chan, uint8
     if (pad_to < FY_UDP_HDR_LEN + plen)
         pad_to = FY_UDP_HDR_LEN + plen;
     h.len = (uint32_t)(pad_to - FY_UDP_HDR_LEN);
+    h.tsval = fy_udp_ts(iface->now);
     if (type == FY_UDP_T_ACK) {
-        h.flags = FY_UDP_F_ACK;
+        h.flags = FY_UDP_F_ACK | (c->dsack_pending ? FY_UDP_F_DSACK : 0) |
+                  (c->ts_echo_chan == FY_UDP_CH_DATA ? FY_UDP_F_ECHO_DATA : 0);
         h.ack = c->rcv_nxt;
         h.sack = c->nstash ? fy_udp_sack_bits(c) : 0;
+        h.tsecr = c->ts_echo;
+        c->ts_echo = 0;
+        c->dsack_pending = 0;
     }
     uint8_t *buf = ch->thdr[ch->ntx];
     memcpy(buf, &h, sizeof(h));
@@ -701,12 +732,20 @@ void fy_udp_send_acks(fy_udp_iface_t *iface, int force)
         c->ack_unsent = 0;
         c->ack_unsent_bytes = 0;
         if (c->peer_id != 0) {
+            /* The bitmap reaches the highest segment held; one too large for the priority
+             * channel goes on the data channel (cut to its size if need be). */
             fy_udp_sack_ext_t ext;
             size_t elen = c->nstash ? fy_udp_sack_ext(c, &ext) : 0;
-            if (FY_UDP_HDR_LEN + elen > c->prio_mtu)
-                elen = 0;
-            fy_udp_tx_ctrl(iface, c, FY_UDP_CH_PRIO, FY_UDP_T_ACK, &ext, elen, 0,
-                           &c->addr[FY_UDP_CH_PRIO], c->addrlen);
+            uint8_t chan = FY_UDP_CH_PRIO;
+            if (FY_UDP_HDR_LEN + elen > c->prio_mtu) {
+                chan = FY_UDP_CH_DATA;
+                if (FY_UDP_HDR_LEN + elen > c->seg_size) {
+                    uint32_t nb = (uint32_t)((c->seg_size - FY_UDP_HDR_LEN - 4) * 8);
+                    ext.nbits = FY_MIN(ext.nbits, nb);
+                    elen = 4 + ext.nbits / 8;
+                }
+            }
+            fy_udp_tx_ctrl(iface, c, chan, FY_UDP_T_ACK, &ext, elen, 0, &c->addr[chan], c->addrlen);
         }
     }
 }

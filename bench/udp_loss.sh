@@ -1,0 +1,119 @@
+#!/usr/bin/env bash
+# udp_loss.sh BUILD_DIR [row ...] - ferry's udp transport against Linux TCP through the same
+# impaired link, row by row, in one run (issue 13's acceptance table).
+#
+# Two network namespaces joined by a veth pair (MTU 1500); fy_impair (tests/faults) on an
+# NFQUEUE rule on both directions of one end, so every impairment applies each way; a rate
+# limit (RATE, default 200M bit/s: the impairer passes ~25-30 MB/s on the 2-core VM, so the
+# link and not the impairer is measured).  For each row, with the same impairer settings:
+#
+#   ferry: tests/udp/udp_pingpong bw -s 1048576 -T $SECS -c   (1 MiB AMs, every byte checked
+#          by the receiver; the run fails on any difference)
+#   tcp:   a Linux TCP stream of 1 MiB writes for $SECS (python3 socket, the system's
+#          congestion control), bytes counted by the receiver
+#
+# A row is NAME:impairer-args (commas for spaces), e.g. "loss10:--loss,10".  Prints a markdown
+# table of MB/s and the ratio.  Needs root (ip netns, iptables).  Everything it makes carries
+# the pid in its name and is removed on exit.
+#
+#   bench/udp_loss.sh build                       # the default rows
+#   SECS=8 RATE=0 bench/udp_loss.sh build loss10:--loss,10
+set -eu
+B=${1:?usage: udp_loss.sh BUILD_DIR [name:impairer,args ...]}
+shift
+SECS=${SECS:-6}
+RATE=${RATE:-200M}
+PP=$B/tests/udp/udp_pingpong
+IMP=$B/tests/faults/fy_impair
+[ -x "$PP" ] && [ -x "$IMP" ] || { echo "build $PP and $IMP first" >&2; exit 1; }
+ROWS=("$@")
+if [ ${#ROWS[@]} -eq 0 ]; then
+  ROWS=(clean: loss1:--loss,1 loss5:--loss,5 loss10:--loss,10 loss20:--loss,20
+        loss30:--loss,30 reorder30:--reorder,30 dup5:--dup,5 corrupt2:--corrupt,2,--zero-csum
+        delay:--delay,100,--delay-us,2000
+        mix:--loss,5,--reorder,5,--dup,2,--corrupt,1,--zero-csum,--delay,5,--delay-us,500)
+fi
+
+id=$$
+A=fyLa$id; Bn=fyLb$id; DA=fyla$id; DB=fylb$id
+imp_pid=
+cleanup() {
+  [ -n "$imp_pid" ] && kill "$imp_pid" 2>/dev/null && wait "$imp_pid" 2>/dev/null || true
+  ip netns del "$A" 2>/dev/null || true
+  ip netns del "$Bn" 2>/dev/null || true
+  rm -f "/tmp/fy_tcp_$id.py"
+}
+trap cleanup EXIT
+ip netns add "$A"; ip netns add "$Bn"
+ip link add "$DA" netns "$A" type veth peer name "$DB" netns "$Bn"
+ip -n "$A" addr add 10.78.0.1/24 dev "$DA"; ip -n "$Bn" addr add 10.78.0.2/24 dev "$DB"
+ip -n "$A" link set "$DA" up; ip -n "$A" link set lo up
+ip -n "$Bn" link set "$DB" up; ip -n "$Bn" link set lo up
+for _ in $(seq 100); do
+  ip -n "$A" -o link show dev "$DA" | grep -q 'state UP' &&
+    ip -n "$Bn" -o link show dev "$DB" | grep -q 'state UP' && break
+  sleep 0.05
+done
+ip netns exec "$A" iptables -A OUTPUT -o "$DA" -p all -m mark ! --mark 0x7e57 -j NFQUEUE --queue-num 9
+ip netns exec "$A" iptables -A INPUT -i "$DA" -p all -m mark ! --mark 0x7e57 -j NFQUEUE --queue-num 9
+
+cat > "/tmp/fy_tcp_$id.py" <<'EOF'
+import socket, sys, time
+mode, secs = sys.argv[1], float(sys.argv[2])
+if mode == "server":
+    s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.bind(("10.78.0.2", 5599)); s.listen(1); print("ready", flush=True)
+    c, _ = s.accept(); n = 0; t0 = None
+    while True:
+        d = c.recv(1 << 20)
+        if not d: break
+        if t0 is None: t0 = time.time()
+        n += len(d)
+    t1 = time.time(); c.sendall(b"x"); c.close()
+    print("%.3f" % (n / (t1 - t0) / 1e6))
+else:
+    c = socket.create_connection(("10.78.0.2", 5599))
+    c.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    buf = b"\x5a" * (1 << 20); t0 = time.time()
+    while time.time() - t0 < secs: c.sendall(buf)
+    c.shutdown(socket.SHUT_WR); c.recv(1)
+EOF
+
+tcp_run() {
+  local out; out=$(mktemp)
+  ip netns exec "$Bn" python3 "/tmp/fy_tcp_$id.py" server "$SECS" > "$out" &
+  local sp=$!
+  for _ in $(seq 100); do grep -q ready "$out" && break; sleep 0.05; done
+  ip netns exec "$A" timeout 120 python3 "/tmp/fy_tcp_$id.py" client "$SECS" || true
+  wait "$sp" || true
+  tail -n1 "$out"; rm -f "$out"
+}
+
+ferry_run() {
+  local r
+  r=$(ip netns exec "$A" env FERRY_UDP_IF_INCLUDE="$DA" FERRY_UDP_CHECKSUM=y FERRY_STATS=1 \
+      timeout 180 "$PP" bw -s 1048576 -T "$SECS" -c -w -d "$DA" -N "$Bn" -D "$DB" 2>&1) || {
+    echo "FAIL"; echo "$r" >&2; return; }
+  echo "$r" >&2
+  echo "$r" | awk '/GB\/s/ {printf "%.2f\n", $5 * 1000}'
+}
+
+echo "load before: $(cut -d' ' -f1-3 /proc/loadavg); rate ${RATE}, ${SECS} s per run, $(date -u +%H:%M)"
+echo
+echo "| row (each way) | impairer | ferry udp MB/s | Linux TCP MB/s | ferry / TCP |"
+echo "| --- | --- | ---: | ---: | ---: |"
+for row in "${ROWS[@]}"; do
+  name=${row%%:*}; args=${row#*:}; args=${args//,/ }
+  rate_args=(); [ "$RATE" != 0 ] && rate_args=(--rate "$RATE")
+  p=$(mktemp)
+  # shellcheck disable=SC2086
+  ip netns exec "$A" "$IMP" --queue 9 --seed 7 "${rate_args[@]}" $args > "$p" &
+  imp_pid=$!
+  for _ in $(seq 100); do grep -q ready "$p" && break; sleep 0.05; done
+  f=$(ferry_run); t=$(tcp_run)
+  kill "$imp_pid" 2>/dev/null; wait "$imp_pid" 2>/dev/null || true; imp_pid=; rm -f "$p"
+  ratio=$(awk -v f="$f" -v t="$t" 'BEGIN { if (t > 0 && f+0 == f) printf "%.2f", f / t; else print "-" }')
+  echo "| $name | ${args:-none} | $f | $t | $ratio |"
+done
+echo
+echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"

@@ -197,6 +197,7 @@ static void send_handshake(fy_udp_iface_t *iface, fy_udp_conn_t *c)
                        &c->addr[FY_UDP_CH_DATA], c->addrlen);
     }
     fy_udp_tx_flush_all(iface);
+    c->conn_last_tx = fy_time_ns();
     uint64_t stay = CONN_RETRY_NS << FY_MIN(c->conn_tries, 5u);
     fy_hotel_checkin(&iface->hotel, &c->conn_timer.room, FY_MIN(stay, CONN_RETRY_MAX_NS),
                      fy_time_ns());
@@ -437,6 +438,10 @@ void fy_udp_conn_timer_expired(fy_udp_iface_t *iface, fy_udp_conn_t *c)
     if (c->state != FY_UDP_CONN_CONNECTING)
         return;
     c->conn_tries++;
+    /* Time we spent without progress (computing, asleep) is not the peer's silence: only
+     * time in which we asked counts. */
+    if (iface->now - c->conn_last_tx > 2 * CONN_RETRY_MAX_NS)
+        c->conn_start += iface->now - c->conn_last_tx - CONN_RETRY_MAX_NS;
     if (iface->now - c->conn_start > iface->opts->peer_timeout) {
         fy_error("udp: no answer from %s within %.1f s (%s): is the peer running, and is "
                  "the address reachable?",

@@ -351,17 +351,26 @@ void fy_udp_conn_rx_ctrl(fy_udp_iface_t *iface, const fy_udp_hdr_t *h, const uin
         return;
     case FY_UDP_T_PROBE: {
         fy_udp_probe_ack_t pa;
-        if (plen < sizeof(m) || chan != FY_UDP_CH_DATA)
+        fy_udp_hdr_t r;
+        struct sockaddr_storage to = *from;
+        if (plen < sizeof(m) || chan != FY_UDP_CH_DATA || h->src_id == 0)
             goto malformed;
         memcpy(&m, payload, sizeof(m));
-        if (m.probe_size != plen + FY_UDP_HDR_LEN)
+        if (m.probe_size != plen + FY_UDP_HDR_LEN || m.prio_port == 0)
             goto malformed;
+        /* Answered statelessly (to the sender's priority port, 8 bytes for a full-size
+         * datagram: no amplification), so the probe need not wait for the handshake. */
+        if (to.ss_family == AF_INET)
+            ((struct sockaddr_in *)&to)->sin_port = htons(m.prio_port);
+        else
+            ((struct sockaddr_in6 *)&to)->sin6_port = htons(m.prio_port);
         c = peer_lookup(iface, m.uuid, h->src_id);
-        if (c == NULL)
-            return; /* its CONN_REQ has not arrived yet: the peer probes again */
+        memset(&r, 0, sizeof(r));
+        r.type = FY_UDP_T_PROBE_ACK;
+        r.dst_id = h->src_id;
+        r.src_id = c != NULL ? c->id : 0;
         pa.probe_size = m.probe_size;
-        fy_udp_tx_ctrl(iface, c, FY_UDP_CH_PRIO, FY_UDP_T_PROBE_ACK, &pa, sizeof(pa), 0,
-                       &c->addr[FY_UDP_CH_PRIO], c->addrlen);
+        fy_udp_send_raw(iface, FY_UDP_CH_PRIO, &r, &pa, sizeof(pa), &to);
         return;
     }
     case FY_UDP_T_COOKIE: {
@@ -403,7 +412,7 @@ void fy_udp_conn_rx_ctrl(fy_udp_iface_t *iface, const fy_udp_hdr_t *h, const uin
             goto malformed;
         memcpy(&pa, payload, sizeof(pa));
         c = fy_udp_conn_lookup(iface, h->dst_id);
-        if (c == NULL || (c->peer_id != 0 && c->peer_id != h->src_id))
+        if (c == NULL || (c->peer_id != 0 && h->src_id != 0 && c->peer_id != h->src_id))
             goto unknown;
         if (c->state != FY_UDP_CONN_CONNECTING || pa.probe_size != c->probe_size)
             return;

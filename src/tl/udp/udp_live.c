@@ -154,15 +154,33 @@ static void *live_thread(void *arg)
     return NULL;
 }
 
+/* A forked child has the parent's state but not its thread, and may have inherited a lock
+ * the thread held: start afresh (the epoll set is the parent's; close our copies only). */
+static void responder_child_reset(void)
+{
+    if (R.epfd >= 0)
+        close(R.epfd);
+    if (R.evfd >= 0)
+        close(R.evfd);
+    pthread_mutex_init(&R.life, NULL);
+    pthread_mutex_init(&R.lock, NULL);
+    R.running = 0;
+    R.users = 0;
+    R.epfd = R.evfd = -1;
+    R.pid = getpid();
+}
+
+static void responder_atfork(void)
+{
+    pthread_atfork(NULL, NULL, responder_child_reset);
+}
+
 static ferry_status_t responder_start(void)
 {
     pthread_attr_t attr;
-    if (R.pid != getpid()) {
-        /* A forked child inherited a copy of the parent's state but not its thread; the
-         * epoll set is the parent's: never touch it, start afresh. */
+    if (R.pid != getpid()) { /* first use in this process */
         R.running = 0;
         R.users = 0;
-        R.epfd = R.evfd = -1;
         R.pid = getpid();
     }
     if (R.running)
@@ -232,6 +250,8 @@ ferry_status_t fy_udp_live_open(fy_udp_iface_t *iface)
     getsockname(l->fd, (struct sockaddr *)&ss, &sl);
     iface->live_port = ntohs(ss.ss_family == AF_INET ? ((struct sockaddr_in *)&ss)->sin_port
                                                      : ((struct sockaddr_in6 *)&ss)->sin6_port);
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, responder_atfork);
     pthread_mutex_lock(&R.life);
     st = responder_start();
     if (st == FERRY_OK) {

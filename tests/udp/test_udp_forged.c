@@ -9,6 +9,7 @@
  *                    AM arrives intact, the attacked iface holds no connection but the real
  *                    one, its counters show a cookie per request, and its heap grows by less
  *                    than 1 MiB (printed: the issue's "memory stays bounded" figure)
+ *   idle_cost        1,000 idle connections: heap per connection end, printed (bench/RESULTS.md)
  *   cookie_replayed  a cookie sent to one requester does not open a connection for another
  *                    uuid or connection id
  */
@@ -243,4 +244,41 @@ static void cookie_replayed(void)
     close_pair();
 }
 
-FYTEST_MAIN(FYTEST_CASE(forged_requests), FYTEST_CASE(cookie_replayed))
+/* What an idle connection costs: n connections from b to a (n passive ones at a), all
+ * handshaken, one AM each, then idle; heap per connection end (bench/RESULTS.md). */
+static void idle_cost(void)
+{
+    open_pair();
+    fy_udp_iface_t *a = (fy_udp_iface_t *)ifa, *b = (fy_udp_iface_t *)ifb;
+    send_am(0);
+    while (got < 1)
+        progress();
+    const unsigned n = 1000;
+    static fy_tl_ep_t *eps[1000];
+    uint8_t a_dev[64], a_if[64];
+    FY_ASSERT_OK(tl->ops->iface_get_address(ifa, a_dev, a_if));
+    struct mallinfo2 mi0 = mallinfo2();
+    for (unsigned i = 0; i < n; i++)
+        FY_ASSERT_OK(tl->ops->ep_create(ifb, a_dev, a_if, &eps[i]));
+    unsigned connected = 0;
+    for (unsigned k = 0; k < 200000 && connected < n; k++) {
+        progress();
+        connected = 0;
+        for (unsigned i = 0; i < n; i++)
+            connected += fy_udp_conn(eps[i])->state == FY_UDP_CONN_CONNECTED;
+    }
+    FY_ASSERT_EQ(connected, n);
+    FY_ASSERT_EQ(a->nconns, n + 1);
+    struct mallinfo2 mi1 = mallinfo2();
+    double per = ((double)mi1.uordblks - (double)mi0.uordblks) / (2.0 * n);
+    printf("idle_cost: %u connections (both ends in this process): %.0f bytes of heap per "
+           "connection end (fy_udp_conn_t %zu, window array %zu)\n",
+           n, per, sizeof(fy_udp_conn_t), (size_t)a->wsize * sizeof(void *));
+    FY_ASSERT_LT(per, 64 * 1024);
+    for (unsigned i = 0; i < n; i++)
+        tl->ops->ep_destroy(eps[i]);
+    (void)b;
+    close_pair();
+}
+
+FYTEST_MAIN(FYTEST_CASE(forged_requests), FYTEST_CASE(cookie_replayed), FYTEST_CASE(idle_cost))

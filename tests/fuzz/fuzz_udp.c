@@ -1,8 +1,8 @@
 /*
  * fuzz_udp.c - libFuzzer target for udp segments (src/tl/udp/udp_rx.c and the handshake of
- * udp_conn.c, the heartbeat answer and reset of udp_live.c): anything a datagram can hold, sent to a real iface on loopback.  A second
- * iface in the process is a connected peer, so the iface under test has a live connection
- * whose ids, sequence numbers and window the fuzzed segments can hit.
+ * udp_conn.c, the heartbeat answer and reset of udp_live.c): anything a datagram can hold, sent to
+ * a real iface on loopback.  A second iface in the process is a connected peer, so the iface under
+ * test has a live connection whose ids, sequence numbers and window the fuzzed segments can hit.
  *
  * Input: a mode byte, then datagrams, each a 2-byte length and its bytes.  Mode bits fix up
  * each datagram's header before it is sent, so that mutations reach past the checks they

@@ -399,10 +399,15 @@ void fy_udp_conn_rx_ctrl(fy_udp_iface_t *iface, const fy_udp_hdr_t *h, const uin
             goto unknown;
         iface->resets_rx++;
         {
+            /* With nothing in flight this is an ordinary close at the other end: news. */
             char buf[FY_NETIF_ADDR_STRLEN];
-            fy_warn("udp: peer %s reset connection %08x (it no longer has its end: closed, "
-                    "reclaimed as idle, or restarted)",
-                    fy_netif_addr_str(&c->peer_addr, 0, buf, sizeof(buf)), c->id);
+            int busy = !fy_list_is_empty(&c->sendq) || c->snd_una != c->snd_nxt ||
+                       !fy_list_is_empty(&c->rma_fifo);
+            fy_log(busy ? FY_LOG_WARN : FY_LOG_INFO,
+                   "udp: peer %s reset connection %08x (it no longer has its end: closed, "
+                   "reclaimed as idle, or restarted)%s",
+                   fy_netif_addr_str(&c->peer_addr, 0, buf, sizeof(buf)), c->id,
+                   busy ? "; its pending operations fail" : "");
         }
         fy_udp_conn_schedule_fail(c, FERRY_ERR_CONNECTION_RESET);
         return;

@@ -258,6 +258,8 @@ typedef struct fy_udp_conn {
     /* ---- connection management (udp_conn.c, udp_live.c) ---- */
     uint64_t cookie;           /* the responder's cookie, echoed in our CONN_REQ */
     uint64_t conn_last_tx;     /* last handshake send (a gap: we did not progress) */
+    uint32_t small_acks;       /* CONN_ACKs to the small requests sent beside this probe size */
+    uint32_t probe_max;        /* the first (largest) size probed */
     uint16_t peer_live_port;   /* the peer's liveness port (0: not known yet) */
     uint8_t passive_counted;   /* counted in iface->npassive */
     uint32_t hb_sent;          /* heartbeats unanswered since hb_first */

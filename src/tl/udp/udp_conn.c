@@ -186,7 +186,10 @@ static void passive_count(fy_udp_conn_t *c, int counted)
 static void send_handshake(fy_udp_iface_t *iface, fy_udp_conn_t *c)
 {
     fy_udp_conn_msg_t m;
-    if (!c->got_conn_ack) {
+    /* Beside every probe a small request: its answer, coming back while the probe's does
+     * not, is what tells an MTU mismatch from a peer that is only slow to answer (a
+     * priority channel backed up behind data). */
+    if (!c->got_conn_ack || !c->got_probe_ack) {
         conn_msg_fill(iface, c, &m, 0);
         fy_udp_tx_ctrl(iface, c, FY_UDP_CH_PRIO, FY_UDP_T_CONN_REQ, &m, sizeof(m), 0,
                        &c->addr[FY_UDP_CH_PRIO], c->addrlen);
@@ -233,7 +236,7 @@ ferry_status_t fy_udp_ep_create(fy_tl_iface_t *tl_iface, const void *dev_addr,
     set_addrs(c, &d.ip, a.prio_port, a.data_port);
     if (a.seg_size >= 576 && a.seg_size < c->seg_size)
         c->seg_size = a.seg_size;
-    c->probe_size = c->seg_size;
+    c->probe_size = c->probe_max = c->seg_size;
     send_handshake(iface, c);
     *ep_p = &c->super;
     return FERRY_OK;
@@ -345,6 +348,10 @@ void fy_udp_conn_rx_ctrl(fy_udp_iface_t *iface, const fy_udp_hdr_t *h, const uin
             apply_peer(c, &m);
             c->seg_size = seg; /* decided by the probe */
         }
+        if (c->got_conn_ack) {
+            c->small_acks++; /* an answer to a small request sent beside a probe */
+            return;
+        }
         c->got_conn_ack = 1;
         c->conn_tries = 0;
         maybe_connected(iface, c);
@@ -419,8 +426,15 @@ void fy_udp_conn_rx_ctrl(fy_udp_iface_t *iface, const fy_udp_hdr_t *h, const uin
         c = fy_udp_conn_lookup(iface, h->dst_id);
         if (c == NULL || (c->peer_id != 0 && h->src_id != 0 && c->peer_id != h->src_id))
             goto unknown;
-        if (c->state != FY_UDP_CONN_CONNECTING || pa.probe_size != c->probe_size)
+        if (c->state != FY_UDP_CONN_CONNECTING)
             return;
+        if (pa.probe_size != c->probe_size) {
+            /* A larger size we gave up on got through after all (its answer was only slow,
+             * behind a busy peer's queue): the path carries it. */
+            if (pa.probe_size < c->probe_size || pa.probe_size > c->probe_max)
+                return;
+            c->probe_size = (uint32_t)pa.probe_size;
+        }
         c->got_probe_ack = 1;
         maybe_connected(iface, c);
         return;
@@ -465,7 +479,8 @@ void fy_udp_conn_timer_expired(fy_udp_iface_t *iface, fy_udp_conn_t *c)
         fy_udp_conn_schedule_fail(c, FERRY_ERR_UNREACHABLE);
         return;
     }
-    if (c->got_conn_ack && !c->got_probe_ack && c->conn_tries >= PROBE_TRIES) {
+    if (c->got_conn_ack && !c->got_probe_ack && c->conn_tries >= PROBE_TRIES &&
+        c->small_acks >= PROBE_TRIES / 2) {
         uint32_t next = probe_fallback(c);
         fy_warn("udp: MTU mismatch on the path to %s: %u-byte datagrams get through but "
                 "%u-byte ones do not (local interface MTU %u); %s",
@@ -479,6 +494,7 @@ void fy_udp_conn_timer_expired(fy_udp_iface_t *iface, fy_udp_conn_t *c)
         }
         c->probe_size = next;
         c->conn_tries = 0;
+        c->small_acks = 0;
     }
     send_handshake(iface, c);
 }

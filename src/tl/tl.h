@@ -108,8 +108,8 @@
  *
  * FAILURE.  A peer is dead when the transport knows it: tcp from its socket (reset, close,
  * keepalive), shm from its process being gone (a liveness check), udp from silence
- * (FERRY_UDP_PEER_TIMEOUT) while data is outstanding or during the handshake - so an idle udp
- * ep to a dead peer still flushes OK until the next operation.  Then, from progress:
+ * (FERRY_UDP_PEER_TIMEOUT) with heartbeats to the peer's liveness responder unanswered, idle
+ * or not (docs/udp.md, Liveness).  Then, from progress:
  * params->err_cb once for each ep to it (UNREACHABLE when it never answered,
  * CONNECTION_RESET, ENDPOINT_TIMEOUT), the ep's outstanding operations and flushes complete
  * with an error, and from then on operations and flushes on that ep return an error

@@ -1,8 +1,8 @@
 /*
  * fuzz_udp.c - libFuzzer target for udp segments (src/tl/udp/udp_rx.c and the handshake of
- * udp_conn.c): anything a datagram can hold, sent to a real iface on loopback.  A second
- * iface in the process is a connected peer, so the iface under test has a live connection
- * whose ids, sequence numbers and window the fuzzed segments can hit.
+ * udp_conn.c, the heartbeat answer and reset of udp_live.c): anything a datagram can hold, sent to
+ * a real iface on loopback.  A second iface in the process is a connected peer, so the iface under
+ * test has a live connection whose ids, sequence numbers and window the fuzzed segments can hit.
  *
  * Input: a mode byte, then datagrams, each a 2-byte length and its bytes.  Mode bits fix up
  * each datagram's header before it is sent, so that mutations reach past the checks they
@@ -172,8 +172,21 @@ static void seeds(void)
     o = 0; /* an explicit ACK, then a connection request (priority channel) */
     s[o++] = mode | 16;
     seed_dgram(s, &o, FY_UDP_T_ACK, NULL, 0);
-    seed_dgram(s, &o, FY_UDP_T_CONN_REQ, body, 40);
+    seed_dgram(s, &o, FY_UDP_T_CONN_REQ, body, sizeof(fy_udp_conn_msg_t));
     fz_seed("ack_connreq", NULL, 0, s, o);
+
+    o = 0; /* the connection-management types: cookie, heartbeat answer, reset */
+    s[o++] = mode | 16;
+    seed_dgram(s, &o, FY_UDP_T_COOKIE, body, sizeof(fy_udp_cookie_t));
+    seed_dgram(s, &o, FY_UDP_T_HB_ACK, body, sizeof(fy_udp_hb_t));
+    seed_dgram(s, &o, FY_UDP_T_HB, body, sizeof(fy_udp_hb_t));
+    seed_dgram(s, &o, FY_UDP_T_CONN_REQ, body, sizeof(fy_udp_conn_msg_t));
+    fz_seed("cookie_hb", NULL, 0, s, o);
+
+    o = 0; /* a reset of our live connection (it dies; the peer connects again) */
+    s[o++] = mode | 16;
+    seed_dgram(s, &o, FY_UDP_T_RESET, NULL, 0);
+    fz_seed("reset", NULL, 0, s, o);
 
     o = 0; /* an AM with a checksum */
     s[o++] = mode | 32;

@@ -10,6 +10,7 @@
  *   udp_rma.c        put / get initiator side
  *   udp_fault.c      the deterministic fault injector
  *   udp_csum.c       CRC32C
+ *   udp_live.c       liveness: the per-process heartbeat responder, keepalives, cookies
  *
  * Names follow the usnic notes: a fragment is what proto asks to send, a segment one
  * datagram, a chunk the piece of a fragment that fits in one segment.  The tl ep is a
@@ -66,6 +67,10 @@ typedef struct fy_udp_opts {
     int gso;
     int place;
     int stats;
+    /* connection management (udp_conn.c, udp_live.c) */
+    uint64_t keepalive;        /* silence before the first heartbeat; 0 = PEER_TIMEOUT / 4 */
+    unsigned long max_passive; /* connections peers opened that proto has not adopted */
+    uint64_t passive_idle;     /* an idle unadopted passive connection is reclaimed after this */
     /* fault injector */
     unsigned long fault_seed;
     double fault_drop, fault_dup, fault_reorder, fault_delay, fault_corrupt;
@@ -87,7 +92,7 @@ typedef fy_swmd_key_t fy_udp_key_t;
 enum { FY_UDP_CH_PRIO = 0, FY_UDP_CH_DATA = 1, FY_UDP_NCH = 2 };
 
 /* ---- timers in the hotel: segments and connection handshakes ---------------------------- */
-enum { FY_UDP_TIMER_SEG = 1, FY_UDP_TIMER_CONN = 2 };
+enum { FY_UDP_TIMER_SEG = 1, FY_UDP_TIMER_CONN = 2, FY_UDP_TIMER_LIVE = 3 };
 typedef struct fy_udp_timer {
     fy_hotel_room_t room;
     uint8_t kind;
@@ -262,6 +267,16 @@ typedef struct fy_udp_conn {
                                    * channel (the two channels overtake each other) */
     uint8_t ts_echo_chan;         /* receive: the channel ts_echo's segment came on */
     uint64_t una_moved_ns;        /* send: snd_una last moved */
+    /* ---- connection management (udp_conn.c, udp_live.c) ---- */
+    uint64_t cookie;           /* the responder's cookie, echoed in our CONN_REQ */
+    uint64_t conn_last_tx;     /* last handshake send (a gap: we did not progress) */
+    uint32_t small_acks;       /* CONN_ACKs to the small requests sent beside this probe size */
+    uint32_t probe_max;        /* the first (largest) size probed */
+    uint16_t peer_live_port;   /* the peer's liveness port (0: not known yet) */
+    uint8_t passive_counted;   /* counted in iface->npassive */
+    uint32_t hb_sent;          /* heartbeats unanswered since hb_first */
+    uint64_t hb_first;         /* when the first unanswered heartbeat left (0: none) */
+    fy_udp_timer_t live_timer; /* in iface->live_hotel */
 } fy_udp_conn_t;
 
 /* ---- the fault injector -------------------------------------------------------------- */
@@ -351,6 +366,15 @@ typedef struct fy_udp_iface {
     uint64_t drops_bad_key, drops_malformed, drops_unknown_ep, drops_csum, drops_trunc;
     uint64_t drops_window, drops_stash, tx_errors, rx_dgrams, tx_dgrams;
     int warned_emsgsize;
+
+    /* ---- connection management (udp_conn.c, udp_live.c) ---- */
+    struct fy_udp_live *live; /* this iface's socket at the liveness responder */
+    uint16_t live_port;
+    fy_hotel_t live_hotel; /* keepalive timers, coarse ticks */
+    uint64_t cookie_secret[2];
+    uint32_t npassive; /* passive connections proto has not adopted */
+    uint64_t cookies_sent, half_open_refused, passive_reclaimed, resets_sent, resets_rx;
+    uint64_t hb_sent, hb_acked, peers_dead;
 } fy_udp_iface_t;
 
 /* ---- addresses ------------------------------------------------------------------------ */
@@ -405,9 +429,32 @@ void fy_udp_conn_timer_expired(fy_udp_iface_t *iface, fy_udp_conn_t *conn);
 void fy_udp_conn_schedule_fail(fy_udp_conn_t *conn, ferry_status_t status);
 void fy_udp_conn_run_failures(fy_udp_iface_t *iface);
 void fy_udp_conn_fail(fy_udp_conn_t *conn, ferry_status_t status, int notify);
+void fy_udp_conn_reclaim(fy_udp_conn_t *conn);
 void fy_udp_flush_check(fy_udp_conn_t *conn);
 void fy_udp_conn_free_zombies(fy_udp_iface_t *iface);
 void fy_udp_conn_destroy_all(fy_udp_iface_t *iface);
+
+/* udp_live.c */
+ferry_status_t fy_udp_live_open(fy_udp_iface_t *iface);
+void fy_udp_live_close(fy_udp_iface_t *iface);
+/* Start (or restart) a connection's keepalive timer. */
+void fy_udp_live_watch(fy_udp_conn_t *conn);
+void fy_udp_live_progress(fy_udp_iface_t *iface);
+/* Deadline (absolute ns, 0: none) by which a sleeping worker must run progress for liveness. */
+uint64_t fy_udp_live_deadline(fy_udp_iface_t *iface, uint64_t now);
+/* Is the peer of conn silent for PEER_TIMEOUT *and* unanswered heartbeats say it is gone?
+ * (A peer that only sleeps between progress calls answers heartbeats.) */
+int fy_udp_conn_presumed_dead(const fy_udp_conn_t *conn);
+void fy_udp_live_rx_hb_ack(fy_udp_iface_t *iface, const fy_udp_hdr_t *h, const uint8_t *payload,
+                           size_t plen);
+uint64_t fy_udp_cookie(const fy_udp_iface_t *iface, const struct sockaddr_storage *from,
+                       uint64_t uuid, uint32_t src_id, uint64_t epoch);
+/* A conn-less datagram (COOKIE, RESET) straight to `to`. */
+void fy_udp_send_raw(fy_udp_iface_t *iface, uint8_t chan, const fy_udp_hdr_t *h,
+                     const void *payload, size_t plen, const struct sockaddr_storage *to);
+/* A sequenced or ACK datagram named a connection we do not have: tell the sender (RESET). */
+void fy_udp_conn_rx_unknown(fy_udp_iface_t *iface, const fy_udp_hdr_t *h,
+                            const struct sockaddr_storage *from);
 
 /* udp_tx.c */
 ferry_status_t fy_udp_am_short(fy_tl_ep_t *ep, uint8_t id, const struct iovec *iov, size_t iovcnt);

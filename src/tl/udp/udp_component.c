@@ -60,9 +60,23 @@ static const fy_config_field_t udp_fields[] = {
     F("RTO_MAX", "200ms", "Ceiling of the retransmission timeout (after backoff).", FY_CFG_TIME,
       rto_max),
     F("PEER_TIMEOUT", "10s",
-      "A peer silent this long while data is outstanding (or while "
-      "connecting) is declared dead: err_cb, pending operations fail.",
+      "A peer silent this long whose liveness responder does not answer heartbeats either "
+      "(or one that never answers the handshake) is declared dead: err_cb, every pending "
+      "operation of every endpoint to it fails.",
       FY_CFG_TIME, peer_timeout),
+    F("KEEPALIVE", "0",
+      "Silence from a peer after which heartbeats ask its liveness responder whether it "
+      "lives (answered even while it computes without progress); 0 = PEER_TIMEOUT / 4.",
+      FY_CFG_TIME, keepalive),
+    F("MAX_PASSIVE", "4096",
+      "Connections peers opened (each after proving its address with a cookie) that this "
+      "process has not taken up yet; more requests are refused until some are adopted or "
+      "reclaimed.",
+      FY_CFG_UINT, max_passive),
+    F("PASSIVE_IDLE", "60s",
+      "A connection a peer opened that this process never took up, idle this long, is "
+      "reclaimed (its peer gets a RESET if it ever uses it again).",
+      FY_CFG_TIME, passive_idle),
     F("MAX_ZCOPY", "256m", "Largest am_zcopy message (the receiver reassembles it).", FY_CFG_SIZE,
       max_zcopy),
     F("TX_BUDGET", "64", "Segments one progress pass may send before it polls again.", FY_CFG_UINT,

@@ -33,6 +33,7 @@
 #define CONN_RETRY_NS     (5 * FY_NSEC_PER_MSEC)
 #define CONN_RETRY_MAX_NS (100 * FY_NSEC_PER_MSEC)
 #define PROBE_TRIES       8
+#define COOKIE_EPOCH_NS   (16 * FY_NSEC_PER_SEC)
 
 static uint64_t peer_key(uint64_t uuid, uint32_t id)
 {
@@ -137,6 +138,8 @@ static fy_udp_conn_t *conn_new(fy_udp_iface_t *iface, uint64_t peer_uuid)
     fy_list_init(&c->zombie_link);
     fy_hotel_room_init(&c->conn_timer.room);
     c->conn_timer.kind = FY_UDP_TIMER_CONN;
+    fy_hotel_room_init(&c->live_timer.room);
+    c->live_timer.kind = FY_UDP_TIMER_LIVE;
     return c;
 }
 
@@ -152,6 +155,8 @@ static void conn_msg_fill(fy_udp_iface_t *iface, fy_udp_conn_t *c, fy_udp_conn_m
     m->prio_mtu = (uint32_t)iface->opts->prio_mtu;
     m->credit = iface->credit;
     m->probe_size = probe_size;
+    m->live_port = iface->live_port;
+    m->cookie = c->cookie;
 }
 
 static void apply_peer(fy_udp_conn_t *c, const fy_udp_conn_msg_t *m)
@@ -164,12 +169,27 @@ static void apply_peer(fy_udp_conn_t *c, const fy_udp_conn_msg_t *m)
     c->prio_mtu = (uint32_t)FY_MIN((size_t)m->prio_mtu, o->prio_mtu);
     if (m->seg_size >= 576 && m->seg_size < c->seg_size)
         c->seg_size = m->seg_size;
+    c->peer_live_port = m->live_port;
+}
+
+static void passive_count(fy_udp_conn_t *c, int counted)
+{
+    if (c->passive_counted == counted)
+        return;
+    c->passive_counted = (uint8_t)counted;
+    if (counted)
+        c->iface->npassive++;
+    else
+        c->iface->npassive--;
 }
 
 static void send_handshake(fy_udp_iface_t *iface, fy_udp_conn_t *c)
 {
     fy_udp_conn_msg_t m;
-    if (!c->got_conn_ack) {
+    /* Beside every probe a small request: its answer, coming back while the probe's does
+     * not, is what tells an MTU mismatch from a peer that is only slow to answer (a
+     * priority channel backed up behind data). */
+    if (!c->got_conn_ack || !c->got_probe_ack) {
         conn_msg_fill(iface, c, &m, 0);
         fy_udp_tx_ctrl(iface, c, FY_UDP_CH_PRIO, FY_UDP_T_CONN_REQ, &m, sizeof(m), 0,
                        &c->addr[FY_UDP_CH_PRIO], c->addrlen);
@@ -180,6 +200,7 @@ static void send_handshake(fy_udp_iface_t *iface, fy_udp_conn_t *c)
                        &c->addr[FY_UDP_CH_DATA], c->addrlen);
     }
     fy_udp_tx_flush_all(iface);
+    c->conn_last_tx = fy_time_ns();
     uint64_t stay = CONN_RETRY_NS << FY_MIN(c->conn_tries, 5u);
     fy_hotel_checkin(&iface->hotel, &c->conn_timer.room, FY_MIN(stay, CONN_RETRY_MAX_NS),
                      fy_time_ns());
@@ -202,6 +223,7 @@ ferry_status_t fy_udp_ep_create(fy_tl_iface_t *tl_iface, const void *dev_addr,
         c = iface->conns[i];
         if (c != NULL && !c->owned && c->peer_uuid == a.uuid && c->state == FY_UDP_CONN_CONNECTED) {
             c->owned = 1;
+            passive_count(c, 0);
             *ep_p = &c->super;
             return FERRY_OK;
         }
@@ -214,7 +236,7 @@ ferry_status_t fy_udp_ep_create(fy_tl_iface_t *tl_iface, const void *dev_addr,
     set_addrs(c, &d.ip, a.prio_port, a.data_port);
     if (a.seg_size >= 576 && a.seg_size < c->seg_size)
         c->seg_size = a.seg_size;
-    c->probe_size = c->seg_size;
+    c->probe_size = c->probe_max = c->seg_size;
     send_handshake(iface, c);
     *ep_p = &c->super;
     return FERRY_OK;
@@ -228,6 +250,7 @@ static void maybe_connected(fy_udp_iface_t *iface, fy_udp_conn_t *c)
     c->seg_size = c->probe_size;
     c->last_rx_ns = iface->now;
     fy_hotel_checkout(&iface->hotel, &c->conn_timer.room);
+    fy_udp_live_watch(c);
     fy_udp_ready_add(c);
 }
 
@@ -249,6 +272,23 @@ void fy_udp_conn_rx_ctrl(fy_udp_iface_t *iface, const fy_udp_hdr_t *h, const uin
             goto malformed;
         c = peer_lookup(iface, m.uuid, h->src_id);
         if (c == NULL) {
+            /* No state for it: only a requester that proved it receives at its address
+             * (it echoes our cookie) may create some. */
+            uint64_t epoch = iface->now / COOKIE_EPOCH_NS;
+            if (m.cookie == 0 ||
+                (m.cookie != fy_udp_cookie(iface, from, m.uuid, h->src_id, epoch) &&
+                 m.cookie != fy_udp_cookie(iface, from, m.uuid, h->src_id, epoch - 1))) {
+                fy_udp_hdr_t r;
+                fy_udp_cookie_t ck = {.uuid = iface->uuid,
+                                      .cookie =
+                                          fy_udp_cookie(iface, from, m.uuid, h->src_id, epoch)};
+                memset(&r, 0, sizeof(r));
+                r.type = FY_UDP_T_COOKIE;
+                r.dst_id = h->src_id;
+                iface->cookies_sent++;
+                fy_udp_send_raw(iface, FY_UDP_CH_PRIO, &r, &ck, sizeof(ck), from);
+                return;
+            }
             for (uint32_t i = 1; i < iface->conn_cap && c == NULL; i++) {
                 fy_udp_conn_t *x = iface->conns[i];
                 if (x != NULL && x->peer_uuid == m.uuid && x->peer_id == 0 &&
@@ -256,11 +296,20 @@ void fy_udp_conn_rx_ctrl(fy_udp_iface_t *iface, const fy_udp_hdr_t *h, const uin
                     c = x;
             }
             if (c == NULL) {
+                if (iface->npassive >= iface->opts->max_passive) {
+                    /* Full of connections nobody adopted: refuse; a real peer asks again
+                     * and gets in when one is adopted or reclaimed. */
+                    iface->half_open_refused++;
+                    return;
+                }
                 c = conn_new(iface, m.uuid);
                 if (c == NULL)
                     return; /* no memory: the peer will ask again */
                 c->state = FY_UDP_CONN_CONNECTED;
                 set_addrs(c, &ip, ntohs(ip.port_be), m.data_port);
+                passive_count(c, 1);
+                c->last_rx_ns = iface->now;
+                fy_udp_live_watch(c);
             }
             bind_peer(c, h->src_id);
             apply_peer(c, &m);
@@ -299,35 +348,93 @@ void fy_udp_conn_rx_ctrl(fy_udp_iface_t *iface, const fy_udp_hdr_t *h, const uin
             apply_peer(c, &m);
             c->seg_size = seg; /* decided by the probe */
         }
+        if (c->got_conn_ack) {
+            c->small_acks++; /* an answer to a small request sent beside a probe */
+            return;
+        }
         c->got_conn_ack = 1;
         c->conn_tries = 0;
         maybe_connected(iface, c);
         return;
     case FY_UDP_T_PROBE: {
         fy_udp_probe_ack_t pa;
-        if (plen < sizeof(m) || chan != FY_UDP_CH_DATA)
+        fy_udp_hdr_t r;
+        struct sockaddr_storage to = *from;
+        if (plen < sizeof(m) || chan != FY_UDP_CH_DATA || h->src_id == 0)
             goto malformed;
         memcpy(&m, payload, sizeof(m));
-        if (m.probe_size != plen + FY_UDP_HDR_LEN)
+        if (m.probe_size != plen + FY_UDP_HDR_LEN || m.prio_port == 0)
             goto malformed;
+        /* Answered statelessly (to the sender's priority port, 8 bytes for a full-size
+         * datagram: no amplification), so the probe need not wait for the handshake. */
+        if (to.ss_family == AF_INET)
+            ((struct sockaddr_in *)&to)->sin_port = htons(m.prio_port);
+        else
+            ((struct sockaddr_in6 *)&to)->sin6_port = htons(m.prio_port);
         c = peer_lookup(iface, m.uuid, h->src_id);
-        if (c == NULL)
-            return; /* its CONN_REQ has not arrived yet: the peer probes again */
+        memset(&r, 0, sizeof(r));
+        r.type = FY_UDP_T_PROBE_ACK;
+        r.dst_id = h->src_id;
+        r.src_id = c != NULL ? c->id : 0;
         pa.probe_size = m.probe_size;
-        fy_udp_tx_ctrl(iface, c, FY_UDP_CH_PRIO, FY_UDP_T_PROBE_ACK, &pa, sizeof(pa), 0,
+        fy_udp_send_raw(iface, FY_UDP_CH_PRIO, &r, &pa, sizeof(pa), &to);
+        return;
+    }
+    case FY_UDP_T_COOKIE: {
+        fy_udp_cookie_t ck;
+        if (plen != sizeof(ck))
+            goto malformed;
+        memcpy(&ck, payload, sizeof(ck));
+        c = fy_udp_conn_lookup(iface, h->dst_id);
+        if (c == NULL || ck.uuid != c->peer_uuid)
+            goto unknown;
+        if (c->state != FY_UDP_CONN_CONNECTING || c->got_conn_ack || ck.cookie == 0 ||
+            ck.cookie == c->cookie)
+            return;
+        c->cookie = ck.cookie;
+        conn_msg_fill(iface, c, &m, 0);
+        fy_udp_tx_ctrl(iface, c, FY_UDP_CH_PRIO, FY_UDP_T_CONN_REQ, &m, sizeof(m), 0,
                        &c->addr[FY_UDP_CH_PRIO], c->addrlen);
         return;
     }
+    case FY_UDP_T_HB_ACK:
+        fy_udp_live_rx_hb_ack(iface, h, payload, plen);
+        return;
+    case FY_UDP_T_RESET:
+        c = fy_udp_conn_lookup(iface, h->dst_id);
+        if (c == NULL || c->peer_id == 0 || c->peer_id != h->src_id || !fy_udp_conn_alive(c))
+            goto unknown;
+        iface->resets_rx++;
+        {
+            /* With nothing in flight this is an ordinary close at the other end: news. */
+            char buf[FY_NETIF_ADDR_STRLEN];
+            int busy = !fy_list_is_empty(&c->sendq) || c->snd_una != c->snd_nxt ||
+                       !fy_list_is_empty(&c->rma_fifo);
+            fy_log(busy ? FY_LOG_WARN : FY_LOG_INFO,
+                   "udp: peer %s reset connection %08x (it no longer has its end: closed, "
+                   "reclaimed as idle, or restarted)%s",
+                   fy_netif_addr_str(&c->peer_addr, 0, buf, sizeof(buf)), c->id,
+                   busy ? "; its pending operations fail" : "");
+        }
+        fy_udp_conn_schedule_fail(c, FERRY_ERR_CONNECTION_RESET);
+        return;
     case FY_UDP_T_PROBE_ACK: {
         fy_udp_probe_ack_t pa;
         if (plen < sizeof(pa))
             goto malformed;
         memcpy(&pa, payload, sizeof(pa));
         c = fy_udp_conn_lookup(iface, h->dst_id);
-        if (c == NULL || (c->peer_id != 0 && c->peer_id != h->src_id))
+        if (c == NULL || (c->peer_id != 0 && h->src_id != 0 && c->peer_id != h->src_id))
             goto unknown;
-        if (c->state != FY_UDP_CONN_CONNECTING || pa.probe_size != c->probe_size)
+        if (c->state != FY_UDP_CONN_CONNECTING)
             return;
+        if (pa.probe_size != c->probe_size) {
+            /* A larger size we gave up on got through after all (its answer was only slow,
+             * behind a busy peer's queue): the path carries it. */
+            if (pa.probe_size < c->probe_size || pa.probe_size > c->probe_max)
+                return;
+            c->probe_size = (uint32_t)pa.probe_size;
+        }
         c->got_probe_ack = 1;
         maybe_connected(iface, c);
         return;
@@ -359,6 +466,10 @@ void fy_udp_conn_timer_expired(fy_udp_iface_t *iface, fy_udp_conn_t *c)
     if (c->state != FY_UDP_CONN_CONNECTING)
         return;
     c->conn_tries++;
+    /* Time we spent without progress (computing, asleep) is not the peer's silence: only
+     * time in which we asked counts. */
+    if (iface->now - c->conn_last_tx > 2 * CONN_RETRY_MAX_NS)
+        c->conn_start += iface->now - c->conn_last_tx - CONN_RETRY_MAX_NS;
     if (iface->now - c->conn_start > iface->opts->peer_timeout) {
         fy_error("udp: no answer from %s within %.1f s (%s): is the peer running, and is "
                  "the address reachable?",
@@ -368,7 +479,8 @@ void fy_udp_conn_timer_expired(fy_udp_iface_t *iface, fy_udp_conn_t *c)
         fy_udp_conn_schedule_fail(c, FERRY_ERR_UNREACHABLE);
         return;
     }
-    if (c->got_conn_ack && !c->got_probe_ack && c->conn_tries >= PROBE_TRIES) {
+    if (c->got_conn_ack && !c->got_probe_ack && c->conn_tries >= PROBE_TRIES &&
+        c->small_acks >= PROBE_TRIES / 2) {
         uint32_t next = probe_fallback(c);
         fy_warn("udp: MTU mismatch on the path to %s: %u-byte datagrams get through but "
                 "%u-byte ones do not (local interface MTU %u); %s",
@@ -382,6 +494,7 @@ void fy_udp_conn_timer_expired(fy_udp_iface_t *iface, fy_udp_conn_t *c)
         }
         c->probe_size = next;
         c->conn_tries = 0;
+        c->small_acks = 0;
     }
     send_handshake(iface, c);
 }
@@ -400,9 +513,30 @@ void fy_udp_conn_run_failures(fy_udp_iface_t *iface)
     fy_list_t *e;
     while ((e = fy_list_pop_head(&iface->faillist)) != NULL) {
         fy_udp_conn_t *c = fy_container_of(e, fy_udp_conn_t, zombie_link);
+        ferry_status_t st = c->fail_status;
+        uint64_t uuid = c->peer_uuid;
         c->in_fail_list = 0;
-        fy_udp_conn_fail(c, c->fail_status, 1);
+        fy_udp_conn_fail(c, st, 1);
+        if (st != FERRY_ERR_ENDPOINT_TIMEOUT)
+            continue;
+        /* The peer is gone: so is every other connection to it (the reply connection, or
+         * an endpoint of ours that is idle and would learn it only at its next send). */
+        iface->peers_dead++;
+        for (uint32_t i = 1; i < iface->conn_cap; i++) {
+            fy_udp_conn_t *x = iface->conns[i];
+            if (x != NULL && x->peer_uuid == uuid && fy_udp_conn_alive(x))
+                fy_udp_conn_schedule_fail(x, st);
+        }
     }
+}
+
+/* An idle connection a peer opened and proto never adopted: drop it quietly (a peer that
+ * still uses it gets a RESET). */
+void fy_udp_conn_reclaim(fy_udp_conn_t *c)
+{
+    if (c->owned)
+        return;
+    fy_udp_conn_fail(c, FERRY_ERR_CANCELED, 0);
 }
 
 static void zombie(fy_udp_iface_t *iface, fy_udp_conn_t *c)
@@ -414,6 +548,9 @@ static void zombie(fy_udp_iface_t *iface, fy_udp_conn_t *c)
     }
     iface->conns[c->id & 0xffff] = NULL;
     iface->nconns--;
+    passive_count(c, 0);
+    if (iface->live_hotel.slots != NULL)
+        fy_hotel_checkout(&iface->live_hotel, &c->live_timer.room);
     if (c->peer_id != 0 && fy_hash_get(&iface->by_peer, peer_key(c->peer_uuid, c->peer_id)) == c)
         fy_hash_del(&iface->by_peer, peer_key(c->peer_uuid, c->peer_id));
     fy_list_add_tail(&iface->zombies, &c->zombie_link);
@@ -431,6 +568,8 @@ void fy_udp_conn_fail(fy_udp_conn_t *c, ferry_status_t status, int notify)
         return;
     c->state = FY_UDP_CONN_FAILED;
     fy_hotel_checkout(&iface->hotel, &c->conn_timer.room);
+    if (iface->live_hotel.slots != NULL)
+        fy_hotel_checkout(&iface->live_hotel, &c->live_timer.room);
     fy_list_del(&c->ready_link);
     fy_list_del(&c->ack_link);
     c->ack_pending = 0;

@@ -339,6 +339,9 @@ ferry_status_t fy_udp_iface_open(fy_tl_md_t *tl_md, const fy_tl_iface_params_t *
     st = fy_udp_fault_init(iface);
     if (st != FERRY_OK)
         goto err;
+    st = fy_udp_live_open(iface);
+    if (st != FERRY_OK)
+        goto err;
     if (iface->fault.enabled && (iface->fault.chan_mask & (1u << FY_UDP_CH_DATA)))
         iface->gso = 0;
     {
@@ -364,6 +367,7 @@ void fy_udp_iface_close(fy_tl_iface_t *tl_iface)
     if (iface->conns != NULL && fy_udp_stats_wanted(iface))
         fy_udp_iface_print(tl_iface, stderr);
     fy_udp_conn_destroy_all(iface);
+    fy_udp_live_close(iface);
     fy_udp_fault_fini(iface);
     if (iface->hotel.slots != NULL)
         fy_hotel_destroy(&iface->hotel);
@@ -479,6 +483,7 @@ unsigned fy_udp_iface_progress(fy_tl_iface_t *tl_iface)
         fy_hotel_run(&iface->hotel, iface->now);
         fy_udp_conn_run_failures(iface);
     }
+    fy_udp_live_progress(iface);
     fy_udp_tx_progress(iface);
     if (!fy_list_is_empty(&iface->acklist))
         fy_udp_send_acks(iface, 0);
@@ -510,6 +515,11 @@ ferry_status_t fy_udp_iface_event_arm(fy_tl_iface_t *tl_iface)
     }
     if (fy_hotel_occupancy(&iface->hotel) != 0)
         deadline = now + iface->opts->rto_min;
+    {
+        uint64_t live = fy_udp_live_deadline(iface, now);
+        if (live != 0 && (deadline == 0 || live < deadline))
+            deadline = live;
+    }
     if (iface->fault.enabled) {
         uint64_t held = fy_udp_fault_poll(iface, now);
         if (held != 0 && (deadline == 0 || held < deadline))
@@ -570,6 +580,15 @@ void fy_udp_iface_print(fy_tl_iface_t *tl_iface, FILE *f)
             (unsigned long long)iface->drops_trunc, (unsigned long long)iface->drops_csum,
             (unsigned long long)iface->drops_unknown_ep, (unsigned long long)iface->drops_window,
             (unsigned long long)iface->drops_stash, (unsigned long long)iface->tx_errors);
+    fprintf(f,
+            "  liveness port %u: heartbeats sent %llu answered %llu, peers dead %llu; cookies "
+            "sent %llu, half-open refused %llu (passive %u), idle reclaimed %llu, resets sent "
+            "%llu received %llu\n",
+            iface->live_port, (unsigned long long)iface->hb_sent,
+            (unsigned long long)iface->hb_acked, (unsigned long long)iface->peers_dead,
+            (unsigned long long)iface->cookies_sent, (unsigned long long)iface->half_open_refused,
+            iface->npassive, (unsigned long long)iface->passive_reclaimed,
+            (unsigned long long)iface->resets_sent, (unsigned long long)iface->resets_rx);
     if (ft->enabled)
         fprintf(f,
                 "  fault injector: dropped %llu, duplicated %llu, reordered %llu, delayed "

@@ -45,7 +45,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#define FY_UDP_VERSION 2
+#define FY_UDP_VERSION 2 /* 2: timestamps and whole-window SACK; cookie handshake, heartbeats, reset */
 #define FY_UDP_HDR_LEN 48
 
 /* Packet types.  Those from FY_UDP_T_AM on carry a sequence number and are reliable. */
@@ -55,12 +55,17 @@ enum fy_udp_type {
     FY_UDP_T_PROBE,        /* data: full-size datagram, checks the path MTU */
     FY_UDP_T_PROBE_ACK,    /* prio: the probe arrived (fy_udp_probe_ack_t) */
     FY_UDP_T_ACK,          /* prio: an explicit (delayed or immediate) ACK, header only */
-    FY_UDP_T_AM,           /* a whole fragment: an AM, data follows the base header */
-    FY_UDP_T_AM_CHUNK,     /* a chunk of a large AM (fy_udp_chunk_t + data) */
-    FY_UDP_T_PUT,          /* a chunk of a put (fy_udp_chunk_t + fy_udp_rma_t + data) */
-    FY_UDP_T_GET_REQ,      /* a get request (fy_udp_get_req_t) */
-    FY_UDP_T_GET_RESP,     /* a chunk of a get's data (fy_udp_chunk_t + data) */
-    FY_UDP_T_RMA_DONE,     /* a put's (or refused put_short's) outcome (fy_udp_rma_done_t) */
+    /* connection management (udp_conn.c, udp_live.c), unsequenced */
+    FY_UDP_T_COOKIE,   /* prio: answer to a CONN_REQ without a valid cookie (fy_udp_cookie_t) */
+    FY_UDP_T_HB,       /* prio -> peer's liveness port: are you alive? (fy_udp_hb_t) */
+    FY_UDP_T_HB_ACK,   /* liveness port -> prio: yes (the HB's payload echoed) */
+    FY_UDP_T_RESET,    /* prio: the connection dst_id names does not exist (any more) */
+    FY_UDP_T_AM,       /* a whole fragment: an AM, data follows the base header */
+    FY_UDP_T_AM_CHUNK, /* a chunk of a large AM (fy_udp_chunk_t + data) */
+    FY_UDP_T_PUT,      /* a chunk of a put (fy_udp_chunk_t + fy_udp_rma_t + data) */
+    FY_UDP_T_GET_REQ,  /* a get request (fy_udp_get_req_t) */
+    FY_UDP_T_GET_RESP, /* a chunk of a get's data (fy_udp_chunk_t + data) */
+    FY_UDP_T_RMA_DONE, /* a put's (or refused put_short's) outcome (fy_udp_rma_done_t) */
     FY_UDP_T_MAX
 };
 #define FY_UDP_T_FIRST_SEQ FY_UDP_T_AM
@@ -106,10 +111,16 @@ _Static_assert(sizeof(fy_udp_hdr_t) == FY_UDP_HDR_LEN, "udp header is 48 bytes")
  *   +-------+-------+-------+-------+-------+-------+-------+-------+
  *   |                        probe_size                             | 32
  *   +-------+-------+-------+-------+-------+-------+-------+-------+
+ *   |   live_port   |      pad      |            reserved           | 40
+ *   +-------+-------+-------+-------+-------+-------+-------+-------+
+ *   |                        cookie                                 | 48
+ *   +-------+-------+-------+-------+-------+-------+-------+-------+
  *
  *   seg_size   largest data-channel datagram the sender will send / accept
  *   window     segments the sender accepts out of order (its receive window)
  *   probe_size PROBE only: the datagram's own size, echoed in PROBE_ACK
+ *   live_port  the sender's liveness port (heartbeats are answered there)
+ *   cookie     CONN_REQ: the cookie from the responder's COOKIE (0 in the first request)
  */
 typedef struct fy_udp_conn_msg {
     uint64_t uuid;
@@ -120,8 +131,32 @@ typedef struct fy_udp_conn_msg {
     uint32_t prio_mtu;
     uint64_t credit;
     uint64_t probe_size;
+    uint16_t live_port;
+    uint16_t pad;
+    uint32_t reserved;
+    uint64_t cookie;
 } fy_udp_conn_msg_t;
-_Static_assert(sizeof(fy_udp_conn_msg_t) == 40, "conn msg is 40 bytes");
+_Static_assert(sizeof(fy_udp_conn_msg_t) == 56, "conn msg is 56 bytes");
+
+/*
+ * COOKIE payload, 16 bytes: the responder's uuid and the cookie the requester must echo in
+ * its next CONN_REQ.  The cookie is a keyed hash of the requester's address, uuid and
+ * connection id and a coarse clock: the responder keeps no state until it comes back.
+ */
+typedef struct fy_udp_cookie {
+    uint64_t uuid;
+    uint64_t cookie;
+} fy_udp_cookie_t;
+
+/*
+ * HB / HB_ACK payload, 16 bytes: the uuid of the iface the heartbeat is for (its responder
+ * answers only for its own iface) and the sender's clock, echoed.  The HB's dst_id / src_id
+ * are the connection's ids; the HB_ACK swaps them.
+ */
+typedef struct fy_udp_hb {
+    uint64_t uuid;
+    uint64_t tx_ns;
+} fy_udp_hb_t;
 
 /* PROBE_ACK payload: the probe size that arrived. */
 typedef struct fy_udp_probe_ack {

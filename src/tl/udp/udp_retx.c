@@ -258,8 +258,8 @@ void fy_udp_hotel_expired(fy_hotel_t *hotel, fy_hotel_room_t *room, void *arg)
     fy_udp_seg_t *seg = fy_container_of(t, fy_udp_seg_t, timer);
     fy_udp_conn_t *c = seg->conn;
     if (c->in_fail_list)
-        return; /* failing already: conn_fail releases the segment */
-    if (iface->now - c->last_rx_ns > iface->opts->peer_timeout) {
+        return;                         /* failing already: conn_fail releases the segment */
+    if (fy_udp_conn_presumed_dead(c)) { /* udp_live.c: silent and not answering heartbeats */
         char buf[FY_NETIF_ADDR_STRLEN];
         fy_warn("udp: peer %s silent for %.1f s with %u segments unacknowledged: presumed "
                 "dead",

@@ -437,6 +437,7 @@ static int rx_dgram(fy_udp_iface_t *iface, uint8_t chan, fy_udp_rxbuf_t *b, size
     c = fy_udp_conn_lookup(iface, h.dst_id);
     if (c == NULL || c->peer_id != h.src_id || c->peer_id == 0 || !fy_udp_conn_alive(c)) {
         iface->drops_unknown_ep++;
+        fy_udp_conn_rx_unknown(iface, &h, from); /* udp_live.c: RESET a gone connection */
         return 0;
     }
     c->last_rx_ns = iface->now;

@@ -1,0 +1,284 @@
+/*
+ * test_udp_forged.c - connection requests from nobody who can answer, and junk, do not cost
+ * the transport memory, and a real connection beside them keeps working.  Two udp ifaces in
+ * this process (tl level); a third, plain socket plays the attacker, who knows the job key:
+ *
+ *   forged_requests  100,000 CONN_REQs (random uuids and connection ids, never echoing a
+ *                    cookie) and 20,000 random datagrams at the priority and data ports,
+ *                    interleaved with a checked stream of AMs between the two ifaces: every
+ *                    AM arrives intact, the attacked iface holds no connection but the real
+ *                    one, its counters show a cookie per request, and its heap grows by less
+ *                    than 1 MiB (printed: the issue's "memory stays bounded" figure)
+ *   idle_cost        1,000 idle connections: heap per connection end, printed (bench/RESULTS.md)
+ *   cookie_replayed  a cookie sent to one requester does not open a connection for another
+ *                    uuid or connection id
+ */
+#include <arpa/inet.h>
+#include <malloc.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "fytest.h"
+#include "tl/tl.h"
+#include "tl/udp/udp.h"
+
+#define JOB_KEY 0x5eedf00dcafe0003ull
+
+static const fy_tl_component_t *tl;
+static fy_tl_md_t *md;
+static fy_tl_iface_t *ifa, *ifb;
+static fy_tl_ep_t *ep;
+static struct sockaddr_in to[2];
+static int sock;
+static uint64_t got, bad;
+
+static void am_cb(void *arg, uint8_t id, const void *data, size_t len)
+{
+    (void)arg;
+    (void)id;
+    uint64_t v[64];
+    if (len != sizeof(v)) {
+        bad++;
+        return;
+    }
+    memcpy(v, data, sizeof(v));
+    for (int i = 0; i < 64; i++)
+        if (v[i] != got * 64 + (uint64_t)i)
+            bad++;
+    got++;
+}
+
+static void err_cb(void *arg, fy_tl_ep_t *e, ferry_status_t status)
+{
+    (void)arg;
+    (void)e;
+    FYTEST_FAIL("the real connection failed: %s", ferry_status_string(status));
+}
+
+static void progress(void)
+{
+    tl->ops->iface_progress(ifa);
+    tl->ops->iface_progress(ifb);
+}
+
+static void open_pair(void)
+{
+    setenv("FERRY_UDP_IF_INCLUDE", "lo", 1);
+    setenv("FERRY_UDP_AF", "inet", 1);
+    tl = fy_tl_find("udp");
+    FY_ASSERT(tl != NULL);
+    FY_ASSERT_OK(tl->ops->md_open(tl, &md));
+    fy_tl_iface_params_t p = {
+        .device = "lo", .am_cb = am_cb, .err_cb = err_cb, .job_key = JOB_KEY, .worker_uuid = 1};
+    FY_ASSERT_OK(tl->ops->iface_open(md, &p, &ifa));
+    p.worker_uuid = 2;
+    FY_ASSERT_OK(tl->ops->iface_open(md, &p, &ifb));
+    uint8_t a_dev[64], a_if[64];
+    FY_ASSERT_OK(tl->ops->iface_get_address(ifa, a_dev, a_if));
+    fy_udp_dev_addr_t da;
+    fy_udp_iface_addr_t ia;
+    memcpy(&da, a_dev, sizeof(da));
+    memcpy(&ia, a_if, sizeof(ia));
+    for (int c = 0; c < 2; c++) {
+        to[c].sin_family = AF_INET;
+        memcpy(&to[c].sin_addr, da.ip.addr, 4);
+        to[c].sin_port = htons(c ? ia.data_port : ia.prio_port);
+    }
+    sock = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    FY_ASSERT(sock >= 0);
+    FY_ASSERT_OK(tl->ops->ep_create(ifb, a_dev, a_if, &ep));
+}
+
+static void close_pair(void)
+{
+    tl->ops->ep_destroy(ep);
+    tl->ops->iface_close(ifb);
+    tl->ops->iface_close(ifa);
+    tl->ops->md_close(md);
+    close(sock);
+}
+
+static uint64_t rng = 0x9e3779b97f4a7c15ull;
+static uint64_t rnd(void)
+{
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return rng;
+}
+
+static void forge_req(uint64_t uuid, uint32_t src_id, uint64_t cookie)
+{
+    uint8_t buf[FY_UDP_HDR_LEN + sizeof(fy_udp_conn_msg_t)];
+    fy_udp_hdr_t h;
+    fy_udp_conn_msg_t m;
+    memset(&h, 0, sizeof(h));
+    memset(&m, 0, sizeof(m));
+    h.job_key = JOB_KEY;
+    h.src_id = src_id;
+    h.type = FY_UDP_T_CONN_REQ;
+    h.version = FY_UDP_VERSION;
+    h.len = sizeof(m);
+    m.uuid = uuid;
+    m.prio_port = 9;
+    m.data_port = 9;
+    m.window = 64;
+    m.seg_size = 1472;
+    m.prio_mtu = 768;
+    m.credit = 1 << 20;
+    m.live_port = 9;
+    m.cookie = cookie;
+    memcpy(buf, &h, sizeof(h));
+    memcpy(buf + sizeof(h), &m, sizeof(m));
+    while (sendto(sock, buf, sizeof(buf), 0, (struct sockaddr *)&to[0], sizeof(to[0])) < 0)
+        tl->ops->iface_progress(ifa); /* our socket buffer is full: let the target read */
+}
+
+static void forge_junk(void)
+{
+    uint8_t buf[1400];
+    size_t len = 1 + rnd() % sizeof(buf);
+    for (size_t i = 0; i < len; i += 8) {
+        uint64_t r = rnd();
+        memcpy(buf + i, &r, FY_MIN((size_t)8, len - i));
+    }
+    if (rnd() % 2) { /* a valid key and version, so it gets past the first checks */
+        uint64_t k = JOB_KEY;
+        if (len >= FY_UDP_HDR_LEN) {
+            memcpy(buf, &k, 8);
+            buf[offsetof(fy_udp_hdr_t, version)] = FY_UDP_VERSION;
+        }
+    }
+    int c = (int)(rnd() % 2);
+    while (sendto(sock, buf, len, 0, (struct sockaddr *)&to[c], sizeof(to[c])) < 0)
+        tl->ops->iface_progress(ifa);
+}
+
+static void send_am(uint64_t n)
+{
+    uint64_t v[64];
+    for (int i = 0; i < 64; i++)
+        v[i] = n * 64 + (uint64_t)i;
+    struct iovec iov = {v, sizeof(v)};
+    while (tl->ops->am_bcopy(ep, 1, &iov, 1) == FERRY_ERR_NO_RESOURCE)
+        progress();
+}
+
+static void forged_requests(void)
+{
+    open_pair();
+    fy_udp_iface_t *a = (fy_udp_iface_t *)ifa;
+    send_am(0);
+    while (got < 1)
+        progress();
+    struct mallinfo2 mi0 = mallinfo2();
+    const unsigned nreq = 100000, njunk = 20000, nam = 2000;
+    uint64_t sent = 1;
+    for (unsigned i = 0; i < nreq; i++) {
+        forge_req(rnd() | 1, (uint32_t)rnd() | 1, i % 3 == 0 ? 0 : rnd());
+        if (i % 5 == 0)
+            forge_junk();
+        if (i % (nreq / nam) == 0)
+            send_am(sent++);
+        if (i % 16 == 0)
+            progress();
+    }
+    for (unsigned i = 0;
+         i < 100000 && (got < sent || fy_udp_conn(ep)->snd_una != fy_udp_conn(ep)->snd_nxt); i++)
+        progress();
+    for (unsigned i = 0; i < 1000; i++)
+        progress(); /* what is still in the socket */
+    struct mallinfo2 mi1 = mallinfo2();
+    long grew = (long)mi1.uordblks - (long)mi0.uordblks;
+    printf("forged_requests: %u forged requests + %u junk datagrams: heap %+ld bytes, "
+           "connections %u (passive %u), cookies sent %llu, refused %llu, dropped: bad key "
+           "%llu malformed %llu unknown ep %llu; %llu/%llu AMs intact\n",
+           nreq, njunk, grew, a->nconns, a->npassive, (unsigned long long)a->cookies_sent,
+           (unsigned long long)a->half_open_refused, (unsigned long long)a->drops_bad_key,
+           (unsigned long long)a->drops_malformed, (unsigned long long)a->drops_unknown_ep,
+           (unsigned long long)got, (unsigned long long)sent);
+    FY_ASSERT_EQ(bad, 0);
+    FY_ASSERT_EQ(got, sent);
+    FY_ASSERT_EQ(a->nconns, 1); /* the real one */
+    FY_ASSERT_EQ(a->npassive, 1);
+    FY_ASSERT_GE(a->cookies_sent, nreq / 2); /* most arrived (the socket may drop a few) */
+    FY_ASSERT_LT(grew, 1 << 20);
+    close_pair();
+}
+
+static void cookie_replayed(void)
+{
+    open_pair();
+    fy_udp_iface_t *a = (fy_udp_iface_t *)ifa;
+    send_am(0);
+    while (got < 1)
+        progress();
+    /* Ask as (uuid 77, connection 5) and take the cookie from the COOKIE answer. */
+    forge_req(77, 5, 0);
+    uint8_t buf[256];
+    ssize_t n = -1;
+    for (int i = 0; i < 100000 && n < 0; i++) {
+        progress();
+        n = recv(sock, buf, sizeof(buf), 0);
+    }
+    FY_ASSERT_EQ(n, FY_UDP_HDR_LEN + sizeof(fy_udp_cookie_t));
+    fy_udp_hdr_t h;
+    fy_udp_cookie_t c;
+    memcpy(&h, buf, sizeof(h));
+    memcpy(&c, buf + FY_UDP_HDR_LEN, sizeof(c));
+    FY_ASSERT_EQ(h.type, FY_UDP_T_COOKIE);
+    FY_ASSERT_EQ(h.dst_id, 5);
+    FY_ASSERT_EQ(a->nconns, 1); /* the request cost nothing */
+    uint64_t ck = c.cookie;
+    forge_req(78, 5, ck); /* another uuid */
+    forge_req(77, 6, ck); /* another connection id */
+    for (int i = 0; i < 200; i++)
+        progress();
+    FY_ASSERT_EQ(a->nconns, 1);
+    forge_req(77, 5, ck); /* the one it was made for: opens a (passive) connection */
+    for (int i = 0; i < 200 && a->nconns == 1; i++)
+        progress();
+    FY_ASSERT_EQ(a->nconns, 2);
+    FY_ASSERT_EQ(a->npassive, 2);
+    close_pair();
+}
+
+/* What an idle connection costs: n connections from b to a (n passive ones at a), all
+ * handshaken, one AM each, then idle; heap per connection end (bench/RESULTS.md). */
+static void idle_cost(void)
+{
+    open_pair();
+    fy_udp_iface_t *a = (fy_udp_iface_t *)ifa, *b = (fy_udp_iface_t *)ifb;
+    send_am(0);
+    while (got < 1)
+        progress();
+    const unsigned n = 1000;
+    static fy_tl_ep_t *eps[1000];
+    uint8_t a_dev[64], a_if[64];
+    FY_ASSERT_OK(tl->ops->iface_get_address(ifa, a_dev, a_if));
+    struct mallinfo2 mi0 = mallinfo2();
+    for (unsigned i = 0; i < n; i++)
+        FY_ASSERT_OK(tl->ops->ep_create(ifb, a_dev, a_if, &eps[i]));
+    unsigned connected = 0;
+    for (unsigned k = 0; k < 200000 && connected < n; k++) {
+        progress();
+        connected = 0;
+        for (unsigned i = 0; i < n; i++)
+            connected += fy_udp_conn(eps[i])->state == FY_UDP_CONN_CONNECTED;
+    }
+    FY_ASSERT_EQ(connected, n);
+    FY_ASSERT_EQ(a->nconns, n + 1);
+    struct mallinfo2 mi1 = mallinfo2();
+    double per = ((double)mi1.uordblks - (double)mi0.uordblks) / (2.0 * n);
+    printf("idle_cost: %u connections (both ends in this process): %.0f bytes of heap per "
+           "connection end (fy_udp_conn_t %zu, window array %zu)\n",
+           n, per, sizeof(fy_udp_conn_t), (size_t)a->wsize * sizeof(void *));
+    FY_ASSERT_LT(per, 64 * 1024);
+    for (unsigned i = 0; i < n; i++)
+        tl->ops->ep_destroy(eps[i]);
+    (void)b;
+    close_pair();
+}
+
+FYTEST_MAIN(FYTEST_CASE(forged_requests), FYTEST_CASE(cookie_replayed), FYTEST_CASE(idle_cost))

@@ -189,6 +189,7 @@ void ferry_worker_destroy(ferry_worker_t *w)
     free(w->eps);
     free(w->free_ids);
     free(w->address);
+    fy_wireup_cache_free(w);
     fy_mpool_destroy(&w->ops);
     fy_hash_destroy(&w->waiting);
     fy_hash_destroy(&w->by_peer);

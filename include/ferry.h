@@ -36,9 +36,12 @@
  * endpoint return FERRY_ERR_NO_RESOURCE: nothing was taken, no callback comes; progress the
  * worker (it drains as the peer reads) and send again.  Nothing already accepted is lost.  One
  * operation may pass the bound when the endpoint holds nothing else (a single message larger
- * than FERRY_MAX_QUEUED is accepted alone).  Besides, each transport has fixed bounded
- * buffers of its own that small messages are copied into (shm and self rings and buffer
- * pools, FERRY_TCP_TX_QUEUE, udp's window); they do not grow with the sender's rate.
+ * than FERRY_MAX_QUEUED is accepted alone).  A transport's copies that would grow with a
+ * stalled peer (self's buffer pool) are bounded by FERRY_MAX_QUEUED / 16 per interface.
+ * Besides, each transport has fixed buffers of its own, reserved when an interface opens and
+ * sized by its own variables (self's 256 KiB ring; shm's cell buffers and outbox, 10 MiB by
+ * default; FERRY_TCP_TX_QUEUE; udp's window): a stalled peer costs the sender at most
+ * FERRY_MAX_QUEUED + 1/16 + those.
  *
  * SIZES: an AM, tagged message, put or get may be of any size, whatever the transport's own
  * limits: above them ferry splits it (an AM into fragments the receiver gathers before the

@@ -135,10 +135,11 @@ typedef struct perf {
     ferry_context_t *context;
     ferry_worker_t *worker;
     ferry_world_t *world;
-    ferry_ep_t *ep; /* to the peer */
-    int own_ep;     /* ep created here (server/client), closed here */
-    int initiator;  /* 1: measures and prints; 0: responds */
-    int ep_failed;  /* the ep error handler fired */
+    ferry_ep_t *ep;   /* to the peer */
+    int own_ep;       /* ep created here (server/client), closed here */
+    int initiator;    /* 1: measures and prints; 0: responds */
+    int ep_failed;    /* the ep error handler fired */
+    int session_over; /* BYE answered: the peer may leave at once, its going is no error */
     unsigned verbose;
     uint64_t timeout_ns; /* a wait for the peer longer than this fails */
 

@@ -136,6 +136,8 @@ void perf_ep_err_cb(void *arg, ferry_ep_t *ep, ferry_status_t status)
 {
     perf_t *p = arg;
     p->ep_failed = 1;
+    if (p->session_over)
+        return; /* the client left once it had its answer: expected */
     fprintf(stderr, "ferry_perf: the connection to the peer failed: %s\n",
             ferry_status_string(status));
 }
@@ -499,6 +501,28 @@ static ferry_status_t responder_prepare(perf_t *p, const perf_ctrl_t *h, perf_pa
     return FERRY_OK;
 }
 
+/*
+ * Answer BYE and see the answer delivered.  The initiator may leave as soon as it has it (a
+ * client process exits), so from here its going is no error: the flush that delivers BYE_ACK
+ * ends when the peer has it, when the endpoint fails because the peer left, or after a grace
+ * of 2 s (a datagram peer that left before acknowledging); the endpoint is then closed by
+ * force, with nothing of the session left on it.
+ */
+static int responder_bye(perf_t *p)
+{
+    if (perf_ctrl_send(p, PERF_CTRL_BYE_ACK, NULL, 0, 0, NULL, 0) != FERRY_OK)
+        return 1;
+    p->session_over = 1;
+    ferry_status_t st = ferry_ep_flush(p->ep, aux_req(p));
+    if (st == FERRY_INPROGRESS) {
+        uint64_t t0 = perf_ticks();
+        while (p->aux.busy && !p->ep_failed && perf_ticks_to_ns(perf_ticks() - t0) < 2e9)
+            if (ferry_worker_wait(p->worker, 10) != FERRY_OK)
+                ferry_worker_progress(p->worker);
+    }
+    return 0;
+}
+
 int perf_session_responder(perf_t *p, perf_msg_t *hello)
 {
     perf_msg_t m;
@@ -513,7 +537,7 @@ int perf_session_responder(perf_t *p, perf_msg_t *hello)
             return 1;
         perf_msg_release(&m);
         if (m.hdr.type == PERF_CTRL_BYE)
-            return perf_ctrl_send(p, PERF_CTRL_BYE_ACK, NULL, 0, 0, NULL, 0) == FERRY_OK ? 0 : 1;
+            return responder_bye(p);
         if (m.hdr.type != PERF_CTRL_START) {
             fprintf(stderr, "ferry_perf: unexpected %s from the initiator\n",
                     ctrl_name(m.hdr.type));
@@ -543,7 +567,7 @@ void perf_cleanup(perf_t *p)
 {
     if (p->rkey != NULL)
         ferry_rkey_destroy(p->rkey);
-    if (p->own_ep && p->ep != NULL && !p->ep_failed)
+    if (p->own_ep && p->ep != NULL && !p->ep_failed && !(p->session_over && !p->initiator))
         wait_req(p, &p->aux, ferry_ep_close(p->ep, FERRY_EP_CLOSE_FLUSH, aux_req(p)),
                  "closing the endpoint");
     else if (p->own_ep && p->ep != NULL)

@@ -239,6 +239,7 @@ struct ferry_worker {
     uint32_t nfree;
     fy_hash_t by_src;  /* (peer uuid, peer ep id) -> ep, for FY_AM_F_SRC messages */
     fy_hash_t by_peer; /* peer uuid -> an ep to adopt or to pair (wireup.c), so neither scans */
+    struct fy_wireup_cache *wu_cache; /* the last address connected to, planned (wireup.c) */
     fy_list_t pending_eps;
     fy_queue_t completed; /* ops whose callback runs at the next progress */
     fy_mpool_t ops;
@@ -418,6 +419,7 @@ ferry_ep_t *fy_wireup_adopt(ferry_worker_t *w, const void *addr, size_t len);
 void fy_wireup_am_cb(void *arg, uint8_t am_id, const void *data, size_t len);
 ferry_ep_t *fy_wireup_find_src(ferry_worker_t *w, uint64_t uuid, uint32_t ep_id);
 void fy_wireup_forget(ferry_ep_t *ep);
+void fy_wireup_cache_free(ferry_worker_t *w);
 /* ep.c */
 ferry_status_t fy_ep_create_internal(ferry_worker_t *w, const void *addr, size_t len, int is_reply,
                                      ferry_ep_t **ep_p);

@@ -34,10 +34,52 @@
 
 #define MAX_FAILS 16
 
+/* A peer's address as given, shared by the endpoints created to it one after another. */
+typedef struct fy_peer_blob {
+    unsigned refs;
+    size_t len;
+    uint8_t bytes[];
+} fy_peer_blob_t;
+
+/*
+ * The last address this worker connected to, parsed and planned (without failures): an
+ * application creating endpoints to the same worker again and again (or a peer connecting to
+ * us again and again) parses and scores its address once.  The plan depends only on the two
+ * addresses and this worker's interfaces, which do not change; a choice that must depend on
+ * anything else (load, the number of endpoints on a rail) calls fy_wireup_cache_free first.
+ */
+struct fy_wireup_cache {
+    fy_peer_blob_t *blob; /* one reference; NULL: empty */
+    fy_remote_addr_t ra;  /* parsed over blob->bytes */
+    fy_lane_plan_t plan;  /* no failures, any local interface */
+};
+
+static void blob_put(fy_peer_blob_t *b)
+{
+    if (b != NULL && --b->refs == 0)
+        free(b);
+}
+
+void fy_wireup_cache_free(ferry_worker_t *w)
+{
+    if (w->wu_cache == NULL)
+        return;
+    blob_put(w->wu_cache->blob);
+    free(w->wu_cache);
+    w->wu_cache = NULL;
+}
+
+/*
+ * What an endpoint keeps to fall back on another candidate, while it waits for its answer.  It
+ * is small (a reference to the peer's address and a few words): the parsed address and the
+ * list of failed candidates, which are large, are made only when a lane fails, so an endpoint
+ * that never falls back pays for neither (100,000 endpoints to a worker offering every
+ * transport).
+ */
 typedef struct fy_wireup_state {
-    uint8_t *addr; /* the peer's address (ra points into it) */
-    fy_remote_addr_t ra;
-    fy_lane_fail_t fails[MAX_FAILS];
+    fy_peer_blob_t *blob;  /* the peer's address (one reference) */
+    fy_remote_addr_t *ra;  /* blob parsed: made at the first failure */
+    fy_lane_fail_t *fails; /* MAX_FAILS of them, made at the first failure */
     unsigned nfails;
     int lane_bit[FY_LANE_COUNT]; /* the (local, remote) pair of each lane */
     int hold;                    /* a hold op is in the pending queue */
@@ -45,6 +87,24 @@ typedef struct fy_wireup_state {
     uint64_t deadline;           /* no answer by then: the AM lane failed */
     fy_op_t *req_op;             /* a WIREUP_REQ the transport has not taken yet */
 } fy_wireup_state_t;
+
+/* The parsed address and the failure list, made when first needed; 0 when out of memory. */
+static int wu_grow(fy_wireup_state_t *wu)
+{
+    if (wu->fails == NULL && (wu->fails = calloc(MAX_FAILS, sizeof(*wu->fails))) == NULL)
+        return 0;
+    if (wu->ra == NULL) {
+        fy_remote_addr_t *ra = malloc(sizeof(*ra));
+        if (ra == NULL)
+            return 0;
+        if (fy_address_unpack(wu->blob->bytes, wu->blob->len, ra) != FERRY_OK) {
+            free(ra); /* parsed once already: cannot happen */
+            return 0;
+        }
+        wu->ra = ra;
+    }
+    return 1;
+}
 
 static uint64_t src_key(uint64_t uuid, uint32_t ep_id)
 {
@@ -97,6 +157,13 @@ static void add_fail(fy_lane_fail_t *fails, unsigned *nfails, unsigned bit, cons
     (*nfails)++;
 }
 
+/* Mark the candidate failed in the endpoint's state (out of memory: switch_lane fails it). */
+static void wu_fail(fy_wireup_state_t *wu, unsigned bit, const char *why)
+{
+    if (wu_grow(wu))
+        add_fail(wu->fails, &wu->nfails, bit, why);
+}
+
 /* Every rejected candidate and why, "; "-separated, for an error message. */
 static void plan_why(ferry_worker_t *w, const fy_remote_addr_t *ra, const fy_lane_plan_t *plan,
                      char *buf, size_t len)
@@ -142,11 +209,13 @@ static void log_plan(ferry_ep_t *ep, const fy_remote_addr_t *ra, const fy_lane_p
  * used and lane_bit the pair of each lane; FERRY_ERR_UNREACHABLE when no candidate is left.
  */
 static ferry_status_t choose(ferry_ep_t *ep, const fy_remote_addr_t *ra, fy_lane_fail_t *fails,
-                             unsigned *nfails, int only_local, fy_lane_plan_t *plan, int *lane_bit)
+                             unsigned *nfails, int only_local, fy_lane_plan_t *plan, int *lane_bit,
+                             int planned)
 {
     ferry_worker_t *w = ep->worker;
-    for (;;) {
-        fy_lanes_plan(w, ra, fails, *nfails, only_local, plan);
+    for (;; planned = 0) {
+        if (!planned)
+            fy_lanes_plan(w, ra, fails, *nfails, only_local, plan);
         if (plan->am < 0)
             return FERRY_ERR_UNREACHABLE;
         /* the lanes, then the extra rails (multi-rail, rails.c) */
@@ -225,50 +294,94 @@ static int is_loopback_dev(const fy_iface_t *fi)
     return 0;
 }
 
+/* The cache holding addr (parsed and planned), made anew when addr is another address. */
+static ferry_status_t cache_get(ferry_worker_t *w, const void *addr, size_t len,
+                                struct fy_wireup_cache **cache_p)
+{
+    struct fy_wireup_cache *c = w->wu_cache;
+    if (c != NULL && c->blob != NULL && c->blob->len == len &&
+        memcmp(c->blob->bytes, addr, len) == 0) {
+        *cache_p = c;
+        return FERRY_OK;
+    }
+    if (c == NULL && (c = w->wu_cache = calloc(1, sizeof(*c))) == NULL)
+        return FERRY_ERR_NO_MEMORY;
+    blob_put(c->blob);
+    c->blob = malloc(sizeof(*c->blob) + len);
+    if (c->blob == NULL)
+        return FERRY_ERR_NO_MEMORY;
+    c->blob->refs = 1;
+    c->blob->len = len;
+    memcpy(c->blob->bytes, addr, len);
+    ferry_status_t st = fy_address_unpack(c->blob->bytes, len, &c->ra);
+    if (st != FERRY_OK) {
+        blob_put(c->blob);
+        c->blob = NULL;
+        return st;
+    }
+    fy_lanes_plan(w, &c->ra, NULL, 0, -1, &c->plan);
+    *cache_p = c;
+    return FERRY_OK;
+}
+
 ferry_status_t fy_ep_connect(ferry_ep_t *ep, const void *addr, size_t len)
 {
     ferry_worker_t *w = ep->worker;
-    fy_wireup_state_t *wu = calloc(1, sizeof(*wu));
-    fy_lane_plan_t *plan = malloc(sizeof(*plan));
-    ferry_status_t st = FERRY_ERR_NO_MEMORY;
-    if (wu == NULL || plan == NULL || (wu->addr = malloc(len != 0 ? len : 1)) == NULL)
-        goto out;
-    if (addr != NULL)
-        memcpy(wu->addr, addr, len);
-    st = fy_address_unpack(addr != NULL ? wu->addr : NULL, len, &wu->ra);
+    fy_lane_fail_t fails[MAX_FAILS];
+    unsigned nfails = 0;
+    int lane_bit[FY_LANE_COUNT];
+    struct fy_wireup_cache *c = NULL;
+    ferry_status_t st =
+        addr != NULL && len != 0 ? cache_get(w, addr, len, &c) : FERRY_ERR_INVALID_PARAM;
+    if (st == FERRY_ERR_NO_MEMORY)
+        return st;
     if (st != FERRY_OK) {
         fy_error("ferry_ep_create: the worker address (%zu bytes) is malformed", len);
-        goto out;
+        return st;
     }
-    ep->remote_uuid = wu->ra.uuid;
-    st = choose(ep, &wu->ra, wu->fails, &wu->nfails, -1, plan, wu->lane_bit);
+    const fy_remote_addr_t *ra = &c->ra;
+    fy_lane_plan_t *plan = &c->plan;
+    fy_peer_blob_t *blob = c->blob;
+    blob->refs++; /* ours until the end, whatever the cache becomes */
+    ep->remote_uuid = ra->uuid;
+    st = choose(ep, ra, fails, &nfails, -1, plan, lane_bit, 1);
+    if (nfails != 0)
+        c->blob = NULL; /* choose planned again with failures: the plan is not the cached one */
     if (st != FERRY_OK) {
         char why[1024];
-        plan_why(w, &wu->ra, plan, why, sizeof(why));
+        plan_why(w, ra, plan, why, sizeof(why));
         fy_error("ferry_ep_create: no transport reaches worker %016llx (it offers %u "
                  "interface(s)): %s",
-                 (unsigned long long)wu->ra.uuid, wu->ra.niface,
-                 why[0] != '\0' ? why : "no candidate");
+                 (unsigned long long)ra->uuid, ra->niface, why[0] != '\0' ? why : "no candidate");
         goto out;
     }
-    log_plan(ep, &wu->ra, plan);
+    log_plan(ep, ra, plan);
     if (!ep->is_reply) {
         unsigned others = 0;
         for (unsigned k = 0; k < plan->ncand; k++)
             others += plan->cand[k].usable && (int)k != plan->am;
         /* Fallback state only where there is something to fall back to: with one candidate
-         * a failed lane fails the endpoint, and 100,000 endpoints cost no state each. */
+         * a failed lane fails the endpoint.  The state is small and shares the address. */
         if (others != 0) {
+            fy_wireup_state_t *wu = calloc(1, sizeof(*wu));
+            if (wu == NULL) {
+                st = FERRY_ERR_NO_MEMORY;
+                goto out;
+            }
+            wu->blob = blob;
+            blob->refs++;
+            memcpy(wu->lane_bit, lane_bit, sizeof(lane_bit));
             wu->hold = !is_loopback_dev(ep->lanes[FY_LANE_AM].iface);
+            /* candidates whose transport endpoint could not be made stay failed */
+            if (nfails != 0 && wu_grow(wu))
+                for (unsigned k = 0; k < nfails; k++)
+                    wu->fails[wu->nfails++] = fails[k];
             ep->wu = wu;
-            wu = NULL;
         }
     }
 out:
-    if (wu != NULL)
-        free(wu->addr);
-    free(wu);
-    free(plan);
+    blob->refs -= nfails != 0; /* the cache's reference, given up above */
+    blob_put(blob);
     return st;
 }
 
@@ -333,7 +446,9 @@ static void wireup_done(ferry_ep_t *ep)
         return;
     if (wu->req_op != NULL)
         fy_op_put(wu->req_op);
-    free(wu->addr);
+    blob_put(wu->blob);
+    free(wu->ra);
+    free(wu->fails);
     free(wu);
     ep->wu = NULL;
 }
@@ -367,8 +482,7 @@ static void send_req_now(ferry_ep_t *ep, fy_op_t *op)
         wu->req_op = op; /* retried by the hold */
     } else {
         fy_op_put(op);
-        add_fail(wu->fails, &wu->nfails, (unsigned)wu->lane_bit[FY_LANE_AM],
-                 ferry_status_string(st));
+        wu_fail(wu, (unsigned)wu->lane_bit[FY_LANE_AM], ferry_status_string(st));
         wu->switch_pending = 1;
     }
 }
@@ -381,7 +495,7 @@ static void fail_all(ferry_ep_t *ep)
     list[0] = '\0';
     for (unsigned k = 0; k < wu->nfails && o < sizeof(list); k++) {
         char name[160];
-        cand_label(ep->worker, &wu->ra, wu->fails[k].bit, name, sizeof(name));
+        cand_label(ep->worker, wu->ra, wu->fails[k].bit, name, sizeof(name));
         int n = snprintf(list + o, sizeof(list) - o, "%s%s: %s", k != 0 ? "; " : "", name,
                          wu->fails[k].why);
         o += n > 0 ? (size_t)n : 0;
@@ -395,13 +509,17 @@ static void fail_all(ferry_ep_t *ep)
 static void switch_lane(ferry_ep_t *ep)
 {
     fy_wireup_state_t *wu = ep->wu;
-    fy_lane_plan_t *plan = malloc(sizeof(*plan));
     if (wu->req_op != NULL) {
         fy_op_put(wu->req_op);
         wu->req_op = NULL;
     }
+    if (!wu_grow(wu)) {
+        fy_ep_fail(ep, FERRY_ERR_NO_MEMORY);
+        return;
+    }
+    fy_lane_plan_t *plan = malloc(sizeof(*plan));
     ferry_status_t st = plan != NULL
-                            ? choose(ep, &wu->ra, wu->fails, &wu->nfails, -1, plan, wu->lane_bit)
+                            ? choose(ep, wu->ra, wu->fails, &wu->nfails, -1, plan, wu->lane_bit, 0)
                             : FERRY_ERR_NO_MEMORY;
     if (st != FERRY_OK) {
         free(plan);
@@ -409,13 +527,13 @@ static void switch_lane(ferry_ep_t *ep)
         return;
     }
     char name[160], old[160] = "a lane";
-    cand_label(ep->worker, &wu->ra, (unsigned)wu->lane_bit[FY_LANE_AM], name, sizeof(name));
+    cand_label(ep->worker, wu->ra, (unsigned)wu->lane_bit[FY_LANE_AM], name, sizeof(name));
     if (wu->nfails != 0)
-        cand_label(ep->worker, &wu->ra, wu->fails[wu->nfails - 1].bit, old, sizeof(old));
+        cand_label(ep->worker, wu->ra, wu->fails[wu->nfails - 1].bit, old, sizeof(old));
     fy_info("endpoint %u to worker %016llx: %s failed (%s); trying %s", ep->id,
             (unsigned long long)ep->remote_uuid, old,
             wu->nfails != 0 ? wu->fails[wu->nfails - 1].why : "", name);
-    log_plan(ep, &wu->ra, plan);
+    log_plan(ep, wu->ra, plan);
     free(plan);
     fy_tag_ep_init(ep);
     wu->deadline = fy_time_ns() + ep->worker->ctx->opts.wireup_timeout_ns;
@@ -437,7 +555,7 @@ ferry_status_t fy_wireup_hold(fy_op_t *op)
         char why[48];
         snprintf(why, sizeof(why), "no answer in %.1f s",
                  (double)ep->worker->ctx->opts.wireup_timeout_ns / 1e9);
-        add_fail(wu->fails, &wu->nfails, (unsigned)wu->lane_bit[FY_LANE_AM], why);
+        wu_fail(wu, (unsigned)wu->lane_bit[FY_LANE_AM], why);
         wu->switch_pending = 1;
     }
     for (int tries = 0; wu->switch_pending && tries < MAX_FAILS; tries++) {
@@ -462,7 +580,7 @@ int fy_wireup_tl_failed(ferry_ep_t *ep, fy_tl_ep_t *tl_ep, ferry_status_t st)
             break;
     if (l == FY_LANE_COUNT)
         return 1; /* an endpoint of a lane given up already */
-    add_fail(wu->fails, &wu->nfails, (unsigned)wu->lane_bit[l], ferry_status_string(st));
+    wu_fail(wu, (unsigned)wu->lane_bit[l], ferry_status_string(st));
     wu->switch_pending = 1;
     /* The switch happens from the pending queue, outside the transport's callback. */
     if (!wu->hold) {
@@ -588,7 +706,7 @@ static void follow_iface(ferry_ep_t *ep, fy_iface_t *fi, const void *addr, size_
             add_fail(fails, &nfails, fy_lane_pair_bit(c->local, c->remote),
                      "the peer came in on another lane");
         }
-        if (choose(ep, ra, fails, &nfails, (int)fi->index, plan, lane_bit) == FERRY_OK) {
+        if (choose(ep, ra, fails, &nfails, (int)fi->index, plan, lane_bit, 0) == FERRY_OK) {
             fy_info("endpoint %u to worker %016llx: the peer came in on %s %s; answering there",
                     ep->id, (unsigned long long)ep->remote_uuid, fi->tl->name,
                     fi->tl_iface->dev_name);

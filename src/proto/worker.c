@@ -40,6 +40,7 @@ static ferry_status_t open_ifaces(ferry_worker_t *w)
                 .err_arg = fi,
                 .job_key = ctx->job_key,
                 .worker_uuid = w->uuid,
+                .tx_copy_max = ctx->opts.max_queued / 16,
             };
             ferry_status_t st = ctl->tl->ops->iface_open(ctl->md, &p, &fi->tl_iface);
             if (st != FERRY_OK) {
@@ -189,6 +190,7 @@ void ferry_worker_destroy(ferry_worker_t *w)
     free(w->eps);
     free(w->free_ids);
     free(w->address);
+    fy_wireup_cache_free(w);
     fy_mpool_destroy(&w->ops);
     fy_hash_destroy(&w->waiting);
     fy_hash_destroy(&w->by_peer);

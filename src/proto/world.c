@@ -178,7 +178,16 @@ void ferry_world_destroy(ferry_world_t *w)
         if (st != FERRY_OK)
             fy_debug("world: flushing the endpoint to rank %d: %s", r, ferry_status_string(st));
     }
-    if (w->info.size > 1) {
+    /* A rank whose endpoint failed cannot take part: the barrier that found it said so (one
+     * error); leaving says it once more as a warning, without a barrier bound to fail. */
+    int dead = -1;
+    for (int r = 0; r < w->info.size && dead < 0; r++)
+        if (w->ep_failed[r] != FERRY_OK)
+            dead = r;
+    if (dead >= 0) {
+        fy_warn("world: leaving without every rank (the endpoint to rank %d failed: %s)", dead,
+                ferry_status_string(w->ep_failed[dead]));
+    } else if (w->info.size > 1) {
         ferry_status_t st = ferry_world_barrier(w);
         if (st == FERRY_OK)
             st = fy_boot_barrier(w->boot);

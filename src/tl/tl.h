@@ -193,6 +193,14 @@ typedef struct fy_tl_iface_params {
     void *err_arg;
     uint64_t job_key;     /* carried by network transports; foreign keys are dropped */
     uint64_t worker_uuid; /* unique per worker in the job */
+    /* Bytes of copies the iface may hold for sends it completed (returned OK) and no peer
+     * has read yet, when they would grow with a peer that stops reading (a buffer pool): past
+     * it such sends return FERRY_ERR_NO_RESOURCE, except one alone.  Proto counts everything
+     * else it gave the transport (FERRY_MAX_QUEUED), and passes FERRY_MAX_QUEUED / 16 here.
+     * Buffers of a fixed size reserved at iface_open (rings, an outbox) are not counted: their
+     * size is the transport's configuration, documented with it.  0: the transport's own
+     * bound.  [back_pressure] */
+    size_t tx_copy_max;
 } fy_tl_iface_params_t;
 
 /* The bases each transport embeds as `super`. */

@@ -284,9 +284,15 @@ static int parse_enum(const char *s, const char *const *choices, int *out)
     const char *p = s, *e = s + strlen(s);
     trim(&p, &e);
     for (int i = 0; choices != NULL && choices[i] != NULL; i++) {
-        if (span_equals(p, e, choices[i])) {
-            *out = i;
-            return 1;
+        /* "name|alias|...": any spelling gives the choice (the first is the documented one) */
+        for (const char *a = choices[i]; *a != '\0';) {
+            const char *bar = strchr(a, '|');
+            size_t n = bar != NULL ? (size_t)(bar - a) : strlen(a);
+            if ((size_t)(e - p) == n && strncasecmp(p, a, n) == 0) {
+                *out = i;
+                return 1;
+            }
+            a += n + (bar != NULL);
         }
     }
     return 0;
@@ -413,7 +419,8 @@ static void format_choices(const char *const *choices, char *buf, size_t size)
         n++;
     for (int i = 0; i < n && o < size; i++) {
         const char *sep = i == 0 ? "" : i == n - 1 ? " or " : ", ";
-        int w = snprintf(buf + o, size - o, "%s%s", sep, choices[i]);
+        int w =
+            snprintf(buf + o, size - o, "%s%.*s", sep, (int)strcspn(choices[i], "|"), choices[i]);
         if (w < 0)
             break;
         o += (size_t)w;
@@ -660,7 +667,8 @@ static void format_value(const fy_config_field_t *f, const void *opts, char *buf
         int idx = *(const int *)src, n = 0;
         while (f->choices != NULL && f->choices[n] != NULL)
             n++;
-        snprintf(buf, size, "%s", idx >= 0 && idx < n ? f->choices[idx] : "?");
+        const char *c = idx >= 0 && idx < n ? f->choices[idx] : "?";
+        snprintf(buf, size, "%.*s", (int)strcspn(c, "|"), c);
         break;
     }
     case FY_CFG_LIST: {

@@ -14,7 +14,7 @@
  *   int    decimal (or 0x hex)                                       -> long
  *   uint   decimal (or 0x hex), no sign                               -> unsigned long
  *   double decimal                                                    -> double
- *   enum   one of the table's choices (case-insensitive)              -> int (index)
+ *   enum   one of the table's choices (case-insensitive; "a|b": b spells a too) -> int (index)
  *   string anything                                                   -> char * (owned)
  *   list   comma-separated names; a leading ^ excludes them instead   -> fy_config_list_t
  *          (names compare case-insensitively; the name "all" matches every name, so

@@ -4,6 +4,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "fytest.h"
 #include "ferry.h"
@@ -38,11 +39,42 @@ static inline void pair_progress(pair_t *p)
     ferry_worker_progress(p->w[1]);
 }
 
+static inline void pair_close_cb(ferry_request_t *req, ferry_status_t st)
+{
+    (void)st;
+    *(int *)req->user_data = 1;
+}
+
+/* Close both endpoints with a flush.  The flush needs the peer's answer (tcp, udp), and the
+ * peer is a worker of this process: both are progressed, never one alone in a blocking call. */
 static inline void pair_close(pair_t *p)
 {
+    ferry_request_t req[2];
+    int done[2] = {1, 1}, waited[2] = {0, 0};
+    for (int i = 0; i < 2; i++) {
+        if (p->ep[i] == NULL)
+            continue;
+        memset(&req[i], 0, sizeof(req[i]));
+        req[i].cb = pair_close_cb;
+        req[i].user_data = &done[i];
+        done[i] = 0;
+        ferry_status_t st = ferry_ep_close(p->ep[i], FERRY_EP_CLOSE_FLUSH, &req[i]);
+        waited[i] = st == FERRY_INPROGRESS;
+        if (!waited[i]) {
+            FY_ASSERT_OK(st);
+            done[i] = 1;
+        }
+    }
+    struct timespec t0, t;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    while (!(done[0] && done[1])) {
+        pair_progress(p);
+        clock_gettime(CLOCK_MONOTONIC, &t);
+        FY_ASSERT_MSG(t.tv_sec - t0.tv_sec < 30, "pair_close: a flush did not complete in 30 s");
+    }
     for (int i = 0; i < 2; i++)
-        if (p->ep[i] != NULL)
-            FY_ASSERT_OK(ferry_ep_close(p->ep[i], FERRY_EP_CLOSE_FLUSH, NULL));
+        if (waited[i])
+            FY_ASSERT_OK(req[i].status);
     for (int i = 0; i < 2; i++)
         ferry_worker_destroy(p->w[i]);
     ferry_context_destroy(p->ctx);

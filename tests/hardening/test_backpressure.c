@@ -7,6 +7,13 @@
  * must grow by less than FERRY_MAX_QUEUED + 10% meanwhile.  Then the receiver resumes, the
  * sender sends the rest (retrying on NO_RESOURCE), and every message arrives once, in order,
  * intact.  Run per transport (FERRY_TLS) from CMakeLists.txt.
+ *
+ * Over self the peer is a second worker of this process that is not progressed
+ * (stalled_worker): self's buffer pool must stay within the budget proto gives it
+ * (FERRY_MAX_QUEUED / 16), not its own 64 MiB.  FYTEST_BP_MSG sets the message size (shm: 64 KiB
+ * goes through the outbox) and FYTEST_BP_FIXED the transport's fixed buffers, reserved at
+ * interface open and documented with it (shm: its outbox and cell buffers), which the bound
+ * adds to FERRY_MAX_QUEUED + 10%.
  */
 #include <fcntl.h>
 #include <stdio.h>
@@ -32,7 +39,32 @@
 #else
 #define GROWTH_MAX ((long)MAX_QUEUED * 11 / 10)
 #endif
-enum { MSG = 4096, EXTRA = 3000 };
+enum { MSG_MAX = 1 << 20, EXTRA = 3000 };
+static size_t MSG = 4096;
+static long fixed_bytes; /* the transport's fixed buffers, FYTEST_BP_FIXED */
+
+static void read_sizes(void)
+{
+    const char *e = getenv("FYTEST_BP_MSG");
+    if (e != NULL)
+        MSG = (size_t)atol(e);
+    FY_ASSERT(MSG > 0 && MSG <= MSG_MAX);
+    e = getenv("FYTEST_BP_FIXED");
+    fixed_bytes = e != NULL ? atol(e) : 0;
+}
+
+/* Messages sent after the peer resumes: EXTRA of 4 KiB, as many bytes at other sizes. */
+static uint64_t extra_msgs(void)
+{
+    uint64_t n = (uint64_t)EXTRA * 4096 / MSG;
+    return n < 100 ? 100 : n;
+}
+
+static int over_self(void)
+{
+    const char *tls = getenv("FERRY_TLS");
+    return tls != NULL && strcmp(tls, "self") == 0;
+}
 
 static double now_s(void)
 {
@@ -136,6 +168,9 @@ static void receiver(int to_parent, int from_parent)
 
 static void stalled_peer(void)
 {
+    if (over_self())
+        return; /* a peer in another process: not over self (stalled_worker is) */
+    read_sizes();
     char v[32];
     snprintf(v, sizeof(v), "%u", MAX_QUEUED);
     setenv("FERRY_MAX_QUEUED", v, 1);
@@ -168,7 +203,7 @@ static void stalled_peer(void)
     for (int i = 0; i < 100; i++)
         ferry_worker_progress(w);
 
-    static uint8_t msg[MSG];
+    static uint8_t msg[MSG_MAX];
     long base = rss_bytes(), peak = base;
     uint64_t seq = 0;
     double deadline = now_s() + 20;
@@ -186,7 +221,7 @@ static void stalled_peer(void)
         if (seq % 64 == 0) {
             long r = rss_bytes();
             peak = r > peak ? r : peak;
-            FY_ASSERT_MSG(peak - base < GROWTH_MAX,
+            FY_ASSERT_MSG(peak - base < GROWTH_MAX + fixed_bytes,
                           "sender grew by %ld bytes with the peer stalled (limit %u)", peak - base,
                           MAX_QUEUED);
         }
@@ -211,11 +246,11 @@ static void stalled_peer(void)
            (unsigned long long)(seq - refused_at), (peak - base) / (double)(1 << 20),
            MAX_QUEUED / (double)(1 << 20));
     FY_ASSERT_LT(seq - refused_at, 64);
-    FY_ASSERT_LT(peak - base, GROWTH_MAX);
+    FY_ASSERT_LT(peak - base, GROWTH_MAX + fixed_bytes);
     FY_ASSERT_GT(refused_at * MSG, MAX_QUEUED / 2); /* the limit, not something smaller */
 
     /* the peer resumes: the rest goes through, retried on NO_RESOURCE */
-    uint64_t total = seq + EXTRA;
+    uint64_t total = seq + extra_msgs();
     write_all(p2c[1], &total, sizeof(total));
     deadline = now_s() + 30;
     while (seq < total && now_s() < deadline) {
@@ -242,4 +277,99 @@ static void stalled_peer(void)
     ferry_context_destroy(ctx);
 }
 
-FYTEST_MAIN(FYTEST_CASE(stalled_peer))
+/* ---- over self: the peer is a worker of this process that is not progressed ---- */
+
+static void stalled_worker(void)
+{
+    if (!over_self())
+        return;
+    read_sizes();
+    char v[32];
+    snprintf(v, sizeof(v), "%u", MAX_QUEUED);
+    setenv("FERRY_MAX_QUEUED", v, 1);
+    ferry_context_t *ctx;
+    ferry_worker_t *w, *peer;
+    ferry_ep_t *ep;
+    FY_ASSERT_OK(ferry_context_create(NULL, &ctx));
+    FY_ASSERT_OK(ferry_worker_create(ctx, NULL, &w));
+    FY_ASSERT_OK(ferry_worker_create(ctx, NULL, &peer));
+    FY_ASSERT_OK(ferry_worker_set_am_handler(peer, 1, on_msg, NULL));
+    char addr[4096];
+    size_t alen = sizeof(addr);
+    FY_ASSERT_OK(ferry_worker_get_address(peer, addr, &alen));
+    ferry_ep_params_t ep_params = {
+        .field_mask = FERRY_EP_FIELD_ADDRESS, .address = addr, .address_len = alen};
+    FY_ASSERT_OK(ferry_ep_create(w, &ep_params, &ep));
+    for (int i = 0; i < 100; i++) {
+        ferry_worker_progress(w);
+        ferry_worker_progress(peer);
+    }
+
+    static uint8_t msg[MSG_MAX];
+    long base = rss_bytes(), peak = base;
+    uint64_t seq = 0;
+    double deadline = now_s() + 20;
+    ferry_status_t st = FERRY_OK;
+    while (now_s() < deadline) {
+        fy_pattern(msg, MSG, (unsigned)seq);
+        st = ferry_am_send(ep, 1, &seq, sizeof(seq), msg, MSG, NULL);
+        ferry_worker_progress(w); /* the peer's worker: never, for now */
+        if (st == FERRY_ERR_NO_RESOURCE)
+            break;
+        FY_ASSERT_OK(st);
+        seq++;
+        if (seq % 64 == 0) {
+            long r = rss_bytes();
+            peak = r > peak ? r : peak;
+            FY_ASSERT_MSG(peak - base < GROWTH_MAX + fixed_bytes,
+                          "sender grew by %ld bytes with the peer stalled (limit %u)", peak - base,
+                          MAX_QUEUED);
+        }
+    }
+    FY_ASSERT_STATUS(st, FERRY_ERR_NO_RESOURCE);
+    uint64_t refused_at = seq;
+    for (int i = 0; i < 2000; i++) {
+        fy_pattern(msg, MSG, (unsigned)seq);
+        st = ferry_am_send(ep, 1, &seq, sizeof(seq), msg, MSG, NULL);
+        ferry_worker_progress(w);
+        if (st == FERRY_OK)
+            seq++;
+        else
+            FY_ASSERT_STATUS(st, FERRY_ERR_NO_RESOURCE);
+    }
+    long r = rss_bytes();
+    peak = r > peak ? r : peak;
+    printf("stalled worker: %llu messages (%.1f MiB) taken before NO_RESOURCE, %llu after; "
+           "sender grew %.1f MiB (limit %.1f MiB)\n",
+           (unsigned long long)refused_at, refused_at * (double)MSG / (1 << 20),
+           (unsigned long long)(seq - refused_at), (peak - base) / (double)(1 << 20),
+           MAX_QUEUED / (double)(1 << 20));
+    FY_ASSERT_LT(seq - refused_at, 64);
+    FY_ASSERT_LT(peak - base, GROWTH_MAX + fixed_bytes);
+    FY_ASSERT_GT(refused_at * MSG, MAX_QUEUED / 2);
+
+    /* the peer resumes: the rest goes through, every message once, in order, intact */
+    uint64_t total = seq + extra_msgs();
+    deadline = now_s() + 30;
+    while ((seq < total || rx_next < total) && rx_bad == 0 && now_s() < deadline) {
+        if (seq < total) {
+            fy_pattern(msg, MSG, (unsigned)seq);
+            st = ferry_am_send(ep, 1, &seq, sizeof(seq), msg, MSG, NULL);
+            if (st == FERRY_OK)
+                seq++;
+            else
+                FY_ASSERT_STATUS(st, FERRY_ERR_NO_RESOURCE);
+        }
+        ferry_worker_progress(w);
+        ferry_worker_progress(peer);
+    }
+    FY_ASSERT_EQ(seq, total);
+    FY_ASSERT_EQ(rx_bad, 0);
+    FY_ASSERT_EQ(rx_next, total);
+    FY_ASSERT_OK(ferry_ep_close(ep, FERRY_EP_CLOSE_FORCE, NULL));
+    ferry_worker_destroy(w);
+    ferry_worker_destroy(peer);
+    ferry_context_destroy(ctx);
+}
+
+FYTEST_MAIN(FYTEST_CASE(stalled_peer), FYTEST_CASE(stalled_worker))

@@ -314,6 +314,32 @@ static void perf_server_client(void)
     run_free(&r);
 }
 
+/* The same over tcp and udp, the network transports a client and server really use: the
+ * session ends cleanly on both sides (the server's endpoint used to fail with a reset on tcp,
+ * and wait out udp's peer timeout, once the client left with its answer). */
+static void perf_server_client_net(void)
+{
+    static const char *const tls[] = {"tcp", "udp"};
+    for (int i = 0; i < 2; i++) {
+        run_t r = runf(
+            "exec 3>&1; export FERRY_TLS=%s; tmp=$(mktemp); "
+            "%s -l -p 0 -T 40 > $tmp & srv=$!; "
+            "for i in $(seq 100); do grep -q 'listening on port' $tmp && break; sleep 0.1; done; "
+            "port=$(sed -n 's/.*listening on port //p' $tmp); "
+            "%s -T 40 -t am_lat -s 8 -n 200 -f csv 127.0.0.1:$port; rc=$?; "
+            "wait $srv; src=$?; rm -f $tmp; echo \"client=$rc server=$src\"; exit $rc",
+            tls[i], FERRY_PERF_BIN, FERRY_PERF_BIN);
+        ASSERT_EXIT(r, 0);
+        FY_ASSERT_MSG(strstr(r.out, "client=0 server=0") != NULL, "%s: %s\n%s", tls[i], r.out,
+                      r.err);
+        FY_ASSERT_MSG(count(r.out, "\nam_lat,8,200,1,one-way,") == 1, "%s: %s", tls[i], r.out);
+        FY_ASSERT_MSG(strstr(r.err, "server done (ok)") != NULL &&
+                          strstr(r.err, "failed") == NULL && strstr(r.err, "reset") == NULL,
+                      "%s: stderr:\n%s", tls[i], r.err);
+        run_free(&r);
+    }
+}
+
 static void perf_demo(void)
 {
     run_t r = runf("%s -n 2 " JOB "%s --demo", FERRYRUN_BIN, FERRY_PERF_BIN);
@@ -458,6 +484,6 @@ static void info_bad_options(void)
 
 FYTEST_MAIN(FYTEST_CASE(perf_am_lat_table), FYTEST_CASE(perf_am_bw_csv), FYTEST_CASE(perf_json),
             FYTEST_CASE(perf_every_test_checked), FYTEST_CASE(perf_server_client),
-            FYTEST_CASE(perf_demo), FYTEST_CASE(perf_bad_options), FYTEST_CASE(info_lists_self),
-            FYTEST_CASE(info_config), FYTEST_CASE(info_address), FYTEST_CASE(info_health),
-            FYTEST_CASE(info_bad_options))
+            FYTEST_CASE(perf_server_client_net), FYTEST_CASE(perf_demo),
+            FYTEST_CASE(perf_bad_options), FYTEST_CASE(info_lists_self), FYTEST_CASE(info_config),
+            FYTEST_CASE(info_address), FYTEST_CASE(info_health), FYTEST_CASE(info_bad_options))

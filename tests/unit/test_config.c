@@ -297,6 +297,59 @@ static void read_environment(void)
     close(fd);
 }
 
+/* "a|b" choices: both spellings select the choice; messages and listings show only the first.
+ * FERRY_TCP_AF and FERRY_UDP_AF take the same words (ipv4 / inet, ...) through it. */
+static const char *const af_choices[] = {"auto|any", "ipv4|inet", "ipv6|inet6", NULL};
+static const fy_config_field_t af_fields[] = {
+    FY_CONFIG_ENUM_FIELD("AF", "auto", "Family.", opts_t, mode, af_choices),
+};
+static const fy_config_table_t af_table = {"aftest", "AFTEST_", af_fields, 1};
+
+static void enum_spellings(void)
+{
+    opts_t o;
+    clear_ferry_env();
+    int saved = dup(2); /* the real stderr, for a failure's message */
+    FY_ASSERT(saved >= 0);
+    static const struct {
+        const char *v;
+        int idx;
+    } cases[] = {{"auto", 0}, {"any", 0}, {"ipv4", 1}, {"INET", 1}, {"ipv6", 2}, {"inet6", 2}};
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        FY_ASSERT_OK(fy_config_set(&af_table, &o, "AF", cases[i].v));
+        FY_ASSERT_EQ(o.mode, cases[i].idx);
+    }
+    int fd = capture_stderr();
+    FY_ASSERT_STATUS(fy_config_set(&af_table, &o, "AF", "ipv"), FERRY_ERR_BAD_CONFIG);
+    FY_ASSERT_STATUS(fy_config_set(&af_table, &o, "AF", "ipv4|inet"), FERRY_ERR_BAD_CONFIG);
+    const char *log = capture_read(fd);
+    dup2(saved, 2);
+    FY_ASSERT_MSG(strstr(log, "auto, ipv4 or ipv6") != NULL && strstr(log, "auto|") == NULL,
+                  "log: %s", log);
+    close(fd);
+
+    /* the transports' own tables: each family word in both variables is accepted */
+    static const char *const vars[] = {"FERRY_TCP_AF", "FERRY_UDP_AF"};
+    static const char *const words[] = {"ipv4", "inet", "auto", "any", "ipv6", "inet6"};
+    for (int v = 0; v < 2; v++) {
+        for (int k = 0; k < 6; k++) {
+            setenv(vars[v], words[k], 1);
+            setenv("FERRY_TLS", "self,tcp,udp", 1);
+            fd = capture_stderr();
+            ferry_context_t *ctx;
+            FY_ASSERT_OK(ferry_context_create(NULL, &ctx));
+            ferry_context_destroy(ctx);
+            log = capture_read(fd);
+            dup2(saved, 2);
+            FY_ASSERT_MSG(strstr(log, "not accepted") == NULL, "%s=%s: %s", vars[v], words[k], log);
+            close(fd);
+        }
+        unsetenv(vars[v]);
+    }
+    unsetenv("FERRY_TLS");
+    close(saved);
+}
+
 /* Each bad value: BAD_CONFIG, and an error naming the variable, the value, what is accepted. */
 static void bad_value_is_named(void)
 {
@@ -395,4 +448,4 @@ static void warn_unused(void)
 
 FYTEST_MAIN(FYTEST_CASE(sizes), FYTEST_CASE(times), FYTEST_CASE(bools), FYTEST_CASE(lists),
             FYTEST_CASE(read_environment), FYTEST_CASE(bad_value_is_named),
-            FYTEST_CASE(print_table), FYTEST_CASE(warn_unused))
+            FYTEST_CASE(print_table), FYTEST_CASE(warn_unused), FYTEST_CASE(enum_spellings))

@@ -159,6 +159,11 @@ static ferry_status_t self_iface_open(fy_tl_md_t *md, const fy_tl_iface_params_t
     fy_tl_iface_base_init(&si->super, md->component, md, params);
     si->port = p;
     si->cells = p->cells;
+    /* The pool grows only to the budget proto gives (a stalled peer costs the sender at most
+     * that, besides what proto counts), one buffer always allowed. */
+    si->flight_max = params->tx_copy_max != 0 && params->tx_copy_max < SELF_BUF_FLIGHT_MAX
+                         ? params->tx_copy_max
+                         : SELF_BUF_FLIGHT_MAX;
     fy_list_init(&si->zc_flight);
     fy_list_init(&si->eps);
     fy_list_init(&si->buf_flight);

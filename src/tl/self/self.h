@@ -103,7 +103,7 @@
 #define SELF_BUF_CLASSES    (SELF_BUF_MAX_SHIFT - SELF_BUF_MIN_SHIFT + 1)
 #define SELF_BUF_SLACK      256u
 #define SELF_BUF_HDR        64u         /* the buffer's header; data starts a cache line in */
-#define SELF_BUF_FLIGHT_MAX (64u << 20) /* buffer bytes out at once per interface */
+#define SELF_BUF_FLIGHT_MAX (64u << 20) /* buffer bytes out at once per interface, at most */
 #define SELF_BUF_IDLE_KEEP  (8u << 20)
 #define SELF_BUF_TRIM_NS    200000000ull
 #define SELF_ZC_FLIGHT_MAX  1024       /* zcopies out at once per interface */
@@ -220,6 +220,7 @@ typedef struct self_iface {
     fy_list_t buf_flight; /* self_buf_t out, in issue order */
     self_buf_t *buf_idle[SELF_BUF_CLASSES];
     size_t flight_bytes, idle_bytes;
+    size_t flight_max;   /* params.tx_copy_max, or SELF_BUF_FLIGHT_MAX */
     uint64_t buf_gets;   /* buffers taken from the pool so far */
     uint64_t trim_gets;  /* buf_gets when the trim clock started */
     uint64_t trim_since; /* when it started (ns), 0: not started */

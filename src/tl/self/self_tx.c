@@ -153,14 +153,14 @@ static self_buf_t *buf_get(self_iface_t *si, size_t len)
     si->buf_gets++;
     if (!fy_list_is_empty(&si->buf_flight))
         buf_reap(si, 0);
-    if (si->buf_idle[cls] == NULL && si->flight_bytes + cap > SELF_BUF_FLIGHT_MAX)
+    if (si->buf_idle[cls] == NULL && si->flight_bytes + cap > si->flight_max)
         buf_reap(si, 1);
     self_buf_t *b = si->buf_idle[cls];
     if (b != NULL) {
         si->buf_idle[cls] = b->next;
         si->idle_bytes -= cap;
     } else {
-        if (si->flight_bytes + cap > SELF_BUF_FLIGHT_MAX) {
+        if (si->flight_bytes != 0 && si->flight_bytes + cap > si->flight_max) {
             si->stats.tx_pool_empty++;
             return NULL;
         }

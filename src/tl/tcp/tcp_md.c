@@ -17,7 +17,8 @@
 
 /* ---- configuration ---------------------------------------------------------------------- */
 
-static const char *const af_choices[] = {"auto", "ipv4", "ipv6", NULL};
+/* ipv4/ipv6 as documented; inet/inet6 (FERRY_UDP_AF's old spelling) and any accepted too */
+static const char *const af_choices[] = {"auto|any", "ipv4|inet", "ipv6|inet6", NULL};
 
 static const fy_config_field_t tcp_config_fields[] = {
     FY_CONFIG_FIELD("IF_INCLUDE", "",
@@ -27,10 +28,12 @@ static const fy_config_field_t tcp_config_fields[] = {
                     FY_CFG_STRING, fy_tcp_config_t, if_include),
     FY_CONFIG_FIELD("IF_EXCLUDE", "", "Interfaces not to use, in the syntax of IF_INCLUDE.",
                     FY_CFG_STRING, fy_tcp_config_t, if_exclude),
-    FY_CONFIG_ENUM_FIELD("AF", "auto",
-                         "Address family of an interface that has both: auto (IPv4 first), "
-                         "ipv4 or ipv6 (the other family is then not used at all).",
-                         fy_tcp_config_t, af, af_choices),
+    FY_CONFIG_ENUM_FIELD(
+        "AF", "auto",
+        "Address family of an interface that has both: auto (IPv4 first), "
+        "ipv4 or ipv6 (the other family is then not used at all; also spelled any, inet, "
+        "inet6).",
+        fy_tcp_config_t, af, af_choices),
     FY_CONFIG_FIELD("LINKS", "0",
                     "TCP connections per peer (1-8); 0 = auto: 1 to a peer on this host (one "
                     "unpaced stream is fastest), 3 to another host (measured on the namespace "

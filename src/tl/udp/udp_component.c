@@ -14,7 +14,8 @@
 #include "tl/udp/udp.h"
 #include "util/log.h"
 
-static const char *const af_choices[] = {"any", "inet", "inet6", NULL};
+/* auto/ipv4/ipv6 as FERRY_TCP_AF spells them; any/inet/inet6 (the old spelling) accepted too */
+static const char *const af_choices[] = {"auto|any", "ipv4|inet", "ipv6|inet6", NULL};
 
 #define F(n, d, doc, t, m) FY_CONFIG_FIELD(n, d, doc, t, fy_udp_opts_t, m)
 static const fy_config_field_t udp_fields[] = {
@@ -25,9 +26,9 @@ static const fy_config_field_t udp_fields[] = {
       FY_CFG_STRING, if_include),
     F("IF_EXCLUDE", "", "Interfaces not to use, in the same syntax as IF_INCLUDE.", FY_CFG_STRING,
       if_exclude),
-    FY_CONFIG_ENUM_FIELD("AF", "any",
-                         "Address family of the interface address: any (IPv4 "
-                         "first), inet or inet6.",
+    FY_CONFIG_ENUM_FIELD("AF", "auto",
+                         "Address family of the interface address: auto (IPv4 "
+                         "first), ipv4 or ipv6 (also spelled any, inet, inet6).",
                          fy_udp_opts_t, af, af_choices),
     F("MTU", "0",
       "Largest data-channel datagram (IP packet) size; 0 takes the interface "

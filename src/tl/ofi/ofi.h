@@ -29,9 +29,11 @@
 #include "tl/tl.h"
 #include "util/list.h"
 
-#define FY_OFI_NAME_MAX  56         /* bytes of an endpoint name carried in the iface address */
-#define FY_OFI_MSG_MAX   8192       /* largest AM on the wire, header included (receive slot) */
-#define FY_OFI_RX_SLOTS  64         /* receive buffers without FI_MULTI_RECV */
+#define FY_OFI_NAME_MAX  56    /* bytes of an endpoint name carried in the iface address */
+#define FY_OFI_MSG_MAX   65536 /* largest AM on the wire, header included (receive slot) */
+#define FY_OFI_BCOPY     8192  /* am_bcopy on the wire, header included (the op buffer) */
+#define FY_OFI_BBUF      (FY_OFI_BCOPY + 256)
+#define FY_OFI_RX_SLOTS  32         /* receive buffers without FI_MULTI_RECV */
 #define FY_OFI_MULTI_RX  (1u << 20) /* one FI_MULTI_RECV buffer */
 #define FY_OFI_NUM_MULTI 2
 
@@ -153,6 +155,7 @@ struct fy_ofi_ep {
     int destroyed;            /* ep_destroy ran during that walk: free it after */
     ferry_status_t deferred;  /* error for the next flush (an op without a completion) */
     unsigned writes, injects; /* since the last flush: what a flush must cover */
+    unsigned unflushed;       /* any operation since the last flush (read-after-write) */
     uint64_t tx_msgs, tx_bytes, rx_msgs;
 };
 

@@ -39,6 +39,12 @@ static inline fy_ofi_iface_t *ep_iface(fy_ofi_ep_t *ep)
     return (fy_ofi_iface_t *)ep->super.iface;
 }
 
+/* iov entries of the caller's (one more goes to the header) */
+static size_t max_iov(const fy_ofi_iface_t *iface)
+{
+    return iface->max_iov > 1 ? iface->max_iov - 1 : 1;
+}
+
 static uint64_t dc_flags(fy_ofi_iface_t *iface)
 {
     return FI_COMPLETION | (iface->md->delivery ? FI_DELIVERY_COMPLETE : 0);
@@ -104,6 +110,7 @@ ferry_status_t fy_ofi_ep_get_stats(fy_tl_ep_t *super, ferry_ep_stats_t *stats)
 static void track(fy_ofi_ep_t *ep, fy_ofi_op_t *op)
 {
     op->posted = 1;
+    ep->unflushed++;
     fy_list_add_tail(&ep->ops, &op->elem);
 }
 
@@ -133,7 +140,7 @@ static ferry_status_t send_iov(fy_ofi_ep_t *ep, fy_ofi_op_t *op, struct iovec *v
 static int bbuf(fy_ofi_op_t *op)
 {
     if (op->bbuf == NULL)
-        op->bbuf = malloc(FY_OFI_MSG_MAX);
+        op->bbuf = malloc(FY_OFI_BBUF);
     return op->bbuf != NULL;
 }
 
@@ -149,7 +156,8 @@ ferry_status_t fy_ofi_am_bcopy(fy_tl_ep_t *super, uint8_t id, const struct iovec
     fy_ofi_ep_t *ep = (fy_ofi_ep_t *)super;
     fy_ofi_iface_t *iface = ep_iface(ep);
     size_t len = fy_iov_total(iov, iovcnt);
-    if (id > FY_TL_AM_ID_MAX || len > FY_OFI_MSG_MAX - sizeof(fy_ofi_hdr_t))
+    if (id > FY_TL_AM_ID_MAX || len > FY_OFI_BCOPY - sizeof(fy_ofi_hdr_t) ||
+        iovcnt > max_iov(iface))
         return FERRY_ERR_INVALID_PARAM;
     if (ep->failed != FERRY_OK)
         return ep->failed;
@@ -177,15 +185,15 @@ ferry_status_t fy_ofi_am_short(fy_tl_ep_t *super, uint8_t id, const struct iovec
     fy_ofi_ep_t *ep = (fy_ofi_ep_t *)super;
     fy_ofi_iface_t *iface = ep_iface(ep);
     size_t len = fy_iov_total(iov, iovcnt);
-    size_t inj = iface->inject_size > FY_OFI_MSG_MAX ? FY_OFI_MSG_MAX : iface->inject_size;
+    size_t inj = iface->inject_size > FY_OFI_BCOPY ? FY_OFI_BCOPY : iface->inject_size;
     size_t max = inj >= 64 + sizeof(fy_ofi_hdr_t) ? inj - sizeof(fy_ofi_hdr_t) : 64;
-    if (id > FY_TL_AM_ID_MAX || len > max)
+    if (id > FY_TL_AM_ID_MAX || len > max || iovcnt > max_iov(iface))
         return FERRY_ERR_INVALID_PARAM;
     if (ep->failed != FERRY_OK)
         return ep->failed;
     if (len + sizeof(fy_ofi_hdr_t) > inj)
         return fy_ofi_am_bcopy(super, id, iov, iovcnt);
-    uint8_t buf[FY_OFI_MSG_MAX];
+    uint8_t buf[FY_OFI_BCOPY];
     put_hdr(iface, buf, FY_OFI_AM, id);
     fy_iov_gather(buf + sizeof(fy_ofi_hdr_t), iov, iovcnt);
     ssize_t ret = fi_inject(iface->ep, buf, len + sizeof(fy_ofi_hdr_t), ep->addr);
@@ -196,6 +204,7 @@ ferry_status_t fy_ofi_am_short(fy_tl_ep_t *super, uint8_t id, const struct iovec
         return fy_ofi_status((int)ret);
     }
     ep->injects++;
+    ep->unflushed++;
     ep->tx_msgs++;
     ep->tx_bytes += len;
     return FERRY_OK;
@@ -207,8 +216,7 @@ ferry_status_t fy_ofi_am_zcopy(fy_tl_ep_t *super, uint8_t id, const void *hdr, s
     fy_ofi_ep_t *ep = (fy_ofi_ep_t *)super;
     fy_ofi_iface_t *iface = ep_iface(ep);
     size_t len = fy_iov_total(iov, iovcnt);
-    size_t max_iov = iface->max_iov > 1 ? iface->max_iov - 1 : 1;
-    if (id > FY_TL_AM_ID_MAX || hdr_len > 256 || iovcnt > max_iov || comp == NULL ||
+    if (id > FY_TL_AM_ID_MAX || hdr_len > 256 || iovcnt > max_iov(iface) || comp == NULL ||
         hdr_len + len > FY_OFI_MSG_MAX - sizeof(fy_ofi_hdr_t))
         return FERRY_ERR_INVALID_PARAM;
     if (ep->failed != FERRY_OK)
@@ -255,9 +263,8 @@ static ferry_status_t rma(fy_ofi_ep_t *ep, int write, const struct iovec *iov, s
                           uint64_t remote_addr, const void *rkey, fy_tl_comp_t *comp)
 {
     fy_ofi_iface_t *iface = ep_iface(ep);
-    size_t max_iov = iface->max_iov > 1 ? iface->max_iov - 1 : 1;
     size_t len = fy_iov_total(iov, iovcnt);
-    if (comp == NULL || iovcnt > max_iov || len > iface->max_msg || len > (1ull << 30))
+    if (comp == NULL || iovcnt > max_iov(iface) || len > iface->max_msg || len > (1ull << 30))
         return FERRY_ERR_INVALID_PARAM;
     uint64_t addr;
     ferry_status_t st = rma_check(rkey, remote_addr, len,
@@ -417,13 +424,14 @@ ferry_status_t fy_ofi_ep_flush(fy_tl_ep_t *super, fy_tl_comp_t *comp)
     fy_ofi_iface_t *iface = ep_iface(ep);
     if (ep->failed != FERRY_OK)
         return ep->failed;
-    int need_read = !iface->md->delivery && ep->writes > 0;
+    /* read after write: the read covers every send and write before it */
+    int need_read = !iface->md->delivery && ep->unflushed > 0;
     if (fy_list_is_empty(&ep->ops) && ep->injects == 0 && !need_read) {
         ferry_status_t st = ep->deferred;
         ep->deferred = FERRY_OK;
         return st;
     }
-    if (ep->injects > 0) {
+    if (ep->injects > 0 && iface->md->delivery) {
         ferry_status_t st = post_probe(ep);
         if (st != FERRY_OK)
             return st;
@@ -435,11 +443,12 @@ ferry_status_t fy_ofi_ep_flush(fy_tl_ep_t *super, fy_tl_comp_t *comp)
         return comp == NULL ? FERRY_ERR_NO_RESOURCE : FERRY_ERR_NO_MEMORY;
     fy_list_add_tail(&ep->ops, &op->elem);
     if (need_read) {
-        ep->writes = 0;
+        ep->unflushed = 0;
+        ep->injects = 0;
         fy_ofi_post_flush_read(iface, op);
     }
     if (comp == NULL)
-        return FERRY_ERR_NO_RESOURCE; /* "not yet": the marker carries the read, if any */
+        return FERRY_ERR_NO_RESOURCE; /* "not yet": the marker carries the read */
     if (ep->ops.next == &op->elem && !op->posted && !op->need_read) {
         ferry_status_t st = op->status != FERRY_OK ? op->status : ep->deferred;
         ep->deferred = FERRY_OK;

@@ -576,9 +576,9 @@ void fy_ofi_iface_query(fy_tl_iface_t *super, fy_tl_iface_attr_t *attr)
     attr->latency_ns = md->cfg.latency_ns > 0 ? md->cfg.latency_ns : lat;
     attr->bandwidth = md->cfg.bandwidth > 0 ? md->cfg.bandwidth : bw;
     attr->overhead_ns = 1000;
-    size_t inj = iface->inject_size > FY_OFI_MSG_MAX ? FY_OFI_MSG_MAX : iface->inject_size;
+    size_t inj = iface->inject_size > FY_OFI_BCOPY ? FY_OFI_BCOPY : iface->inject_size;
     attr->max_short = inj >= 64 + sizeof(fy_ofi_hdr_t) ? inj - sizeof(fy_ofi_hdr_t) : 64;
-    attr->max_bcopy = FY_OFI_MSG_MAX - sizeof(fy_ofi_hdr_t);
+    attr->max_bcopy = FY_OFI_BCOPY - sizeof(fy_ofi_hdr_t);
     attr->max_zcopy = FY_OFI_MSG_MAX - sizeof(fy_ofi_hdr_t);
     attr->max_zcopy_hdr = 256;
     attr->max_put_short = 0;

@@ -10,6 +10,12 @@
  * the provider has it; a provider bound by IP address is bound to 127.0.0.1 (FI_SOURCE) so
  * ferry's ofi traffic stays on this host, which is all this transport claims to reach.
  *
+ * FLUSH.  Where the provider orders a read after earlier sends and writes (FI_ORDER_RAW |
+ * FI_ORDER_RAS: rxm, rxd), a flush reads 8 bytes from the peer and its completion proves the
+ * peer took everything before it; rxm completes an eager send with FI_DELIVERY_COMPLETE before
+ * the peer's process has seen it, so the read is preferred.  Elsewhere (shm) every operation
+ * is posted with FI_DELIVERY_COMPLETE, where offered.
+ *
  * MEMORY.  The hints accept FI_MR_VIRT_ADDR, FI_MR_ALLOCATED and FI_MR_PROV_KEY: without
  * VIRT_ADDR a remote address is an offset from the registration's base; without PROV_KEY
  * ferry requests its own keys (a counter per domain).  The rkey carries base, length, key and
@@ -46,8 +52,8 @@ static const fy_config_field_t ofi_config_fields[] = {
     FY_CONFIG_FIELD("MULTI_RECV", "y", "Receive into FI_MULTI_RECV buffers where offered.",
                     FY_CFG_BOOL, fy_ofi_config_t, multi_recv),
     FY_CONFIG_FIELD("DELIVERY_COMPLETE", "y",
-                    "Ask for FI_DELIVERY_COMPLETE where offered; otherwise a flush reads from "
-                    "the peer after writes (read after write) and sends a probe after sends.",
+                    "Where the provider does not order reads after sends and writes (for the "
+                    "flush's read), ask for FI_DELIVERY_COMPLETE if it offers it.",
                     FY_CFG_BOOL, fy_ofi_config_t, delivery),
     FY_CONFIG_FIELD("LATENCY", "0",
                     "One-way latency in ns reported to lane selection; 0 = built-in estimate.",
@@ -135,7 +141,7 @@ static int prov_rank(const char *prov)
     return 0;
 }
 
-static struct fi_info *base_hints(const char *prov, uint64_t caps, int delivery)
+static struct fi_info *base_hints(const char *prov, uint64_t caps, int delivery, int raw)
 {
     struct fi_info *h = fi_allocinfo();
     if (h == NULL)
@@ -145,8 +151,9 @@ static struct fi_info *base_hints(const char *prov, uint64_t caps, int delivery)
     h->ep_attr->type = FI_EP_RDM;
     h->domain_attr->mr_mode = FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY;
     h->domain_attr->threading = FI_THREAD_DOMAIN;
-    h->tx_attr->msg_order = FI_ORDER_SAS;
-    h->rx_attr->msg_order = FI_ORDER_SAS;
+    uint64_t order = FI_ORDER_SAS | (raw ? FI_ORDER_RAW | FI_ORDER_RAS : 0);
+    h->tx_attr->msg_order = order;
+    h->rx_attr->msg_order = order;
     if (delivery)
         h->tx_attr->op_flags = FI_DELIVERY_COMPLETE;
     if (prov != NULL)
@@ -155,9 +162,9 @@ static struct fi_info *base_hints(const char *prov, uint64_t caps, int delivery)
 }
 
 /* The fi_info for one provider, bound to 127.0.0.1 where it takes an IP address. */
-static struct fi_info *provider_info(const char *prov, uint64_t caps, int delivery)
+static struct fi_info *provider_info(const char *prov, uint64_t caps, int delivery, int raw)
 {
-    struct fi_info *h = base_hints(prov, caps, delivery), *info = NULL;
+    struct fi_info *h = base_hints(prov, caps, delivery, raw), *info = NULL;
     if (h == NULL)
         return NULL;
     int ret = fi_getinfo(FY_OFI_API, NULL, NULL, 0, h, &info);
@@ -192,7 +199,7 @@ static unsigned list_providers(const char *filter, prov_cand_t *out, unsigned ma
             return 0;
         lp = &list;
     }
-    struct fi_info *h = base_hints(NULL, FI_MSG | FI_RMA, 0), *info = NULL;
+    struct fi_info *h = base_hints(NULL, FI_MSG | FI_RMA, 0, 0), *info = NULL;
     unsigned n = 0;
     if (h != NULL && fi_getinfo(FY_OFI_API, NULL, NULL, 0, h, &info) == 0) {
         for (struct fi_info *i = info; i != NULL; i = i->next) {
@@ -235,18 +242,20 @@ static unsigned list_providers(const char *filter, prov_cand_t *out, unsigned ma
     return n;
 }
 
-/* The best info for one provider: atomics and delivery completion where it has them. */
+/* The best info for one provider: reads ordered after sends and writes (the flush's read)
+ * first, else delivery completion; atomics where it has them with that. */
 static struct fi_info *best_info(const char *prov, int want_delivery, int *delivery)
 {
     static const uint64_t caps[] = {FI_MSG | FI_RMA | FI_ATOMIC, FI_MSG | FI_RMA};
-    for (int d = want_delivery ? 1 : 0; d >= 0; d--)
-        for (size_t c = 0; c < 2; c++) {
-            struct fi_info *i = provider_info(prov, caps[c], d);
-            if (i != NULL) {
-                *delivery = d;
-                return i;
+    for (int raw = 1; raw >= 0; raw--)
+        for (size_t c = 0; c < 2; c++)
+            for (int d = want_delivery && !raw ? 1 : 0; d >= 0; d--) {
+                struct fi_info *i = provider_info(prov, caps[c], d, raw);
+                if (i != NULL) {
+                    *delivery = d;
+                    return i;
+                }
             }
-        }
     return NULL;
 }
 

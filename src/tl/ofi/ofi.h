@@ -135,6 +135,9 @@ typedef struct fy_ofi_op {
     uint8_t posted;    /* libfabric holds it (a completion will come) */
     uint8_t need_read; /* flush: a read-after-write still to post */
     uint8_t counted;   /* holds a slot of iface->inflight */
+    uint8_t queued;    /* a send libfabric refused (-FI_EAGAIN): posted later, in order */
+    uint8_t niov;
+    struct iovec iov[8]; /* a queued send's gather list */
     ferry_status_t status;
     uint64_t operand, compare, result; /* atomics */
     void *result_dst;
@@ -156,6 +159,7 @@ struct fy_ofi_ep {
     ferry_status_t deferred;  /* error for the next flush (an op without a completion) */
     unsigned writes, injects; /* since the last flush: what a flush must cover */
     unsigned unflushed;       /* any operation since the last flush (read-after-write) */
+    unsigned nqueued;         /* queued sends: later sends queue behind them */
     uint64_t tx_msgs, tx_bytes, rx_msgs;
 };
 
@@ -213,6 +217,7 @@ void fy_ofi_op_done(fy_ofi_iface_t *iface, fy_ofi_op_t *op, ferry_status_t st);
 void fy_ofi_ep_fail(fy_ofi_ep_t *ep, ferry_status_t st);
 void fy_ofi_ep_drain(fy_ofi_ep_t *ep);
 int fy_ofi_post_flush_read(fy_ofi_iface_t *iface, fy_ofi_op_t *op);
+int fy_ofi_ep_retry(fy_ofi_ep_t *ep);
 
 /* ofi_ep.c */
 ferry_status_t fy_ofi_ep_create(fy_tl_iface_t *iface, const void *dev_addr, const void *iface_addr,

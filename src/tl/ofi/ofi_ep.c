@@ -125,16 +125,68 @@ static ferry_status_t posted_status(fy_ofi_iface_t *iface, fy_ofi_op_t *op, ssiz
     return fy_ofi_status((int)ret);
 }
 
-static ferry_status_t send_iov(fy_ofi_ep_t *ep, fy_ofi_op_t *op, struct iovec *v, size_t n)
+static ssize_t post_send(fy_ofi_ep_t *ep, fy_ofi_op_t *op, const struct iovec *v, size_t n)
 {
     fy_ofi_iface_t *iface = ep_iface(ep);
     struct fi_msg m = {
         .msg_iov = v, .desc = NULL, .iov_count = n, .addr = ep->addr, .context = &op->ctx};
-    ssize_t ret = fi_sendmsg(iface->ep, &m, dc_flags(iface));
+    return fi_sendmsg(iface->ep, &m, dc_flags(iface));
+}
+
+/* Send now, or queue behind earlier queued sends (AM order): a send libfabric refuses with
+ * -FI_EAGAIN is queued and posted from progress, so it is never dropped and never reordered;
+ * the op limit (FERRY_OFI_TX_OPS) is what says NO_RESOURCE to the caller. */
+static ferry_status_t send_iov(fy_ofi_ep_t *ep, fy_ofi_op_t *op, const struct iovec *v, size_t n)
+{
+    fy_ofi_iface_t *iface = ep_iface(ep);
+    ssize_t ret = ep->nqueued > 0 ? -FI_EAGAIN : post_send(ep, op, v, n);
+    if (ret == -FI_EAGAIN) {
+        for (size_t i = 0; i < n; i++)
+            op->iov[i] = v[i];
+        op->niov = (uint8_t)n;
+        op->queued = 1;
+        ep->nqueued++;
+        iface->eagain = 1;
+        ep->unflushed++;
+        fy_list_add_tail(&ep->ops, &op->elem);
+        return FERRY_OK;
+    }
     ferry_status_t st = posted_status(iface, op, ret);
     if (st == FERRY_OK)
         track(ep, op);
     return st;
+}
+
+/* From progress: post what was queued, in order, until libfabric is busy again.  Returns 1
+ * when the ep failed (callbacks ran). */
+int fy_ofi_ep_retry(fy_ofi_ep_t *ep)
+{
+    fy_ofi_iface_t *iface = ep_iface(ep);
+    fy_list_t *e;
+    fy_list_for_each(e, &ep->ops)
+    {
+        fy_ofi_op_t *op = fy_container_of(e, fy_ofi_op_t, elem);
+        if (op->queued) {
+            ssize_t ret = post_send(ep, op, op->iov, op->niov);
+            if (ret == -FI_EAGAIN) {
+                iface->eagain = 1;
+                return 0;
+            }
+            op->queued = 0;
+            ep->nqueued--;
+            if (ret != 0) { /* the peer cannot be reached: the ep fails, like a send */
+                fy_debug("ofi: a queued send failed: %s", fi_strerror((int)-ret));
+                iface->eagain = 1;
+                fy_ofi_ep_fail(ep, fy_ofi_status((int)ret));
+                return 1;
+            }
+            op->posted = 1;
+        } else if (op->kind == FY_OFI_OP_FLUSH && op->need_read && !op->posted) {
+            if (fy_ofi_post_flush_read(iface, op) == -FI_EAGAIN)
+                return 0;
+        }
+    }
+    return 0;
 }
 
 static int bbuf(fy_ofi_op_t *op)
@@ -191,14 +243,14 @@ ferry_status_t fy_ofi_am_short(fy_tl_ep_t *super, uint8_t id, const struct iovec
         return FERRY_ERR_INVALID_PARAM;
     if (ep->failed != FERRY_OK)
         return ep->failed;
-    if (len + sizeof(fy_ofi_hdr_t) > inj)
+    if (len + sizeof(fy_ofi_hdr_t) > inj || ep->nqueued > 0)
         return fy_ofi_am_bcopy(super, id, iov, iovcnt);
     uint8_t buf[FY_OFI_BCOPY];
     put_hdr(iface, buf, FY_OFI_AM, id);
     fy_iov_gather(buf + sizeof(fy_ofi_hdr_t), iov, iovcnt);
     ssize_t ret = fi_inject(iface->ep, buf, len + sizeof(fy_ofi_hdr_t), ep->addr);
     if (ret == -FI_EAGAIN)
-        return FERRY_ERR_NO_RESOURCE;
+        return fy_ofi_am_bcopy(super, id, iov, iovcnt); /* queued in order */
     if (ret != 0) {
         fy_debug("ofi: fi_inject: %s", fi_strerror((int)-ret));
         return fy_ofi_status((int)ret);
@@ -445,7 +497,12 @@ ferry_status_t fy_ofi_ep_flush(fy_tl_ep_t *super, fy_tl_comp_t *comp)
     if (need_read) {
         ep->unflushed = 0;
         ep->injects = 0;
-        fy_ofi_post_flush_read(iface, op);
+        if (ep->nqueued > 0) { /* posted after the queued sends, from progress */
+            op->need_read = 1;
+            iface->eagain = 1;
+        } else {
+            fy_ofi_post_flush_read(iface, op);
+        }
     }
     if (comp == NULL)
         return FERRY_ERR_NO_RESOURCE; /* "not yet": the marker carries the read */

@@ -163,6 +163,7 @@ static void ep_cancel_all(fy_ofi_ep_t *ep, ferry_status_t st)
         fy_tl_comp_t *comp = op->comp;
         op->comp = NULL;
         op->ep = NULL;
+        op->queued = 0;
         op->result_dst = NULL;
         if (op->posted)
             fy_list_add_tail(&iface->orphans, &op->elem);
@@ -178,6 +179,7 @@ static void ep_cancel_all(fy_ofi_ep_t *ep, ferry_status_t st)
 
 void fy_ofi_ep_drain(fy_ofi_ep_t *ep)
 {
+    ep->nqueued = 0;
     ep_cancel_all(ep, FERRY_ERR_CANCELED);
 }
 
@@ -187,6 +189,7 @@ void fy_ofi_ep_fail(fy_ofi_ep_t *ep, ferry_status_t st)
         return;
     fy_ofi_iface_t *iface = (fy_ofi_iface_t *)ep->super.iface;
     ep->failed = st;
+    ep->nqueued = 0;
     ep->depth++;
     ep_cancel_all(ep, st);
     if (!ep->err_reported && !ep->destroyed) {
@@ -327,13 +330,8 @@ static void retry_posts(fy_ofi_iface_t *iface)
     fy_list_for_each(e, &iface->eps)
     {
         fy_ofi_ep_t *ep = fy_container_of(e, fy_ofi_ep_t, elem);
-        fy_list_t *o;
-        fy_list_for_each(o, &ep->ops)
-        {
-            fy_ofi_op_t *op = fy_container_of(o, fy_ofi_op_t, elem);
-            if (op->kind == FY_OFI_OP_FLUSH && op->need_read && !op->posted)
-                fy_ofi_post_flush_read(iface, op);
-        }
+        if (ep->failed == FERRY_OK && fy_ofi_ep_retry(ep))
+            return; /* callbacks ran: the rest on the next pass */
     }
 }
 
@@ -461,6 +459,9 @@ ferry_status_t fy_ofi_iface_open(fy_tl_md_t *super_md, const fy_tl_iface_params_
         what = "fi_ep_bind";
         goto err;
     }
+    /* libfabric 1.17's shm crashes in fi_setopt(FI_OPT_MIN_MULTI_RECV): receive slots there */
+    if (strcmp(md->info->fabric_attr->prov_name, "shm") == 0)
+        iface->multi = 0;
     if (iface->multi) {
         size_t min = FY_OFI_MSG_MAX;
         if (fi_setopt(&iface->ep->fid, FI_OPT_ENDPOINT, FI_OPT_MIN_MULTI_RECV, &min, sizeof(min)) !=

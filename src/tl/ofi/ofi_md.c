@@ -251,6 +251,11 @@ static struct fi_info *best_info(const char *prov, int want_delivery, int *deliv
         for (size_t c = 0; c < 2; c++)
             for (int d = want_delivery && !raw ? 1 : 0; d >= 0; d--) {
                 struct fi_info *i = provider_info(prov, caps[c], d, raw);
+                uint64_t ras = FI_ORDER_RAW | FI_ORDER_RAS;
+                if (i != NULL && raw && (i->tx_attr->msg_order & ras) != ras) {
+                    fi_freeinfo(i); /* it did not promise the order asked for */
+                    i = NULL;
+                }
                 if (i != NULL) {
                     *delivery = d;
                     return i;

@@ -5,4 +5,5 @@
 #include "conf.h"
 
 static const char *const env[] = {"FERRY_OFI_PROVIDER=tcp;ofi_rxm", NULL};
-const conf_tl_t conf_tl = {.name = "ofi", .device = "rxm", .cross_process = 1, .env = env};
+const conf_tl_t conf_tl = {
+    .name = "ofi", .device = "rxm", .cross_process = 1, .rma_unchecked_dereg = 1, .env = env};

@@ -184,6 +184,7 @@ struct fy_ofi_iface {
     uint8_t name[FY_OFI_NAME_MAX];
     size_t name_len;
     size_t inject_size, max_iov, max_msg;
+    size_t msg_max, bcopy_max; /* AM sizes on the wire, header included */
     fy_ofi_rx_t *rx;
     unsigned nrx;
     int multi;

@@ -6,7 +6,7 @@
  * am_short goes by fi_inject when it fits the provider's inject size (done in the call, no
  * completion), otherwise as am_bcopy: a copy into the op's buffer and fi_send.  am_zcopy
  * sends the header (copied) and the caller's iov by fi_sendmsg, completing when libfabric
- * gives the buffers back.  AMs are at most FY_OFI_MSG_MAX on the wire; proto sends longer
+ * gives the buffers back.  AMs are at most iface->msg_max on the wire; proto sends longer
  * ones as fragments.
  *
  * RMA.  fi_writemsg / fi_readmsg straight from and to the caller's buffers; the rkey tells
@@ -208,7 +208,7 @@ ferry_status_t fy_ofi_am_bcopy(fy_tl_ep_t *super, uint8_t id, const struct iovec
     fy_ofi_ep_t *ep = (fy_ofi_ep_t *)super;
     fy_ofi_iface_t *iface = ep_iface(ep);
     size_t len = fy_iov_total(iov, iovcnt);
-    if (id > FY_TL_AM_ID_MAX || len > FY_OFI_BCOPY - sizeof(fy_ofi_hdr_t) ||
+    if (id > FY_TL_AM_ID_MAX || len > iface->bcopy_max - sizeof(fy_ofi_hdr_t) ||
         iovcnt > max_iov(iface))
         return FERRY_ERR_INVALID_PARAM;
     if (ep->failed != FERRY_OK)
@@ -237,7 +237,7 @@ ferry_status_t fy_ofi_am_short(fy_tl_ep_t *super, uint8_t id, const struct iovec
     fy_ofi_ep_t *ep = (fy_ofi_ep_t *)super;
     fy_ofi_iface_t *iface = ep_iface(ep);
     size_t len = fy_iov_total(iov, iovcnt);
-    size_t inj = iface->inject_size > FY_OFI_BCOPY ? FY_OFI_BCOPY : iface->inject_size;
+    size_t inj = iface->inject_size > iface->bcopy_max ? iface->bcopy_max : iface->inject_size;
     size_t max = inj >= 64 + sizeof(fy_ofi_hdr_t) ? inj - sizeof(fy_ofi_hdr_t) : 64;
     if (id > FY_TL_AM_ID_MAX || len > max || iovcnt > max_iov(iface))
         return FERRY_ERR_INVALID_PARAM;
@@ -269,7 +269,7 @@ ferry_status_t fy_ofi_am_zcopy(fy_tl_ep_t *super, uint8_t id, const void *hdr, s
     fy_ofi_iface_t *iface = ep_iface(ep);
     size_t len = fy_iov_total(iov, iovcnt);
     if (id > FY_TL_AM_ID_MAX || hdr_len > 256 || iovcnt > max_iov(iface) || comp == NULL ||
-        hdr_len + len > FY_OFI_MSG_MAX - sizeof(fy_ofi_hdr_t))
+        hdr_len + len > iface->msg_max - sizeof(fy_ofi_hdr_t))
         return FERRY_ERR_INVALID_PARAM;
     if (ep->failed != FERRY_OK)
         return ep->failed;

@@ -433,6 +433,14 @@ ferry_status_t fy_ofi_iface_open(fy_tl_md_t *super_md, const fy_tl_iface_params_
         iface->max_iov = md->info->tx_attr->rma_iov_limit;
     iface->max_msg = md->info->ep_attr->max_msg_size;
     iface->multi = md->multi_recv;
+    /* rxm's rendezvous (messages above its 16 KiB eager buffers) stalls when the sender does
+     * not progress while the receiver drains: keep ferry's AMs eager there */
+    iface->msg_max = FY_OFI_MSG_MAX;
+    iface->bcopy_max = FY_OFI_BCOPY;
+    if (strstr(md->info->fabric_attr->prov_name, "ofi_rxm") != NULL) {
+        iface->msg_max = 16384 - 256;
+        iface->bcopy_max = 2048;
+    }
     const char *what = "";
     int ret;
     struct fi_cq_attr cqa = {.format = FI_CQ_FORMAT_DATA, .size = 0, .wait_obj = FI_WAIT_NONE};
@@ -447,7 +455,28 @@ ferry_status_t fy_ofi_iface_open(fy_tl_md_t *super_md, const fy_tl_iface_params_
         what = "fi_av_open";
         goto err;
     }
-    ret = fi_endpoint(md->domain, md->info, &iface->ep, NULL);
+    /* shm names an endpoint after its process and a per-process index, and 1.17 crashes
+     * when an endpoint closes and a new one takes its name while a peer still maps the old:
+     * every shm iface gets a name of its own */
+    struct fi_info *epi = md->info;
+    if (strcmp(md->info->fabric_attr->prov_name, "shm") == 0) {
+        static unsigned seq;
+        epi = fi_dupinfo(md->info);
+        if (epi == NULL) {
+            ret = -FI_ENOMEM;
+            what = "fi_dupinfo";
+            goto err;
+        }
+        char nm[48];
+        snprintf(nm, sizeof(nm), "fyofi_%d_%u_%llx", (int)getpid(), ++seq,
+                 (unsigned long long)(fy_time_ns() & 0xffffffffull));
+        free(epi->src_addr);
+        epi->src_addr = strdup(nm);
+        epi->src_addrlen = epi->src_addr != NULL ? strlen(nm) + 1 : 0;
+    }
+    ret = fi_endpoint(md->domain, epi, &iface->ep, NULL);
+    if (epi != md->info)
+        fi_freeinfo(epi);
     if (ret != 0) {
         what = "fi_endpoint";
         goto err;
@@ -463,7 +492,7 @@ ferry_status_t fy_ofi_iface_open(fy_tl_md_t *super_md, const fy_tl_iface_params_
     if (strcmp(md->info->fabric_attr->prov_name, "shm") == 0)
         iface->multi = 0;
     if (iface->multi) {
-        size_t min = FY_OFI_MSG_MAX;
+        size_t min = iface->msg_max;
         if (fi_setopt(&iface->ep->fid, FI_OPT_ENDPOINT, FI_OPT_MIN_MULTI_RECV, &min, sizeof(min)) !=
             0)
             iface->multi = 0;
@@ -501,7 +530,7 @@ ferry_status_t fy_ofi_iface_open(fy_tl_md_t *super_md, const fy_tl_iface_params_
     for (unsigned i = 0; i < iface->nrx; i++) {
         fy_ofi_rx_t *rx = &iface->rx[i];
         rx->op.kind = FY_OFI_OP_RECV;
-        rx->len = iface->multi ? FY_OFI_MULTI_RX : FY_OFI_MSG_MAX;
+        rx->len = iface->multi ? FY_OFI_MULTI_RX : iface->msg_max;
         rx->buf = malloc(rx->len);
         if (rx->buf == NULL) {
             ret = -FI_ENOMEM;
@@ -577,10 +606,10 @@ void fy_ofi_iface_query(fy_tl_iface_t *super, fy_tl_iface_attr_t *attr)
     attr->latency_ns = md->cfg.latency_ns > 0 ? md->cfg.latency_ns : lat;
     attr->bandwidth = md->cfg.bandwidth > 0 ? md->cfg.bandwidth : bw;
     attr->overhead_ns = 1000;
-    size_t inj = iface->inject_size > FY_OFI_BCOPY ? FY_OFI_BCOPY : iface->inject_size;
+    size_t inj = iface->inject_size > iface->bcopy_max ? iface->bcopy_max : iface->inject_size;
     attr->max_short = inj >= 64 + sizeof(fy_ofi_hdr_t) ? inj - sizeof(fy_ofi_hdr_t) : 64;
-    attr->max_bcopy = FY_OFI_BCOPY - sizeof(fy_ofi_hdr_t);
-    attr->max_zcopy = FY_OFI_MSG_MAX - sizeof(fy_ofi_hdr_t);
+    attr->max_bcopy = iface->bcopy_max - sizeof(fy_ofi_hdr_t);
+    attr->max_zcopy = iface->msg_max - sizeof(fy_ofi_hdr_t);
     attr->max_zcopy_hdr = 256;
     attr->max_put_short = 0;
     attr->max_rma = iface->max_msg < (1ull << 30) ? iface->max_msg : (1u << 30);

@@ -77,6 +77,7 @@ typedef struct fy_ofi_config {
     uint64_t peer_check;  /* liveness check period */
     int multi_recv;       /* use FI_MULTI_RECV where offered */
     int delivery;         /* use FI_DELIVERY_COMPLETE where offered */
+    int atomics;          /* use the provider's atomics where valid */
     double latency_ns, bandwidth;
 } fy_ofi_config_t;
 extern const fy_config_table_t fy_ofi_config_table;

@@ -55,6 +55,10 @@ static const fy_config_field_t ofi_config_fields[] = {
                     "Where the provider does not order reads after sends and writes (for the "
                     "flush's read), ask for FI_DELIVERY_COMPLETE if it offers it.",
                     FY_CFG_BOOL, fy_ofi_config_t, delivery),
+    FY_CONFIG_FIELD("ATOMICS", "y",
+                    "Use the provider's atomics where fi_atomicvalid says so; n: proto "
+                    "emulates every atomic over active messages.",
+                    FY_CFG_BOOL, fy_ofi_config_t, atomics),
     FY_CONFIG_FIELD("LATENCY", "0",
                     "One-way latency in ns reported to lane selection; 0 = built-in estimate.",
                     FY_CFG_DOUBLE, fy_ofi_config_t, latency_ns),

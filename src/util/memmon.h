@@ -40,9 +40,13 @@ void fy_memmon_unsubscribe(fy_memmon_sub_t *sub);
 ferry_status_t fy_memmon_watch(void *addr, size_t len);
 
 /* Bracket a lookup (see ORDER GUARANTEE).  Nothing that can unmap watched memory or free heap
- * memory may run in between. */
-void fy_memmon_sync_begin(void);
+ * memory may run in between.  Returns 0 when no monitor serves this process (none started, or
+ * this is a child forked from the process it serves): cached registrations must not be used. */
+int fy_memmon_sync_begin(void);
 void fy_memmon_sync_end(void);
+
+/* Events read so far (for tests and statistics). */
+uint64_t fy_memmon_events(void);
 
 /* Testing: 1 makes the next subscriptions fail as if the system had no userfaultfd. */
 void fy_memmon_test_disable(int disable);

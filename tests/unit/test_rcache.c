@@ -543,7 +543,39 @@ static void threads(void)
     munmap(r.b, r.len);
 }
 
+/* FERRY_RCACHE* are known variables (no "nobody reads it" warning). */
+static void known_variables(void)
+{
+    unsigned before = fy_config_warn_unused(NULL, 0, NULL);
+    setenv("FERRY_RCACHE", "y", 1);
+    setenv("FERRY_RCACHE_MAX_BYTES", "1m", 1);
+    setenv("FERRY_RCACHE_MAX_ENTRIES", "10", 1);
+    FY_ASSERT_EQ(fy_config_warn_unused(NULL, 0, NULL), before);
+    setenv("FERRY_RCACHE_MAX_BYTEZ", "1m", 1);
+    FY_ASSERT_EQ(fy_config_warn_unused(NULL, 0, NULL), before + 1);
+    /* and the values are read */
+    fake_t f;
+    memset(&f, 0, sizeof(f));
+    fy_rcache_params_t p = {
+        .memh_size = sizeof(fake_memh_t), .reg = fake_reg, .dereg = fake_dereg, .arg = &f};
+    fy_rcache_t *rc;
+    FY_ASSERT_OK(fy_rcache_create(&p, &rc));
+    size_t ps = page();
+    unsigned char *b = map(40 * ps, 'k');
+    for (int i = 0; i < 20; i++) {
+        fy_rcache_region_t *r;
+        FY_ASSERT_OK(fy_rcache_get(rc, b + 2 * i * ps, 8, RD, &r));
+        fy_rcache_put(rc, r);
+    }
+    fy_rcache_stats_t s;
+    fy_rcache_get_stats(rc, &s);
+    FY_ASSERT_EQ(s.entries, 10);
+    FY_ASSERT_EQ(s.evictions, 10);
+    finish(rc, &f);
+    munmap(b, 40 * ps);
+}
+
 FYTEST_MAIN(FYTEST_CASE(hits), FYTEST_CASE(access_and_merge), FYTEST_CASE(lru_bounds),
             FYTEST_CASE(pass_through), FYTEST_CASE(remap_same_address),
             FYTEST_CASE(unmap_while_held), FYTEST_CASE(other_unmaps), FYTEST_CASE(forked_child),
-            FYTEST_CASE(threads))
+            FYTEST_CASE(threads), FYTEST_CASE(known_variables))

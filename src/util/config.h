@@ -101,9 +101,14 @@ int fy_config_list_selects(const fy_config_list_t *l, const char *name);
  * not excluded is at 0.  So the index is >= 0 exactly when the name is selected. */
 int fy_config_list_index(const fy_config_list_t *l, const char *name);
 
-/* Warn for each FERRY_* variable that none of the tables (nor extra_names, given with or
- * without the FERRY_ prefix) knows; FERRY_LOG_LEVEL and FERRY_LOG_FILE are always known.
- * Returns the count. */
+/* The tables of library-wide services (the registration cache's FERRY_RCACHE*): always known
+ * to fy_config_warn_unused, listed by ferry_info -c. */
+extern const fy_config_table_t *const fy_config_global_tables[];
+extern const size_t fy_config_num_global_tables;
+
+/* Warn for each FERRY_* variable that none of the tables (nor the global ones, nor extra_names,
+ * given with or without the FERRY_ prefix) knows; FERRY_LOG_LEVEL and FERRY_LOG_FILE are always
+ * known.  Returns the count. */
 unsigned fy_config_warn_unused(const fy_config_table_t *const *tables, size_t ntables,
                                const char *const *extra_names);
 

@@ -26,6 +26,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "tl/ofi/ofi_mr.h"
 #include "tl/tl.h"
 #include "util/list.h"
 
@@ -82,21 +83,7 @@ typedef struct fy_ofi_config {
 } fy_ofi_config_t;
 extern const fy_config_table_t fy_ofi_config_table;
 
-/* ---- memory: memh and rkey ------------------------------------------------------------- */
-typedef struct fy_ofi_memh {
-    struct fid_mr *mr;
-    uint64_t base, len, key;
-    uint32_t access;
-    uint32_t rsvd;
-} fy_ofi_memh_t;
-
-/* packed and unpacked alike (little endian): what the initiator needs to address the region
- * and to refuse out-of-bounds or rights it was not given before sending anything */
-typedef struct fy_ofi_rkey {
-    uint64_t base, len, key;
-    uint32_t access;
-    uint32_t virt; /* the provider addresses by virtual address (else offset from base) */
-} fy_ofi_rkey_t;
+/* ---- memory: registration, the memh (fy_ofi_mr_t) and rkeys are ofi_mr.h's ---------- */
 
 typedef struct fy_ofi_md {
     fy_tl_md_t super;
@@ -106,8 +93,8 @@ typedef struct fy_ofi_md {
     struct fid_domain *domain;
     char dev_name[32];
     uint64_t mr_mode;
-    uint64_t key_seq; /* requested keys when the provider does not choose them */
-    int delivery;     /* FI_DELIVERY_COMPLETE accepted */
+    fy_ofi_mr_dom_t mrdom; /* registration state (ofi_mr.c) */
+    int delivery;          /* FI_DELIVERY_COMPLETE accepted */
     int multi_recv;
     uint64_t host_id;
     uint64_t prov_hash;
@@ -178,7 +165,7 @@ struct fy_ofi_iface {
     struct fid_ep *ep;
     struct fid_av *av;
     struct fid_cq *cq;
-    struct fid_mr *flush_mr;
+    fy_ofi_mr_t flush_mr;
     uint64_t flush_word;
     uint64_t flush_key;
     uint32_t job_tag;

@@ -303,12 +303,8 @@ ferry_status_t fy_ofi_am_zcopy(fy_tl_ep_t *super, uint8_t id, const void *hdr, s
 static ferry_status_t rma_check(const fy_ofi_rkey_t *k, uint64_t remote_addr, size_t len,
                                 unsigned right, uint64_t *addr)
 {
-    if (!(k->access & right) || (k->access & 0x80000000u))
-        return FERRY_ERR_ACCESS_DENIED;
-    if (remote_addr < k->base || len > k->len || remote_addr - k->base > k->len - len)
-        return FERRY_ERR_ACCESS_DENIED;
-    *addr = k->virt ? remote_addr : remote_addr - k->base;
-    return FERRY_OK;
+    return fy_ofi_rkey_addr(k, remote_addr, len, right, addr) == FERRY_OK ? FERRY_OK
+                                                                          : FERRY_ERR_ACCESS_DENIED;
 }
 
 static ferry_status_t rma(fy_ofi_ep_t *ep, int write, const struct iovec *iov, size_t iovcnt,

@@ -515,13 +515,13 @@ ferry_status_t fy_ofi_iface_open(fy_tl_md_t *super_md, const fy_tl_iface_params_
     }
     iface->name_len = nlen;
     /* the word a flush reads after writes */
-    ret = fi_mr_reg(md->domain, &iface->flush_word, sizeof(iface->flush_word),
-                    FI_REMOTE_READ | FI_READ, 0, md->key_seq++, 0, &iface->flush_mr, NULL);
-    if (ret != 0) {
-        what = "fi_mr_reg (flush word)";
+    if (fy_ofi_mr_reg(&md->mrdom, iface->ep, &iface->flush_word, sizeof(iface->flush_word),
+                      FERRY_MEM_REMOTE_READ, 0, &iface->flush_mr) != FERRY_OK) {
+        ret = -FI_EINVAL;
+        what = "registering the flush word";
         goto err;
     }
-    iface->flush_key = fi_mr_key(iface->flush_mr);
+    iface->flush_key = iface->flush_mr.key;
     /* receive buffers */
     iface->nrx = iface->multi ? FY_OFI_NUM_MULTI : FY_OFI_RX_SLOTS;
     iface->rx = calloc(iface->nrx, sizeof(*iface->rx));
@@ -568,8 +568,7 @@ void fy_ofi_iface_close(fy_tl_iface_t *super)
     }
     if (iface->ep != NULL)
         fi_close(&iface->ep->fid);
-    if (iface->flush_mr != NULL)
-        fi_close(&iface->flush_mr->fid);
+    fy_ofi_mr_dereg(&iface->flush_mr);
     if (iface->av != NULL)
         fi_close(&iface->av->fid);
     if (iface->cq != NULL)

@@ -121,7 +121,7 @@ ferry_status_t fy_ofi_status(int e)
 
 int fy_ofi_virt(const fy_ofi_md_t *md)
 {
-    return (md->mr_mode & (FI_MR_VIRT_ADDR | FI_MR_BASIC)) != 0;
+    return md->mrdom.mode.virt_addr;
 }
 
 /* "tcp;ofi_rxm" -> "rxm", "shm" -> "shm" */
@@ -153,7 +153,9 @@ static struct fi_info *base_hints(const char *prov, uint64_t caps, int delivery,
     h->caps = caps;
     h->mode = FI_CONTEXT | FI_CONTEXT2;
     h->ep_attr->type = FI_EP_RDM;
-    h->domain_attr->mr_mode = FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY;
+    /* the modes ofi_mr serves, but FI_MR_LOCAL and FI_MR_ENDPOINT: the data path does not
+     * pass descriptors nor bind registrations to the endpoint yet */
+    h->domain_attr->mr_mode = fy_ofi_mr_mode_hints() & ~(uint64_t)(FI_MR_LOCAL | FI_MR_ENDPOINT);
     h->domain_attr->threading = FI_THREAD_DOMAIN;
     uint64_t order = FI_ORDER_SAS | (raw ? FI_ORDER_RAW | FI_ORDER_RAS : 0);
     h->tx_attr->msg_order = order;
@@ -268,24 +270,42 @@ static struct fi_info *best_info(const char *prov, int want_delivery, int *deliv
     return NULL;
 }
 
-ferry_status_t fy_ofi_list_providers(char names[][64], struct fi_info **infos, unsigned max,
-                                     unsigned *count);
-/* For ferry_info: every usable provider with its chosen info (caller frees the infos). */
-ferry_status_t fy_ofi_list_providers(char names[][64], struct fi_info **infos, unsigned max,
-                                     unsigned *count)
+/* For ferry_info: every RDM provider found, with what ferry would use of it (declared in
+ * tools/ferry_info.c, which includes no libfabric header). */
+void fy_ofi_print_providers(FILE *f);
+void fy_ofi_print_providers(FILE *f)
 {
     prov_cand_t c[16];
-    unsigned n = list_providers(NULL, c, 16), k = 0;
-    for (unsigned i = 0; i < n && k < max; i++) {
-        int d;
+    unsigned n = list_providers(NULL, c, 16);
+    fprintf(f, "  libfabric %u.%u: %u RDM provider%s with FI_MSG and FI_RMA (preference order)\n",
+            FI_MAJOR(fi_version()), FI_MINOR(fi_version()), n, n == 1 ? "" : "s");
+    for (unsigned i = 0; i < n; i++) {
+        int d = 0;
         struct fi_info *info = best_info(c[i].name, 1, &d);
-        if (info == NULL)
+        char sn[32], mb[160];
+        short_name(c[i].name, sn, sizeof(sn));
+        if (info == NULL) {
+            fprintf(f, "    %-14s (%s) no usable endpoint\n", c[i].name, sn);
             continue;
-        snprintf(names[k], 64, "%s", c[i].name);
-        infos[k++] = info;
+        }
+        fy_ofi_mr_mode_t mode;
+        char why[160] = "";
+        int ok = fy_ofi_mr_mode_init(info, &mode, why, sizeof(why)) == FERRY_OK;
+        uint64_t ras = FI_ORDER_RAW | FI_ORDER_RAS;
+        fprintf(f,
+                "    %-14s device %-8s %s%s, inject %zu B, max msg %s, iov %zu, domain %s\n"
+                "                   mr_mode %s%s%s; flush by %s\n",
+                c[i].name, sn, (info->caps & FI_ATOMIC) ? "atomics" : "no atomics",
+                (info->caps & FI_MULTI_RECV) ? ", multi-recv" : "", info->tx_attr->inject_size,
+                info->ep_attr->max_msg_size >= (1ull << 40) ? "unlimited" : "limited",
+                info->tx_attr->iov_limit, info->domain_attr->name,
+                fy_ofi_mr_mode_str(info->domain_attr->mr_mode, mb, sizeof(mb)),
+                ok ? "" : " REFUSED: ", ok ? "" : why,
+                (info->tx_attr->msg_order & ras) == ras ? "a read after writes (FI_ORDER_RAW|RAS)"
+                : d                                     ? "FI_DELIVERY_COMPLETE"
+                                                        : "local completion only");
+        fi_freeinfo(info);
     }
-    *count = k;
-    return FERRY_OK;
 }
 
 static ferry_status_t ofi_md_open(const fy_tl_component_t *tl, fy_tl_md_t **md_p)
@@ -337,10 +357,23 @@ static ferry_status_t ofi_md_open(const fy_tl_component_t *tl, fy_tl_md_t **md_p
         *md_p = &md->super;
         return FERRY_OK;
     }
-    md->mr_mode = md->info->domain_attr->mr_mode;
+    char why[200];
+    fy_ofi_mr_mode_t mode;
+    if (fy_ofi_mr_mode_init(md->info, &mode, why, sizeof(why)) != FERRY_OK) {
+        fy_warn("ofi: %s: %s", md->info->fabric_attr->prov_name, why);
+        fi_close(&md->domain->fid);
+        fi_close(&md->fabric->fid);
+        md->domain = NULL;
+        md->fabric = NULL;
+        fi_freeinfo(md->info);
+        md->info = NULL;
+        *md_p = &md->super;
+        return FERRY_OK;
+    }
+    fy_ofi_mr_dom_init(&md->mrdom, md->domain, &mode);
+    md->mr_mode = mode.mr_mode;
     md->multi_recv = md->cfg.multi_recv && (md->info->caps & FI_MULTI_RECV) != 0;
     short_name(md->info->fabric_attr->prov_name, md->dev_name, sizeof(md->dev_name));
-    md->key_seq = 1;
     md->prov_hash = 14695981039346656037ull; /* FNV-1a of the provider's name */
     for (const char *ch = md->info->fabric_attr->prov_name; *ch; ch++)
         md->prov_hash = (md->prov_hash ^ (uint8_t)*ch) * 1099511628211ull;
@@ -390,72 +423,34 @@ static ferry_status_t ofi_mem_reg(fy_tl_md_t *super, void *addr, size_t len, uns
                                   void *memh)
 {
     fy_ofi_md_t *md = (fy_ofi_md_t *)super;
-    fy_ofi_memh_t *h = memh;
-    memset(h, 0, sizeof(*h));
-    h->base = (uintptr_t)addr;
-    h->len = len;
-    h->access = access;
+    fy_ofi_mr_t *mr = memh;
+    memset(mr, 0, sizeof(*mr));
     if (md->domain == NULL)
         return FERRY_ERR_NO_DEVICE;
-    if (len == 0)
-        return FERRY_OK;
-    uint64_t acc = FI_READ | FI_WRITE;
-    if (access & (FERRY_MEM_REMOTE_READ | FERRY_MEM_REMOTE_ATOMIC))
-        acc |= FI_REMOTE_READ;
-    if (access & (FERRY_MEM_REMOTE_WRITE | FERRY_MEM_REMOTE_ATOMIC))
-        acc |= FI_REMOTE_WRITE;
-    uint64_t want = md->key_seq++;
-    int ret = fi_mr_reg(md->domain, addr, len, acc, 0, want, 0, &h->mr, NULL);
-    if (ret != 0) {
-        fy_warn("ofi: registering %zu bytes at %p failed: %s", len, addr, fi_strerror(-ret));
-        return fy_ofi_status(ret);
-    }
-    h->key = fi_mr_key(h->mr);
-    if (h->key == FI_KEY_NOTAVAIL) {
-        fi_close(&h->mr->fid);
-        h->mr = NULL;
-        return FERRY_ERR_UNSUPPORTED;
-    }
-    return FERRY_OK;
+    return fy_ofi_mr_reg(&md->mrdom, NULL, addr, len, access, 0, mr);
 }
 
 static void ofi_mem_dereg(fy_tl_md_t *super, void *memh)
 {
     (void)super;
-    fy_ofi_memh_t *h = memh;
-    if (h != NULL && h->mr != NULL) {
-        fi_close(&h->mr->fid);
-        h->mr = NULL;
-    }
+    fy_ofi_mr_dereg(memh);
 }
 
 static ferry_status_t ofi_rkey_pack(fy_tl_md_t *super, const void *memh, void *buf)
 {
     fy_ofi_md_t *md = (fy_ofi_md_t *)super;
-    const fy_ofi_memh_t *h = memh;
-    fy_ofi_rkey_t k = {
-        .base = htole64(h->base),
-        .len = htole64(h->len),
-        .key = htole64(h->key),
-        .access = htole32(h->access | (h->mr == NULL ? 0x80000000u : 0)),
-        .virt = htole32((uint32_t)fy_ofi_virt(md)),
-    };
-    memcpy(buf, &k, sizeof(k));
+    const fy_ofi_mr_t *mr = memh;
+    if (mr->mr == NULL)
+        return FERRY_ERR_INVALID_PARAM;
+    fy_ofi_rkey_pack(&md->mrdom, mr, buf);
     return FERRY_OK;
 }
 
 static ferry_status_t ofi_rkey_unpack(fy_tl_md_t *super, const void *buf, void *rkey)
 {
-    (void)super;
-    fy_ofi_rkey_t k;
-    memcpy(&k, buf, sizeof(k));
-    fy_ofi_rkey_t *r = rkey;
-    r->base = le64toh(k.base);
-    r->len = le64toh(k.len);
-    r->key = le64toh(k.key);
-    r->access = le32toh(k.access);
-    r->virt = le32toh(k.virt);
-    return FERRY_OK;
+    fy_ofi_md_t *md = (fy_ofi_md_t *)super;
+    return fy_ofi_rkey_unpack(md->domain != NULL ? &md->mrdom.mode : NULL, buf,
+                              FY_OFI_RKEY_PACKED_SIZE, rkey);
 }
 
 static void ofi_rkey_release(fy_tl_md_t *md, void *rkey)
@@ -506,7 +501,7 @@ const fy_tl_component_t fy_tl_ofi_component = {
                    "bound to this host",
     .ops = &ofi_ops,
     .config = &fy_ofi_config_table,
-    .memh_size = sizeof(fy_ofi_memh_t),
-    .rkey_packed_size = sizeof(fy_ofi_rkey_t),
+    .memh_size = sizeof(fy_ofi_mr_t),
+    .rkey_packed_size = FY_OFI_RKEY_PACKED_SIZE,
     .rkey_size = sizeof(fy_ofi_rkey_t),
 };

@@ -36,7 +36,7 @@ for p in "tcp;ofi_rxm" "udp;ofi_rxd" shm; do
     put=$(perf self,ofi "$p" put_bw 1048576 "$nb" | cut -d, -f12)
     f8=$(fipp "$p" 8 "$n" | cut -d' ' -f1)
     f1m=$(fipp "$p" 1048576 "$nb" | cut -d' ' -f2)
-    fl8=$("$build/bench/ofi_floor" "$p" pingpong 8 "$n" | awk '{print $(NF-2)}')
+    fl8=$("$build/bench/ofi_floor" "$p" pingpong 8 "$n" | awk '{print $(NF-3)}')
     flw=$("$build/bench/ofi_floor" "$p" write 1048576 "$nb" | awk '{print $(NF-1)}')
     echo "| $p | $lat | $f8 | $fl8 | $big | $f1m | $put | $flw |"
 done

@@ -38,8 +38,9 @@
 static const fy_config_field_t ofi_config_fields[] = {
     FY_CONFIG_FIELD("PROVIDER", "",
                     "libfabric providers to use: comma-separated full names (tcp;ofi_rxm) or "
-                    "short names (rxm, rxd, shm); a leading ^ excludes them instead.  Empty: "
-                    "any, native providers first, then shm, then layered software ones.",
+                    "short names (rxm, rxd, shm); a leading ^ excludes them instead (order: "
+                    "native first, then shm, then layered software ones).  Empty: native (NIC) "
+                    "providers only; the software ones are used when named.",
                     FY_CFG_STRING, fy_ofi_config_t, provider),
     FY_CONFIG_FIELD("TX_OPS", "256",
                     "Operations an interface may have in flight before sends return "
@@ -334,8 +335,13 @@ static ferry_status_t ofi_md_open(const fy_tl_component_t *tl, fy_tl_md_t **md_p
     md->host_id = fy_netif_host_id();
     prov_cand_t c[16];
     unsigned n = list_providers(md->cfg.provider, c, 16);
+    /* Without FERRY_OFI_PROVIDER only native (NIC) providers are opened: the software ones
+     * (shm, rxm, rxd, sockets) never beat ferry's own transports on one host, and an iface
+     * costs a receive pool and has no wakeup fd (ferry_worker_get_fd needs every iface's). */
+    int named = md->cfg.provider != NULL && md->cfg.provider[0] != '\0';
     for (unsigned i = 0; i < n && md->info == NULL; i++)
-        md->info = best_info(c[i].name, md->cfg.delivery, &md->delivery);
+        if (named || c[i].rank == 0)
+            md->info = best_info(c[i].name, md->cfg.delivery, &md->delivery);
     if (md->info == NULL) {
         /* no device: the md opens with none, like tcp with no interface */
         fy_debug("ofi: no usable provider (FERRY_OFI_PROVIDER='%s')",

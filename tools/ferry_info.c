@@ -43,6 +43,7 @@
 #include <unistd.h>
 
 #include "ferry.h"
+#include "ferry_build.h"
 #include "tl/tl.h"
 #include "util/clock.h"
 #include "util/config.h"
@@ -142,6 +143,10 @@ static void print_iface(const fy_tl_component_t *tl, fy_tl_md_t *md, const fy_tl
     tl->ops->iface_close(iface);
 }
 
+#ifdef FERRY_TL_OFI
+void fy_ofi_print_providers(FILE *f); /* tl/ofi: the libfabric providers found */
+#endif
+
 static int list_transports(const char *only)
 {
     fy_config_list_t sel = {0}, only_list = {0};
@@ -188,6 +193,10 @@ static int list_transports(const char *only)
                    st != FERRY_OK ? ferry_status_string(st) : "");
         for (unsigned d = 0; d < ndev && d < 64; d++)
             print_iface(tl, md, &devs[d]);
+#ifdef FERRY_TL_OFI
+        if (strcmp(tl->name, "ofi") == 0)
+            fy_ofi_print_providers(stdout);
+#endif
         tl->ops->md_close(md);
     }
     if (only != NULL && shown == 0) {

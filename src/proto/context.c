@@ -243,6 +243,13 @@ void ferry_config_print(const ferry_context_t *ctx, void *file)
     if (ctx == NULL)
         return;
     fy_config_print(&fy_ctx_config_table, &ctx->opts, f);
+    for (size_t i = 0; i < fy_config_num_global_tables; i++) {
+        const fy_config_table_t *t = fy_config_global_tables[i];
+        fprintf(f, "\n# %s\n", t->component);
+        for (size_t k = 0; k < t->nfields; k++)
+            fprintf(f, "FERRY_%s%s (default %s)\n    %s\n", t->prefix, t->fields[k].name,
+                    t->fields[k].dflt, t->fields[k].doc);
+    }
     fprintf(f, "#\n# read directly (logging, bootstrap, launcher, tools)\n#\n");
     fy_config_print_direct(f);
     for (size_t i = 0; i < fy_tl_num_components; i++)

@@ -21,9 +21,15 @@
 #include "util/clock.h"
 #include "util/config.h"
 #include "util/log.h"
+#include "util/rcache.h"
 #include "util/status.h"
 
 extern char **environ;
+
+/* Library-wide services read their own FERRY_* variables (FERRY_RCACHE* in util/rcache.c). */
+const fy_config_table_t *const fy_config_global_tables[] = {&fy_rcache_config_table};
+const size_t fy_config_num_global_tables =
+    sizeof(fy_config_global_tables) / sizeof(fy_config_global_tables[0]);
 
 #define CFG_NAME_MAX 256
 
@@ -754,8 +760,9 @@ static int known_name(const char *var, size_t len, const fy_config_table_t *cons
         if (strlen(fy_config_direct_vars[i].name) == len &&
             strncmp(var, fy_config_direct_vars[i].name, len) == 0)
             return 1;
-    for (size_t t = 0; t < ntables; t++) {
-        const fy_config_table_t *tb = tables[t];
+    for (size_t t = 0; t < ntables + fy_config_num_global_tables; t++) {
+        const fy_config_table_t *tb =
+            t < ntables ? tables[t] : fy_config_global_tables[t - ntables];
         if (tb == NULL)
             continue;
         for (size_t i = 0; i < tb->nfields; i++) {

@@ -117,8 +117,14 @@ extern const fy_config_var_t fy_config_direct_vars[]; /* ends with a NULL name *
 /* Print the direct variables as fy_config_print() prints a table (current value or unset). */
 void fy_config_print_direct(FILE *f);
 
-/* Warn for each FERRY_* variable that none of the tables nor fy_config_direct_vars (nor
- * extra_names, given with or without the FERRY_ prefix) knows.  Returns the count. */
+/* The tables of library-wide services (the registration cache's FERRY_RCACHE*): always known
+ * to fy_config_warn_unused, listed by ferry_info -c. */
+extern const fy_config_table_t *const fy_config_global_tables[];
+extern const size_t fy_config_num_global_tables;
+
+/* Warn for each FERRY_* variable that none of the tables (nor the global ones, nor
+ * fy_config_direct_vars, nor extra_names, given with or without the FERRY_ prefix) knows.
+ * Returns the count. */
 unsigned fy_config_warn_unused(const fy_config_table_t *const *tables, size_t ntables,
                                const char *const *extra_names);
 

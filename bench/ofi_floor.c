@@ -1,0 +1,223 @@
+/*
+ * ofi_floor.c - the raw libfabric floor that ferry's ofi transport is measured against: two
+ * processes (this one and a forked child) on one FI_EP_RDM provider, bound to 127.0.0.1
+ * where the provider takes an IP address, no ferry at all.
+ *
+ *   ofi_floor PROVIDER write SIZE ITERS   a stream of fi_write of SIZE bytes, 64 in flight,
+ *                                         ended by an fi_read (remote completion): MB/s
+ *   ofi_floor PROVIDER pingpong SIZE ITERS  fi_send / fi_recv ping-pong: one-way latency us
+ *
+ * Debian ships no fabtests beyond fi_pingpong, and fi_pingpong has no RMA stream: this is the
+ * "fi_write stream" of issue 12's acceptance.  The target only progresses its CQ (the software
+ * providers need it).  Addresses go over a pipe; nothing sleeps.
+ */
+#include <rdma/fabric.h>
+#include <rdma/fi_cm.h>
+#include <rdma/fi_domain.h>
+#include <rdma/fi_endpoint.h>
+#include <rdma/fi_errno.h>
+#include <rdma/fi_rma.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define WINDOW 64
+
+typedef struct side {
+    struct fi_info *info;
+    struct fid_fabric *fabric;
+    struct fid_domain *domain;
+    struct fid_ep *ep;
+    struct fid_av *av;
+    struct fid_cq *cq;
+    struct fid_mr *mr;
+    char *buf;
+    size_t len;
+    fi_addr_t peer;
+} side_t;
+
+typedef struct wire {
+    char name[64];
+    size_t name_len;
+    uint64_t addr, key;
+} wire_t;
+
+static void die(const char *what, int ret)
+{
+    fprintf(stderr, "ofi_floor: %s: %s\n", what, fi_strerror(ret < 0 ? -ret : ret));
+    exit(1);
+}
+
+static double now(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
+}
+
+static void open_side(side_t *s, const char *prov, size_t len)
+{
+    struct fi_info *h = fi_allocinfo();
+    h->caps = FI_MSG | FI_RMA;
+    h->mode = FI_CONTEXT | FI_CONTEXT2;
+    h->ep_attr->type = FI_EP_RDM;
+    h->domain_attr->mr_mode = FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY;
+    h->tx_attr->msg_order = FI_ORDER_SAS | FI_ORDER_RAW;
+    h->fabric_attr->prov_name = strdup(prov);
+    int ip = strcmp(prov, "shm") != 0;
+    int ret = fi_getinfo(FI_VERSION(1, 14), ip ? "127.0.0.1" : NULL, NULL, ip ? FI_SOURCE : 0, h,
+                         &s->info);
+    if (ret)
+        die("fi_getinfo", ret);
+    fi_freeinfo(h);
+    if ((ret = fi_fabric(s->info->fabric_attr, &s->fabric, NULL)) ||
+        (ret = fi_domain(s->fabric, s->info, &s->domain, NULL)))
+        die("fabric/domain", ret);
+    struct fi_cq_attr cqa = {.format = FI_CQ_FORMAT_CONTEXT};
+    struct fi_av_attr ava = {.type = FI_AV_TABLE};
+    if ((ret = fi_cq_open(s->domain, &cqa, &s->cq, NULL)) ||
+        (ret = fi_av_open(s->domain, &ava, &s->av, NULL)) ||
+        (ret = fi_endpoint(s->domain, s->info, &s->ep, NULL)) ||
+        (ret = fi_ep_bind(s->ep, &s->av->fid, 0)) ||
+        (ret = fi_ep_bind(s->ep, &s->cq->fid, FI_TRANSMIT | FI_RECV)) || (ret = fi_enable(s->ep)))
+        die("endpoint", ret);
+    s->len = len < 64 ? 64 : len;
+    s->buf = aligned_alloc(4096, (s->len + 4095) & ~(size_t)4095);
+    memset(s->buf, 1, s->len);
+    if ((ret = fi_mr_reg(s->domain, s->buf, s->len,
+                         FI_REMOTE_READ | FI_REMOTE_WRITE | FI_READ | FI_WRITE | FI_SEND | FI_RECV,
+                         0, 7, 0, &s->mr, NULL)))
+        die("fi_mr_reg", ret);
+}
+
+static void my_wire(side_t *s, wire_t *w)
+{
+    memset(w, 0, sizeof(*w));
+    w->name_len = sizeof(w->name);
+    int ret = fi_getname(&s->ep->fid, w->name, &w->name_len);
+    if (ret)
+        die("fi_getname", ret);
+    w->addr = (s->info->domain_attr->mr_mode & FI_MR_VIRT_ADDR) ? (uintptr_t)s->buf : 0;
+    w->key = fi_mr_key(s->mr);
+}
+
+static int reap(side_t *s)
+{
+    struct fi_cq_entry e[16];
+    ssize_t n = fi_cq_read(s->cq, e, 16);
+    if (n == -FI_EAVAIL) {
+        struct fi_cq_err_entry err = {0};
+        fi_cq_readerr(s->cq, &err, 0);
+        die("completion", err.err);
+    }
+    return n > 0 ? (int)n : 0;
+}
+
+static void post_recv(side_t *s, size_t len)
+{
+    while (fi_recv(s->ep, s->buf, len, NULL, FI_ADDR_UNSPEC, NULL) == -FI_EAGAIN)
+        reap(s);
+}
+
+static void send_wait(side_t *s, size_t len)
+{
+    ssize_t ret;
+    while ((ret = fi_send(s->ep, s->buf, len, NULL, s->peer, NULL)) == -FI_EAGAIN)
+        reap(s);
+    if (ret)
+        die("fi_send", (int)ret);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 5) {
+        fprintf(stderr, "usage: ofi_floor PROVIDER write|pingpong SIZE ITERS\n");
+        return 2;
+    }
+    const char *prov = argv[1], *test = argv[2];
+    size_t size = strtoull(argv[3], NULL, 0);
+    long iters = atol(argv[4]);
+    int up[2], down[2];
+    if (pipe(up) || pipe(down))
+        return 1;
+    pid_t pid = fork();
+    int child = pid == 0;
+    side_t s;
+    open_side(&s, prov, size);
+    wire_t mine, theirs;
+    my_wire(&s, &mine);
+    if (write(child ? up[1] : down[1], &mine, sizeof(mine)) != sizeof(mine) ||
+        read(child ? down[0] : up[0], &theirs, sizeof(theirs)) != sizeof(theirs))
+        die("pipe", FI_EIO);
+    if (fi_av_insert(s.av, theirs.name, 1, &s.peer, 0, NULL) != 1)
+        die("fi_av_insert", FI_EINVAL);
+    if (strcmp(test, "write") == 0) {
+        if (child) { /* target: progress until the initiator's "done" arrives */
+            post_recv(&s, 8);
+            while (reap(&s) == 0)
+                ;
+        } else {
+            long posted = 0, done = 0;
+            double t0 = 0;
+            for (long i = -iters / 10 - 1; i < iters; i = posted - iters / 10 - 1) {
+                if (i == 0 && t0 == 0)
+                    t0 = now();
+                if (posted - done < WINDOW &&
+                    fi_write(s.ep, s.buf, size, NULL, s.peer, theirs.addr, theirs.key, NULL) == 0)
+                    posted++;
+                else
+                    done += reap(&s);
+            }
+            while (done < posted)
+                done += reap(&s);
+            while (fi_read(s.ep, s.buf, 8, NULL, s.peer, theirs.addr, theirs.key, NULL) ==
+                   -FI_EAGAIN)
+                reap(&s);
+            while (reap(&s) == 0)
+                ;
+            double t = now() - t0;
+            printf("ofi_floor %s write size %zu: %.0f MB/s\n", prov, size,
+                   (double)size * (double)iters / t / 1e6);
+            send_wait(&s, 8);
+            while (reap(&s) == 0)
+                ;
+        }
+    } else {
+        long warm = iters / 10 + 1;
+        double t0 = 0;
+        for (long i = 0; i < iters + warm; i++) {
+            if (i == warm)
+                t0 = now();
+            post_recv(&s, size);
+            if (!child) {
+                send_wait(&s, size);
+                for (int got = 0; got < 2;)
+                    got += reap(&s);
+            } else {
+                while (reap(&s) == 0)
+                    ;
+                send_wait(&s, size);
+                while (reap(&s) == 0)
+                    ;
+            }
+        }
+        if (!child)
+            printf("ofi_floor %s pingpong size %zu: %.2f us one way\n", prov, size,
+                   (now() - t0) / (double)iters / 2 * 1e6);
+    }
+    fi_close(&s.mr->fid);
+    fi_close(&s.ep->fid);
+    fi_close(&s.av->fid);
+    fi_close(&s.cq->fid);
+    fi_close(&s.domain->fid);
+    fi_close(&s.fabric->fid);
+    fi_freeinfo(s.info);
+    free(s.buf);
+    if (!child)
+        waitpid(pid, NULL, 0);
+    return 0;
+}

@@ -1,0 +1,229 @@
+/*
+ * ofi.h - internals of the ofi transport (libfabric, FI_EP_RDM): objects, the AM wire header,
+ * and the functions the ofi_*.c files share.  Nothing outside src/tl/ofi includes this file.
+ *
+ * Objects:
+ *   md     the provider chosen by FERRY_OFI_PROVIDER (one fi_info), its fabric and domain,
+ *          memory registration and remote keys.
+ *   iface  one RDM endpoint with its completion queue and address vector, bound to
+ *          127.0.0.1 where the provider takes an IP address; pre-posted receive buffers.
+ *   ep     one address vector entry (the peer's fi_addr_t) plus the operations outstanding
+ *          on it, in issue order (a flush waits until everything before it left the list).
+ *   op     one libfabric operation: its fi_context2 is the operation context, so a
+ *          completion is routed to its op directly.  An op whose ep was destroyed or failed
+ *          is an orphan: its caller was answered, the op waits for libfabric to give it back.
+ */
+#ifndef FY_TL_OFI_H
+#define FY_TL_OFI_H
+
+#include <rdma/fabric.h>
+#include <rdma/fi_atomic.h>
+#include <rdma/fi_cm.h>
+#include <rdma/fi_domain.h>
+#include <rdma/fi_endpoint.h>
+#include <rdma/fi_errno.h>
+#include <rdma/fi_rma.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "tl/ofi/ofi_mr.h"
+#include "tl/tl.h"
+#include "util/list.h"
+
+#define FY_OFI_NAME_MAX  56    /* bytes of an endpoint name carried in the iface address */
+#define FY_OFI_MSG_MAX   65536 /* largest AM on the wire, header included (receive slot) */
+#define FY_OFI_BCOPY     8192  /* am_bcopy on the wire, header included (the op buffer) */
+#define FY_OFI_BBUF      (FY_OFI_BCOPY + 256)
+#define FY_OFI_RX_SLOTS  32         /* receive buffers without FI_MULTI_RECV */
+#define FY_OFI_MULTI_RX  (1u << 20) /* one FI_MULTI_RECV buffer */
+#define FY_OFI_NUM_MULTI 2
+
+/* ---- wire: every message starts with this header (8 bytes, little endian) ---------------- *
+ *  0       1       2               4                               8
+ * +-------+-------+---------------+-------------------------------+
+ * | type  | am_id | reserved      | job tag (low 32 bits of key)  |
+ * +-------+-------+---------------+-------------------------------+
+ *  type AM: am_cb(am_id, payload); type PROBE: a flush probe, dropped.  A message with a
+ *  foreign job tag or a short length is dropped and counted.
+ */
+enum { FY_OFI_AM = 1, FY_OFI_PROBE = 2 };
+typedef struct fy_ofi_hdr {
+    uint8_t type;
+    uint8_t am_id;
+    uint16_t rsvd;
+    uint32_t job_tag;
+} fy_ofi_hdr_t;
+
+/* ---- addresses ---------------------------------------------------------------------------- *
+ * device address: host id (8, host and network namespace), provider name hash (8).  iface address:
+ * the peer's pid (liveness), its flush word (addr, key) for the read-after-write flush, and its
+ * name. */
+typedef struct fy_ofi_dev_addr {
+    uint64_t host_id;
+    uint64_t prov_hash; /* both ends must use the same provider */
+} fy_ofi_dev_addr_t;
+
+typedef struct fy_ofi_iface_addr {
+    uint32_t pid;
+    uint32_t name_len;
+    uint64_t flush_addr;
+    uint64_t flush_key;
+    uint8_t name[FY_OFI_NAME_MAX];
+} fy_ofi_iface_addr_t;
+
+/* ---- configuration ---------------------------------------------------------------------- */
+typedef struct fy_ofi_config {
+    char *provider;       /* FERRY_OFI_PROVIDER: include / exclude list */
+    unsigned long tx_ops; /* operations in flight per iface before NO_RESOURCE */
+    uint64_t peer_check;  /* liveness check period */
+    int multi_recv;       /* use FI_MULTI_RECV where offered */
+    int delivery;         /* use FI_DELIVERY_COMPLETE where offered */
+    int atomics;          /* use the provider's atomics where valid */
+    double latency_ns, bandwidth;
+} fy_ofi_config_t;
+extern const fy_config_table_t fy_ofi_config_table;
+
+/* ---- memory: registration, the memh (fy_ofi_mr_t) and rkeys are ofi_mr.h's ---------- */
+
+typedef struct fy_ofi_md {
+    fy_tl_md_t super;
+    fy_ofi_config_t cfg;
+    struct fi_info *info; /* the chosen provider (a dup; owned) */
+    struct fid_fabric *fabric;
+    struct fid_domain *domain;
+    char dev_name[32];
+    uint64_t mr_mode;
+    fy_ofi_mr_dom_t mrdom; /* registration state (ofi_mr.c) */
+    int delivery;          /* FI_DELIVERY_COMPLETE accepted */
+    int multi_recv;
+    uint64_t host_id;
+    uint64_t prov_hash;
+    unsigned amo_mask[2]; /* [0]: 32-bit, [1]: 64-bit; bit per ferry_atomic_op_t */
+} fy_ofi_md_t;
+
+/* ---- ops ---------------------------------------------------------------------------------- */
+enum fy_ofi_op_kind {
+    FY_OFI_OP_SEND = 1,
+    FY_OFI_OP_WRITE,
+    FY_OFI_OP_READ,
+    FY_OFI_OP_AMO,
+    FY_OFI_OP_FLUSH,
+    FY_OFI_OP_RECV, /* a receive slot (not from the pool) */
+};
+
+typedef struct fy_ofi_ep fy_ofi_ep_t;
+typedef struct fy_ofi_iface fy_ofi_iface_t;
+
+typedef struct fy_ofi_op {
+    struct fi_context2 ctx; /* the libfabric operation context: keep first */
+    fy_list_t elem;         /* ep->ops, iface->orphans, or iface->free */
+    fy_ofi_ep_t *ep;        /* NULL: orphan */
+    fy_tl_comp_t *comp;
+    uint8_t kind;
+    uint8_t posted;    /* libfabric holds it (a completion will come) */
+    uint8_t need_read; /* flush: a read-after-write still to post */
+    uint8_t counted;   /* holds a slot of iface->inflight */
+    uint8_t queued;    /* a send libfabric refused (-FI_EAGAIN): posted later, in order */
+    uint8_t niov;
+    struct iovec iov[8]; /* a queued send's gather list */
+    ferry_status_t status;
+    uint64_t operand, compare, result; /* atomics */
+    void *result_dst;
+    size_t amo_size;
+    void *bbuf; /* copy buffer (FY_OFI_MSG_MAX), kept with the op across reuse */
+} fy_ofi_op_t;
+
+struct fy_ofi_ep {
+    fy_tl_ep_t super;
+    fy_list_t elem; /* iface->eps */
+    fi_addr_t addr;
+    pid_t pid;
+    uint64_t flush_addr, flush_key;
+    fy_list_t ops;            /* outstanding, issue order */
+    ferry_status_t failed;    /* 0, or the failure */
+    int err_reported;         /* err_cb ran */
+    int depth;                /* inside a walk of its ops that calls back */
+    int destroyed;            /* ep_destroy ran during that walk: free it after */
+    ferry_status_t deferred;  /* error for the next flush (an op without a completion) */
+    unsigned writes, injects; /* since the last flush: what a flush must cover */
+    unsigned unflushed;       /* any operation since the last flush (read-after-write) */
+    unsigned nqueued;         /* queued sends: later sends queue behind them */
+    uint64_t tx_msgs, tx_bytes, rx_msgs;
+};
+
+typedef struct fy_ofi_rx {
+    fy_ofi_op_t op; /* kind RECV; ctx routes the completion */
+    void *buf;
+    size_t len;
+    int needs_post;
+} fy_ofi_rx_t;
+
+struct fy_ofi_iface {
+    fy_tl_iface_t super;
+    fy_ofi_md_t *md;
+    struct fi_info *info;
+    struct fid_ep *ep;
+    struct fid_av *av;
+    struct fid_cq *cq;
+    fy_ofi_mr_t flush_mr;
+    uint64_t flush_word;
+    uint64_t flush_key;
+    uint32_t job_tag;
+    uint8_t name[FY_OFI_NAME_MAX];
+    size_t name_len;
+    size_t inject_size, max_iov, max_msg;
+    size_t msg_max, bcopy_max; /* AM sizes on the wire, header included */
+    fy_ofi_rx_t *rx;
+    unsigned nrx;
+    int multi;
+    fy_list_t eps;
+    fy_list_t orphans;
+    fy_list_t free;
+    unsigned inflight, nops;
+    unsigned in_progress;
+    uint64_t next_check_ns;
+    uint64_t rx_dropped, cq_errors, eagain;
+};
+
+/* ofi_md.c */
+int fy_ofi_virt(const fy_ofi_md_t *md);
+ferry_status_t fy_ofi_status(int fi_err);
+
+/* ofi_iface.c */
+ferry_status_t fy_ofi_iface_open(fy_tl_md_t *md, const fy_tl_iface_params_t *params,
+                                 fy_tl_iface_t **iface_p);
+void fy_ofi_iface_close(fy_tl_iface_t *iface);
+void fy_ofi_iface_query(fy_tl_iface_t *iface, fy_tl_iface_attr_t *attr);
+ferry_status_t fy_ofi_iface_get_address(fy_tl_iface_t *iface, void *dev_addr, void *iface_addr);
+int fy_ofi_iface_is_reachable(fy_tl_iface_t *iface, const void *dev_addr, const void *iface_addr);
+void fy_ofi_iface_unreachable_why(fy_tl_iface_t *iface, const void *dev_addr,
+                                  const void *iface_addr, char *buf, size_t len);
+unsigned fy_ofi_iface_progress(fy_tl_iface_t *iface);
+void fy_ofi_iface_print(fy_tl_iface_t *iface, FILE *f);
+fy_ofi_op_t *fy_ofi_op_get(fy_ofi_iface_t *iface, fy_ofi_ep_t *ep, int kind, fy_tl_comp_t *comp);
+void fy_ofi_op_put(fy_ofi_iface_t *iface, fy_ofi_op_t *op);
+void fy_ofi_op_done(fy_ofi_iface_t *iface, fy_ofi_op_t *op, ferry_status_t st);
+void fy_ofi_ep_fail(fy_ofi_ep_t *ep, ferry_status_t st);
+void fy_ofi_ep_drain(fy_ofi_ep_t *ep);
+int fy_ofi_post_flush_read(fy_ofi_iface_t *iface, fy_ofi_op_t *op);
+int fy_ofi_ep_retry(fy_ofi_ep_t *ep);
+
+/* ofi_ep.c */
+ferry_status_t fy_ofi_ep_create(fy_tl_iface_t *iface, const void *dev_addr, const void *iface_addr,
+                                fy_tl_ep_t **ep_p);
+void fy_ofi_ep_destroy(fy_tl_ep_t *ep);
+ferry_status_t fy_ofi_ep_flush(fy_tl_ep_t *ep, fy_tl_comp_t *comp);
+ferry_status_t fy_ofi_ep_get_stats(fy_tl_ep_t *ep, ferry_ep_stats_t *stats);
+ferry_status_t fy_ofi_am_short(fy_tl_ep_t *ep, uint8_t id, const struct iovec *iov, size_t iovcnt);
+ferry_status_t fy_ofi_am_bcopy(fy_tl_ep_t *ep, uint8_t id, const struct iovec *iov, size_t iovcnt);
+ferry_status_t fy_ofi_am_zcopy(fy_tl_ep_t *ep, uint8_t id, const void *hdr, size_t hdr_len,
+                               const struct iovec *iov, size_t iovcnt, fy_tl_comp_t *comp);
+ferry_status_t fy_ofi_put_zcopy(fy_tl_ep_t *ep, const struct iovec *iov, size_t iovcnt,
+                                uint64_t remote_addr, const void *rkey, fy_tl_comp_t *comp);
+ferry_status_t fy_ofi_get_zcopy(fy_tl_ep_t *ep, const struct iovec *iov, size_t iovcnt,
+                                uint64_t remote_addr, const void *rkey, fy_tl_comp_t *comp);
+ferry_status_t fy_ofi_atomic(fy_tl_ep_t *ep, ferry_atomic_op_t op, size_t size, uint64_t operand,
+                             uint64_t compare, void *result, uint64_t remote_addr, const void *rkey,
+                             fy_tl_comp_t *comp);
+
+#endif

@@ -1,0 +1,681 @@
+/*
+ * ofi_iface.c - the ofi interface: one FI_EP_RDM endpoint with its completion queue and
+ * address vector, the receive buffers, the pool of operations, and progress.
+ *
+ * PROGRESS reads the CQ (which also drives the providers' manual progress) and routes each
+ * completion by its context: a receive hands the AM to am_cb and posts the buffer again, any
+ * other completion finishes its op (ofi_ep.c keeps the ops of an ep in issue order, and a
+ * flush at the head of that list completes right after the op before it).  An error entry
+ * becomes the op's status, logged with fi_strerror and the provider's fi_cq_strerror text;
+ * a failed send fails its ep (err_cb), a refused RMA fails only itself.  Posts that libfabric
+ * answers with -FI_EAGAIN from inside progress (a receive buffer, a flush's read) are kept
+ * and retried on the next pass, never dropped.
+ *
+ * LIVENESS.  libfabric's software providers do not report a dead peer reliably (shm never
+ * does; rxd retries for ever).  The transport reaches this host only, so each ep knows its
+ * peer's pid and progress checks it every FERRY_OFI_PEER_CHECK: a peer that is gone fails its
+ * eps with CONNECTION_RESET (their ops and flushes end with that error, then err_cb).
+ */
+#include <endian.h>
+#include <errno.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "tl/ofi/ofi.h"
+#include "util/clock.h"
+#include "util/log.h"
+#include "util/status.h"
+
+/* ---- the op pool ------------------------------------------------------------------------- */
+
+fy_ofi_op_t *fy_ofi_op_get(fy_ofi_iface_t *iface, fy_ofi_ep_t *ep, int kind, fy_tl_comp_t *comp)
+{
+    int counted = kind != FY_OFI_OP_FLUSH;
+    if (counted && iface->inflight >= iface->md->cfg.tx_ops)
+        return NULL;
+    fy_ofi_op_t *op;
+    if (!fy_list_is_empty(&iface->free)) {
+        op = fy_container_of(fy_list_pop_head(&iface->free), fy_ofi_op_t, elem);
+    } else {
+        op = calloc(1, sizeof(*op));
+        if (op == NULL)
+            return NULL;
+        iface->nops++;
+    }
+    void *bbuf = op->bbuf;
+    memset(op, 0, sizeof(*op));
+    op->bbuf = bbuf;
+    op->ep = ep;
+    op->kind = (uint8_t)kind;
+    op->comp = comp;
+    op->counted = (uint8_t)counted;
+    fy_list_init(&op->elem);
+    if (counted)
+        iface->inflight++;
+    return op;
+}
+
+void fy_ofi_op_put(fy_ofi_iface_t *iface, fy_ofi_op_t *op)
+{
+    if (fy_list_is_linked(&op->elem))
+        fy_list_del(&op->elem);
+    if (op->counted)
+        iface->inflight--;
+    op->counted = 0;
+    op->ep = NULL;
+    fy_list_add_head(&iface->free, &op->elem);
+}
+
+static void op_free_all(fy_list_t *head)
+{
+    while (!fy_list_is_empty(head)) {
+        fy_ofi_op_t *op = fy_container_of(fy_list_pop_head(head), fy_ofi_op_t, elem);
+        free(op->bbuf);
+        free(op);
+    }
+}
+
+/* ---- ops finishing ------------------------------------------------------------------------ */
+
+/* The flushes now at the head of ep's list with nothing left to wait for: detached, their
+ * completions and statuses returned (the caller calls them after the op before them). */
+#define MAX_READY 16
+static unsigned take_flushes(fy_ofi_ep_t *ep, fy_tl_comp_t **comps, ferry_status_t *sts)
+{
+    fy_ofi_iface_t *iface = (fy_ofi_iface_t *)ep->super.iface;
+    unsigned n = 0;
+    while (n < MAX_READY && !fy_list_is_empty(&ep->ops)) {
+        fy_ofi_op_t *f = fy_container_of(ep->ops.next, fy_ofi_op_t, elem);
+        if (f->kind != FY_OFI_OP_FLUSH || f->posted || f->need_read)
+            break;
+        ferry_status_t st = f->status;
+        if (f->comp == NULL) { /* a marker of flush(NULL): keep its error for the next */
+            if (st != FERRY_OK && ep->deferred == FERRY_OK)
+                ep->deferred = st;
+            fy_ofi_op_put(iface, f);
+            continue;
+        }
+        if (st == FERRY_OK && ep->deferred != FERRY_OK) {
+            st = ep->deferred;
+            ep->deferred = FERRY_OK;
+        }
+        comps[n] = f->comp;
+        sts[n++] = st;
+        fy_ofi_op_put(iface, f);
+    }
+    return n;
+}
+
+void fy_ofi_op_done(fy_ofi_iface_t *iface, fy_ofi_op_t *op, ferry_status_t st)
+{
+    fy_ofi_ep_t *ep = op->ep;
+    fy_tl_comp_t *comp = op->comp;
+    if (op->kind == FY_OFI_OP_AMO && op->result_dst != NULL && st == FERRY_OK) {
+        if (op->amo_size == 4) {
+            uint32_t v = (uint32_t)op->result;
+            memcpy(op->result_dst, &v, 4);
+        } else {
+            memcpy(op->result_dst, &op->result, 8);
+        }
+    }
+    if (op->kind == FY_OFI_OP_FLUSH) { /* its read came back */
+        op->posted = 0;
+        op->need_read = 0;
+        if (st != FERRY_OK && op->status == FERRY_OK)
+            op->status = st;
+        if (ep == NULL) {
+            fy_ofi_op_put(iface, op);
+            return;
+        }
+        fy_tl_comp_t *fc[MAX_READY];
+        ferry_status_t fs[MAX_READY];
+        unsigned n = take_flushes(ep, fc, fs);
+        for (unsigned i = 0; i < n; i++)
+            if (fc[i] != NULL)
+                fc[i]->cb(fc[i], fs[i]);
+        return;
+    }
+    fy_ofi_op_put(iface, op);
+    if (ep == NULL)
+        return;
+    if (st != FERRY_OK && comp == NULL && ep->deferred == FERRY_OK)
+        ep->deferred = st;
+    fy_tl_comp_t *fc[MAX_READY];
+    ferry_status_t fs[MAX_READY];
+    unsigned n = take_flushes(ep, fc, fs);
+    if (comp != NULL)
+        comp->cb(comp, st);
+    for (unsigned i = 0; i < n; i++)
+        if (fc[i] != NULL)
+            fc[i]->cb(fc[i], fs[i]);
+}
+
+/* Take every op off a failing or destroyed ep: posted ones become orphans (libfabric still
+ * holds their context), the others go back to the pool; each caller is answered with st. */
+static void ep_cancel_all(fy_ofi_ep_t *ep, ferry_status_t st)
+{
+    fy_ofi_iface_t *iface = (fy_ofi_iface_t *)ep->super.iface;
+    while (!fy_list_is_empty(&ep->ops)) {
+        fy_ofi_op_t *op = fy_container_of(fy_list_pop_head(&ep->ops), fy_ofi_op_t, elem);
+        fy_list_init(&op->elem);
+        fy_tl_comp_t *comp = op->comp;
+        op->comp = NULL;
+        op->ep = NULL;
+        op->queued = 0;
+        op->result_dst = NULL;
+        if (op->posted)
+            fy_list_add_tail(&iface->orphans, &op->elem);
+        else
+            fy_ofi_op_put(iface, op);
+        ferry_status_t s = st;
+        if (s == FERRY_ERR_CANCELED && op->kind == FY_OFI_OP_FLUSH && ep->failed != FERRY_OK)
+            s = ep->failed;
+        if (comp != NULL)
+            comp->cb(comp, s);
+    }
+}
+
+void fy_ofi_ep_drain(fy_ofi_ep_t *ep)
+{
+    ep->nqueued = 0;
+    ep_cancel_all(ep, FERRY_ERR_CANCELED);
+}
+
+void fy_ofi_ep_fail(fy_ofi_ep_t *ep, ferry_status_t st)
+{
+    if (ep->failed != FERRY_OK)
+        return;
+    fy_ofi_iface_t *iface = (fy_ofi_iface_t *)ep->super.iface;
+    ep->failed = st;
+    ep->nqueued = 0;
+    ep->depth++;
+    ep_cancel_all(ep, st);
+    if (!ep->err_reported && !ep->destroyed) {
+        ep->err_reported = 1;
+        if (iface->super.params.err_cb != NULL)
+            iface->super.params.err_cb(iface->super.params.err_arg, &ep->super, st);
+    }
+    if (--ep->depth == 0 && ep->destroyed)
+        free(ep);
+}
+
+/* ---- receive ------------------------------------------------------------------------------ */
+
+static int rx_post(fy_ofi_iface_t *iface, fy_ofi_rx_t *rx)
+{
+    ssize_t ret;
+    if (iface->multi) {
+        struct iovec v = {rx->buf, rx->len};
+        struct fi_msg m = {
+            .msg_iov = &v, .iov_count = 1, .addr = FI_ADDR_UNSPEC, .context = &rx->op.ctx};
+        ret = fi_recvmsg(iface->ep, &m, FI_MULTI_RECV);
+    } else {
+        ret = fi_recv(iface->ep, rx->buf, rx->len, NULL, FI_ADDR_UNSPEC, &rx->op.ctx);
+    }
+    rx->needs_post = ret != 0;
+    if (ret != 0 && ret != -FI_EAGAIN)
+        fy_warn("ofi: posting a receive buffer failed: %s", fi_strerror((int)-ret));
+    return (int)ret;
+}
+
+static void rx_message(fy_ofi_iface_t *iface, const void *data, size_t len)
+{
+    fy_ofi_hdr_t h;
+    if (len < sizeof(h)) {
+        iface->rx_dropped++;
+        return;
+    }
+    memcpy(&h, data, sizeof(h));
+    if (le32toh(h.job_tag) != iface->job_tag || h.am_id > FY_TL_AM_ID_MAX) {
+        iface->rx_dropped++;
+        return;
+    }
+    if (h.type != FY_OFI_AM)
+        return; /* a flush probe */
+    iface->super.params.am_cb(iface->super.params.am_arg, h.am_id,
+                              (const uint8_t *)data + sizeof(h), len - sizeof(h));
+}
+
+/* ---- completions -------------------------------------------------------------------------- */
+
+static void handle_entry(fy_ofi_iface_t *iface, void *ctx, uint64_t flags, void *buf, size_t len,
+                         ferry_status_t st)
+{
+    fy_ofi_op_t *op = ctx;
+    if (op == NULL)
+        return;
+    if (op->kind == FY_OFI_OP_RECV) {
+        fy_ofi_rx_t *rx = fy_container_of(op, fy_ofi_rx_t, op);
+        if (st == FERRY_OK && (flags & FI_RECV) && len > 0)
+            rx_message(iface, iface->multi && buf != NULL ? buf : rx->buf, len);
+        if (!iface->multi || (flags & FI_MULTI_RECV) || st != FERRY_OK)
+            rx_post(iface, rx);
+        return;
+    }
+    op->posted = 0;
+    fy_ofi_ep_t *ep = op->ep;
+    if (ep == NULL) { /* orphan: its caller was answered */
+        if (op->kind == FY_OFI_OP_FLUSH)
+            op->need_read = 0;
+        fy_ofi_op_put(iface, op);
+        return;
+    }
+    if (st != FERRY_OK && op->kind == FY_OFI_OP_SEND) {
+        /* a message the provider could not deliver: the peer is unreachable; the op ends
+         * with the ep's failure, like the rest of its ops */
+        fy_ofi_ep_fail(ep, st == FERRY_ERR_CANCELED ? FERRY_ERR_CONNECTION_RESET : st);
+        return;
+    }
+    fy_ofi_op_done(iface, op, st);
+}
+
+static unsigned read_cq(fy_ofi_iface_t *iface)
+{
+    struct fi_cq_data_entry ent[16];
+    unsigned events = 0;
+    for (int pass = 0; pass < 4; pass++) {
+        ssize_t n = fi_cq_read(iface->cq, ent, 16);
+        if (n > 0) {
+            for (ssize_t i = 0; i < n; i++)
+                handle_entry(iface, ent[i].op_context, ent[i].flags, ent[i].buf, ent[i].len,
+                             FERRY_OK);
+            events += (unsigned)n;
+            if (n < 16)
+                break;
+            continue;
+        }
+        if (n == -FI_EAVAIL) {
+            struct fi_cq_err_entry e;
+            memset(&e, 0, sizeof(e));
+            if (fi_cq_readerr(iface->cq, &e, 0) != 1)
+                break;
+            ferry_status_t st = fy_ofi_status(e.err ? e.err : FI_EIO);
+            iface->cq_errors++;
+            fy_ofi_op_t *op = e.op_context;
+            if (e.err != FI_ECANCELED) {
+                char pbuf[256] = "";
+                const char *ptxt =
+                    fi_cq_strerror(iface->cq, e.prov_errno, e.err_data, pbuf, sizeof(pbuf));
+                fy_log(op != NULL && op->kind == FY_OFI_OP_RECV ? FY_LOG_WARN : FY_LOG_DEBUG,
+                       "ofi: %s completion error: %s (provider: %s)",
+                       op == NULL                    ? "an"
+                       : op->kind == FY_OFI_OP_RECV  ? "a receive"
+                       : op->kind == FY_OFI_OP_SEND  ? "a send"
+                       : op->kind == FY_OFI_OP_WRITE ? "a write"
+                       : op->kind == FY_OFI_OP_READ  ? "a read"
+                       : op->kind == FY_OFI_OP_AMO   ? "an atomic"
+                                                     : "a flush read",
+                       fi_strerror(e.err), ptxt ? ptxt : "-");
+            }
+            handle_entry(iface, op, e.flags, NULL, 0, st);
+            events++;
+            continue;
+        }
+        if (n != -FI_EAGAIN)
+            fy_debug("ofi: fi_cq_read: %s", fi_strerror((int)-n));
+        break;
+    }
+    return events;
+}
+
+/* Posts that found the provider busy: receive buffers and flush reads. */
+static void retry_posts(fy_ofi_iface_t *iface)
+{
+    for (unsigned i = 0; i < iface->nrx; i++)
+        if (iface->rx[i].needs_post)
+            rx_post(iface, &iface->rx[i]);
+    fy_list_t *e;
+    fy_list_for_each(e, &iface->eps)
+    {
+        fy_ofi_ep_t *ep = fy_container_of(e, fy_ofi_ep_t, elem);
+        if (ep->failed == FERRY_OK && fy_ofi_ep_retry(ep))
+            return; /* callbacks ran: the rest on the next pass */
+    }
+}
+
+static void check_peers(fy_ofi_iface_t *iface)
+{
+    fy_list_t *e;
+    int any = 0;
+    fy_list_for_each(e, &iface->eps)
+    {
+        fy_ofi_ep_t *ep = fy_container_of(e, fy_ofi_ep_t, elem);
+        if (ep->failed == FERRY_OK && ep->pid > 0 && kill(ep->pid, 0) != 0 && errno == ESRCH) {
+            ep->pid = -ep->pid; /* marked: fail it below */
+            any = 1;
+        }
+    }
+    while (any) {
+        any = 0;
+        fy_list_for_each(e, &iface->eps)
+        {
+            fy_ofi_ep_t *ep = fy_container_of(e, fy_ofi_ep_t, elem);
+            if (ep->pid < 0 && ep->failed == FERRY_OK) {
+                fy_debug("ofi: peer process %d is gone", (int)-ep->pid);
+                fy_ofi_ep_fail(ep, FERRY_ERR_CONNECTION_RESET);
+                any = 1; /* callbacks may have changed the list: walk it again */
+                break;
+            }
+        }
+    }
+}
+
+unsigned fy_ofi_iface_progress(fy_tl_iface_t *super)
+{
+    fy_ofi_iface_t *iface = (fy_ofi_iface_t *)super;
+    unsigned events = read_cq(iface);
+    if (iface->eagain) {
+        iface->eagain = 0;
+        retry_posts(iface);
+    }
+    uint64_t now = fy_time_ns();
+    if (now >= iface->next_check_ns) {
+        iface->next_check_ns = now + iface->md->cfg.peer_check;
+        for (unsigned i = 0; i < iface->nrx; i++)
+            iface->eagain |= iface->rx[i].needs_post;
+        check_peers(iface);
+    }
+    return events;
+}
+
+/* ---- open / close ------------------------------------------------------------------------- */
+
+static const enum fi_op amo_fi_op[] = {FI_SUM, FI_BAND, FI_BOR, FI_BXOR, FI_ATOMIC_WRITE, FI_CSWAP};
+
+/* Which ferry atomics this endpoint does natively, per width (fi_atomicvalid and its fetch
+ * and compare forms: an op counts only when every form ferry may issue is valid). */
+static void query_atomics(fy_ofi_iface_t *iface)
+{
+    fy_ofi_md_t *md = iface->md;
+    md->amo_mask[0] = md->amo_mask[1] = 0;
+    if (!(iface->info->caps & FI_ATOMIC) || !md->cfg.atomics)
+        return;
+    /* libfabric 1.17's rxd crashes in its progress on atomics: emulated by proto there */
+    if (strstr(iface->info->fabric_attr->prov_name, "ofi_rxd") != NULL)
+        return;
+    for (int w = 0; w < 2; w++) {
+        enum fi_datatype dt = w == 0 ? FI_UINT32 : FI_UINT64;
+        for (int o = 0; o < 6; o++) {
+            size_t count = 0;
+            int ok;
+            if (o == FERRY_ATOMIC_CSWAP) {
+                ok = fi_compare_atomicvalid(iface->ep, dt, FI_CSWAP, &count) == 0 && count >= 1;
+            } else {
+                ok = fi_atomicvalid(iface->ep, dt, amo_fi_op[o], &count) == 0 && count >= 1;
+                count = 0;
+                ok = ok && fi_fetch_atomicvalid(iface->ep, dt, amo_fi_op[o], &count) == 0 &&
+                     count >= 1;
+            }
+            if (ok)
+                md->amo_mask[w] |= 1u << o;
+        }
+    }
+}
+
+ferry_status_t fy_ofi_iface_open(fy_tl_md_t *super_md, const fy_tl_iface_params_t *params,
+                                 fy_tl_iface_t **iface_p)
+{
+    fy_ofi_md_t *md = (fy_ofi_md_t *)super_md;
+    if (md->domain == NULL || params->device == NULL || strcmp(params->device, md->dev_name) != 0)
+        return FERRY_ERR_NO_DEVICE;
+    fy_ofi_iface_t *iface = calloc(1, sizeof(*iface));
+    if (iface == NULL)
+        return FERRY_ERR_NO_MEMORY;
+    fy_tl_iface_base_init(&iface->super, md->super.component, &md->super, params);
+    iface->md = md;
+    iface->info = md->info;
+    iface->job_tag = (uint32_t)params->job_key;
+    fy_list_init(&iface->eps);
+    fy_list_init(&iface->orphans);
+    fy_list_init(&iface->free);
+    iface->inject_size = md->info->tx_attr->inject_size;
+    iface->max_iov = md->info->tx_attr->iov_limit;
+    if (md->info->tx_attr->rma_iov_limit < iface->max_iov)
+        iface->max_iov = md->info->tx_attr->rma_iov_limit;
+    iface->max_msg = md->info->ep_attr->max_msg_size;
+    iface->multi = md->multi_recv;
+    /* rxm's rendezvous (messages above its 16 KiB eager buffers) stalls when the sender does
+     * not progress while the receiver drains: keep ferry's AMs eager there */
+    iface->msg_max = FY_OFI_MSG_MAX;
+    iface->bcopy_max = FY_OFI_BCOPY;
+    if (strstr(md->info->fabric_attr->prov_name, "ofi_rxm") != NULL) {
+        iface->msg_max = 16384 - 256;
+        iface->bcopy_max = 2048;
+    }
+    const char *what = "";
+    int ret;
+    struct fi_cq_attr cqa = {.format = FI_CQ_FORMAT_DATA, .size = 0, .wait_obj = FI_WAIT_NONE};
+    struct fi_av_attr ava = {.type = FI_AV_TABLE};
+    ret = fi_cq_open(md->domain, &cqa, &iface->cq, NULL);
+    if (ret != 0) {
+        what = "fi_cq_open";
+        goto err;
+    }
+    ret = fi_av_open(md->domain, &ava, &iface->av, NULL);
+    if (ret != 0) {
+        what = "fi_av_open";
+        goto err;
+    }
+    /* shm names an endpoint after its process and a per-process index, and 1.17 crashes
+     * when an endpoint closes and a new one takes its name while a peer still maps the old:
+     * every shm iface gets a name of its own */
+    struct fi_info *epi = md->info;
+    if (strcmp(md->info->fabric_attr->prov_name, "shm") == 0) {
+        static unsigned seq;
+        epi = fi_dupinfo(md->info);
+        if (epi == NULL) {
+            ret = -FI_ENOMEM;
+            what = "fi_dupinfo";
+            goto err;
+        }
+        char nm[48];
+        snprintf(nm, sizeof(nm), "fyofi_%d_%u_%llx", (int)getpid(), ++seq,
+                 (unsigned long long)(fy_time_ns() & 0xffffffffull));
+        free(epi->src_addr);
+        epi->src_addr = strdup(nm);
+        epi->src_addrlen = epi->src_addr != NULL ? strlen(nm) + 1 : 0;
+    }
+    ret = fi_endpoint(md->domain, epi, &iface->ep, NULL);
+    if (epi != md->info)
+        fi_freeinfo(epi);
+    if (ret != 0) {
+        what = "fi_endpoint";
+        goto err;
+    }
+    ret = fi_ep_bind(iface->ep, &iface->av->fid, 0);
+    if (ret == 0)
+        ret = fi_ep_bind(iface->ep, &iface->cq->fid, FI_TRANSMIT | FI_RECV);
+    if (ret != 0) {
+        what = "fi_ep_bind";
+        goto err;
+    }
+    /* libfabric 1.17's shm crashes in fi_setopt(FI_OPT_MIN_MULTI_RECV): receive slots there */
+    if (strcmp(md->info->fabric_attr->prov_name, "shm") == 0)
+        iface->multi = 0;
+    if (iface->multi) {
+        size_t min = iface->msg_max;
+        if (fi_setopt(&iface->ep->fid, FI_OPT_ENDPOINT, FI_OPT_MIN_MULTI_RECV, &min, sizeof(min)) !=
+            0)
+            iface->multi = 0;
+    }
+    ret = fi_enable(iface->ep);
+    if (ret != 0) {
+        what = "fi_enable";
+        goto err;
+    }
+    size_t nlen = sizeof(iface->name);
+    ret = fi_getname(&iface->ep->fid, iface->name, &nlen);
+    if (ret != 0 || nlen >= FY_OFI_NAME_MAX) {
+        what = "fi_getname";
+        if (ret == 0)
+            ret = -FI_ETOOSMALL;
+        goto err;
+    }
+    iface->name_len = nlen;
+    /* the word a flush reads after writes */
+    if (fy_ofi_mr_reg(&md->mrdom, iface->ep, &iface->flush_word, sizeof(iface->flush_word),
+                      FERRY_MEM_REMOTE_READ, 0, &iface->flush_mr) != FERRY_OK) {
+        ret = -FI_EINVAL;
+        what = "registering the flush word";
+        goto err;
+    }
+    iface->flush_key = iface->flush_mr.key;
+    /* receive buffers */
+    iface->nrx = iface->multi ? FY_OFI_NUM_MULTI : FY_OFI_RX_SLOTS;
+    iface->rx = calloc(iface->nrx, sizeof(*iface->rx));
+    if (iface->rx == NULL) {
+        ret = -FI_ENOMEM;
+        what = "receive buffers";
+        goto err;
+    }
+    for (unsigned i = 0; i < iface->nrx; i++) {
+        fy_ofi_rx_t *rx = &iface->rx[i];
+        rx->op.kind = FY_OFI_OP_RECV;
+        rx->len = iface->multi ? FY_OFI_MULTI_RX : iface->msg_max;
+        rx->buf = malloc(rx->len);
+        if (rx->buf == NULL) {
+            ret = -FI_ENOMEM;
+            what = "receive buffers";
+            goto err;
+        }
+        ret = rx_post(iface, rx);
+        if (ret != 0 && ret != -FI_EAGAIN) {
+            what = "fi_recv";
+            goto err;
+        }
+        iface->eagain |= ret != 0;
+    }
+    query_atomics(iface);
+    *iface_p = &iface->super;
+    return FERRY_OK;
+
+err:
+    fy_warn("ofi: %s: %s failed: %s", md->info->fabric_attr->prov_name, what, fi_strerror(-ret));
+    fy_ofi_iface_close(&iface->super);
+    return fy_ofi_status(ret) == FERRY_ERR_NO_RESOURCE ? FERRY_ERR_NO_DEVICE : fy_ofi_status(ret);
+}
+
+void fy_ofi_iface_close(fy_tl_iface_t *super)
+{
+    fy_ofi_iface_t *iface = (fy_ofi_iface_t *)super;
+    if (iface == NULL)
+        return;
+    while (!fy_list_is_empty(&iface->eps)) {
+        fy_ofi_ep_t *ep = fy_container_of(iface->eps.next, fy_ofi_ep_t, elem);
+        fy_ofi_ep_destroy(&ep->super);
+    }
+    if (iface->ep != NULL)
+        fi_close(&iface->ep->fid);
+    fy_ofi_mr_dereg(&iface->flush_mr);
+    if (iface->av != NULL)
+        fi_close(&iface->av->fid);
+    if (iface->cq != NULL)
+        fi_close(&iface->cq->fid);
+    for (unsigned i = 0; iface->rx != NULL && i < iface->nrx; i++)
+        free(iface->rx[i].buf);
+    free(iface->rx);
+    op_free_all(&iface->orphans);
+    op_free_all(&iface->free);
+    free(iface);
+}
+
+void fy_ofi_iface_query(fy_tl_iface_t *super, fy_tl_iface_attr_t *attr)
+{
+    fy_ofi_iface_t *iface = (fy_ofi_iface_t *)super;
+    fy_ofi_md_t *md = iface->md;
+    memset(attr, 0, sizeof(*attr));
+    attr->caps = FY_TL_CAP_AM_SHORT | FY_TL_CAP_AM_BCOPY | FY_TL_CAP_AM_ZCOPY | FY_TL_CAP_PUT |
+                 FY_TL_CAP_GET | FY_TL_CAP_AM_ORDERED | FY_TL_CAP_CONNECT_TO_IFACE;
+    if (md->amo_mask[0] == 0x3f)
+        attr->caps |= FY_TL_CAP_AMO32;
+    if (md->amo_mask[1] == 0x3f)
+        attr->caps |= FY_TL_CAP_AMO64;
+    /* Honest figures for lane selection, measured here over loopback (bench/RESULTS.md):
+     * the software providers are slower than ferry's own shm and tcp; a NIC provider is
+     * assumed to be an RDMA NIC. */
+    const char *p = md->info->fabric_attr->prov_name;
+    double lat, bw;
+    if (strcmp(p, "shm") == 0)
+        lat = 1500, bw = 5e9;
+    else if (strstr(p, "rxm") != NULL)
+        lat = 9000, bw = 2.5e9;
+    else if (strstr(p, "rxd") != NULL || strcmp(p, "sockets") == 0)
+        lat = 20000, bw = 0.8e9;
+    else
+        lat = 2000, bw = 10e9;
+    attr->latency_ns = md->cfg.latency_ns > 0 ? md->cfg.latency_ns : lat;
+    attr->bandwidth = md->cfg.bandwidth > 0 ? md->cfg.bandwidth : bw;
+    attr->overhead_ns = 1000;
+    size_t inj = iface->inject_size > iface->bcopy_max ? iface->bcopy_max : iface->inject_size;
+    attr->max_short = inj >= 64 + sizeof(fy_ofi_hdr_t) ? inj - sizeof(fy_ofi_hdr_t) : 64;
+    attr->max_bcopy = iface->bcopy_max - sizeof(fy_ofi_hdr_t);
+    attr->max_zcopy = iface->msg_max - sizeof(fy_ofi_hdr_t);
+    attr->max_zcopy_hdr = 256;
+    attr->max_put_short = 0;
+    attr->max_rma = iface->max_msg < (1ull << 30) ? iface->max_msg : (1u << 30);
+    attr->max_iov = iface->max_iov > 1 ? iface->max_iov - 1 : 1;
+    attr->device_addr_len = sizeof(fy_ofi_dev_addr_t);
+    attr->iface_addr_len = sizeof(fy_ofi_iface_addr_t);
+    attr->priority = 5;
+}
+
+ferry_status_t fy_ofi_iface_get_address(fy_tl_iface_t *super, void *dev_addr, void *iface_addr)
+{
+    fy_ofi_iface_t *iface = (fy_ofi_iface_t *)super;
+    fy_ofi_dev_addr_t d = {.host_id = htole64(iface->md->host_id),
+                           .prov_hash = htole64(iface->md->prov_hash)};
+    memcpy(dev_addr, &d, sizeof(d));
+    fy_ofi_iface_addr_t a;
+    memset(&a, 0, sizeof(a));
+    a.pid = htole32((uint32_t)getpid());
+    a.name_len = htole32((uint32_t)iface->name_len);
+    a.flush_addr = htole64(fy_ofi_virt(iface->md) ? (uintptr_t)&iface->flush_word : 0);
+    a.flush_key = htole64(iface->flush_key);
+    memcpy(a.name, iface->name, iface->name_len);
+    memcpy(iface_addr, &a, sizeof(a));
+    return FERRY_OK;
+}
+
+static const char *unreachable(fy_ofi_iface_t *iface, const void *dev_addr, const void *iface_addr)
+{
+    fy_ofi_dev_addr_t d;
+    fy_ofi_iface_addr_t a;
+    memcpy(&d, dev_addr, sizeof(d));
+    memcpy(&a, iface_addr, sizeof(a));
+    if (le64toh(d.host_id) != iface->md->host_id)
+        return "another host or network namespace: ofi is bound to this host";
+    if (le64toh(d.prov_hash) != iface->md->prov_hash)
+        return "the peer uses another libfabric provider";
+    if (le32toh(a.name_len) == 0 || le32toh(a.name_len) >= FY_OFI_NAME_MAX)
+        return "malformed address";
+    return NULL;
+}
+
+int fy_ofi_iface_is_reachable(fy_tl_iface_t *super, const void *dev_addr, const void *iface_addr)
+{
+    return unreachable((fy_ofi_iface_t *)super, dev_addr, iface_addr) == NULL;
+}
+
+void fy_ofi_iface_unreachable_why(fy_tl_iface_t *super, const void *dev_addr,
+                                  const void *iface_addr, char *buf, size_t len)
+{
+    const char *why = unreachable((fy_ofi_iface_t *)super, dev_addr, iface_addr);
+    snprintf(buf, len, "%s", why ? why : "reachable");
+}
+
+void fy_ofi_iface_print(fy_tl_iface_t *super, FILE *f)
+{
+    fy_ofi_iface_t *iface = (fy_ofi_iface_t *)super;
+    fy_ofi_md_t *md = iface->md;
+    fprintf(f,
+            "ofi %s (%s, domain %s): mr_mode 0x%llx, delivery complete %s, multi-recv %s, "
+            "atomics 32-bit 0x%x 64-bit 0x%x\n"
+            "  ops %u (in flight %u), receive drops %llu, completion errors %llu\n",
+            md->dev_name, md->info->fabric_attr->prov_name, md->info->domain_attr->name,
+            (unsigned long long)md->mr_mode, md->delivery ? "yes" : "no",
+            iface->multi ? "yes" : "no", md->amo_mask[0], md->amo_mask[1], iface->nops,
+            iface->inflight, (unsigned long long)iface->rx_dropped,
+            (unsigned long long)iface->cq_errors);
+}

@@ -701,8 +701,8 @@ static void rcache_remap(void)
     }
     fy_rcache_stats_t s;
     fy_rcache_get_stats(rc, &s);
-    FY_ASSERT_EQ(s.invalidations, 1);
-    FY_ASSERT_EQ(s.regs, 2);
+    FY_ASSERT_GE(s.invalidations, 1);
+    FY_ASSERT_EQ(s.regs, s.invalidations + 1); /* one per mapping (retries included) */
     fy_rcache_put(rc, reg);
     fy_rcache_destroy(rc);
     fy_ofi_mr_dereg(&dmr);

@@ -217,8 +217,10 @@ static ferry_status_t start(const char **why)
         *why = "the monitor thread could not start";
         goto fail;
     }
+    pthread_mutex_lock(&mon.lock); /* read by sync_begin and watch under it */
     mon.running = 1;
     mon.pid = getpid();
+    pthread_mutex_unlock(&mon.lock);
     return FERRY_OK;
 fail:
     if (mon.wakefd >= 0)
@@ -235,10 +237,13 @@ static void stop(void)
         fy_warn("memmon: waking the monitor thread: %s", strerror(errno));
     pthread_join(mon.thread, NULL);
     /* Closing unregisters every watched range and releases anyone waiting on an event. */
-    close(mon.uffd);
-    close(mon.wakefd);
-    mon.uffd = mon.wakefd = -1;
+    pthread_mutex_lock(&mon.lock);
     mon.running = 0;
+    int uffd = mon.uffd, wakefd = mon.wakefd;
+    mon.uffd = mon.wakefd = -1;
+    pthread_mutex_unlock(&mon.lock);
+    close(uffd);
+    close(wakefd);
 }
 
 ferry_status_t fy_memmon_subscribe(fy_memmon_cb_t cb, void *arg, fy_memmon_sub_t **sub_p,
@@ -301,14 +306,19 @@ void fy_memmon_unsubscribe(fy_memmon_sub_t *sub)
 
 ferry_status_t fy_memmon_watch(void *addr, size_t len)
 {
-    /* mon.uffd is stable while a subscriber (our caller) exists */
-    if (!mon.running || mon.pid != getpid() || len == 0)
+    /* Read the state under the lock, but never hold it across the ioctl: UFFDIO_REGISTER takes
+     * the address space's lock, which a munmap waiting for the monitor (which waits for our
+     * lock) may hold.  mon.uffd stays open while a subscriber (our caller) exists. */
+    pthread_mutex_lock(&mon.lock);
+    int uffd = mon.running && mon.pid == getpid() ? mon.uffd : -1;
+    pthread_mutex_unlock(&mon.lock);
+    if (uffd < 0 || len == 0)
         return FERRY_ERR_UNSUPPORTED;
     struct uffdio_register reg = {
         .range = {.start = (uint64_t)(uintptr_t)addr, .len = len},
         .mode = UFFDIO_REGISTER_MODE_WP,
     };
-    if (ioctl(mon.uffd, UFFDIO_REGISTER, &reg) != 0) {
+    if (ioctl(uffd, UFFDIO_REGISTER, &reg) != 0) {
         fy_debug("memmon: cannot watch [%p, +%zu): %s", addr, len, strerror(errno));
         return FERRY_ERR_UNSUPPORTED;
     }

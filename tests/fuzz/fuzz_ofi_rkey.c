@@ -45,7 +45,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     uint8_t sel = data[0];
     fy_ofi_mr_mode_t mode = {.key_size = (size_t)((sel >> 1) & 0x0f), .virt_addr = sel & 1};
     const fy_ofi_mr_mode_t *m = (sel & 0x80) ? NULL : &mode;
-    fy_ofi_rkey_t rk;
+    fy_ofi_mr_rkey_t rk;
     if (fy_ofi_rkey_unpack(m, data + 1, size - 1, &rk) != FERRY_OK)
         return 0;
     /* accepted: it packs back to the same bytes */

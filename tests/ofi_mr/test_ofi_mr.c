@@ -153,7 +153,7 @@ static void rkey_roundtrip(void)
     FY_ASSERT_EQ(buf[8], 0xef);
     FY_ASSERT_EQ(buf[11], 0x89);
     FY_ASSERT_EQ(buf[17], 0x10);
-    fy_ofi_rkey_t rk;
+    fy_ofi_mr_rkey_t rk;
     FY_ASSERT_OK(fy_ofi_rkey_unpack(&mode, buf, FY_OFI_RKEY_PACKED_SIZE, &rk));
     FY_ASSERT_U64_EQ(rk.key, mr.key);
     FY_ASSERT_U64_EQ(rk.base, mr.base);
@@ -208,8 +208,8 @@ static void rkey_roundtrip(void)
 
 static void rkey_addr(void)
 {
-    fy_ofi_rkey_t off = {.key = 1, .base = 0x10000, .len = 4096, .access = RD, .flags = 0};
-    fy_ofi_rkey_t virt = off;
+    fy_ofi_mr_rkey_t off = {.key = 1, .base = 0x10000, .len = 4096, .access = RD, .flags = 0};
+    fy_ofi_mr_rkey_t virt = off;
     virt.flags = FY_OFI_RKEY_F_VIRT_ADDR;
     uint64_t a = 0;
     FY_ASSERT_OK(fy_ofi_rkey_addr(&off, 0x10000, 4096, RD, &a));
@@ -553,7 +553,7 @@ static int rail_rma(rail_t *r, int write, void *local, size_t len, const fy_ofi_
                     const fy_ofi_mr_t *tmr, uint64_t target_va)
 {
     uint8_t packed[FY_OFI_RKEY_PACKED_SIZE];
-    fy_ofi_rkey_t rk;
+    fy_ofi_mr_rkey_t rk;
     uint64_t addr;
     fy_ofi_rkey_pack(&r->mrd, tmr, packed);
     FY_ASSERT_OK(fy_ofi_rkey_unpack(&r->mrd.mode, packed, sizeof(packed), &rk));
@@ -701,8 +701,8 @@ static void rcache_remap(void)
     }
     fy_rcache_stats_t s;
     fy_rcache_get_stats(rc, &s);
-    FY_ASSERT_EQ(s.invalidations, 1);
-    FY_ASSERT_EQ(s.regs, 2);
+    FY_ASSERT_GE(s.invalidations, 1);
+    FY_ASSERT_EQ(s.regs, s.invalidations + 1); /* one per mapping (retries included) */
     fy_rcache_put(rc, reg);
     fy_rcache_destroy(rc);
     fy_ofi_mr_dereg(&dmr);

@@ -11,6 +11,7 @@
 #include <sched.h>
 #include <stdint.h>
 #include <sys/mman.h>
+#include <sys/utsname.h>
 
 #include "fytest.h"
 #include "util/memmon.h"
@@ -543,6 +544,42 @@ static void threads(void)
     munmap(r.b, r.len);
 }
 
+/* Without privilege (vm.unprivileged_userfaultfd=0 is the default): the monitor still works,
+ * through UFFD_USER_MODE_ONLY (Linux 5.11 on).  As root, the case drops to nobody first. */
+static void unprivileged(void)
+{
+    struct utsname u;
+    int major = 0, minor = 0;
+    FY_ASSERT_EQ(uname(&u), 0);
+    sscanf(u.release, "%d.%d", &major, &minor);
+    if (getuid() == 0)
+        FY_ASSERT_EQ(setresuid(65534, 65534, 65534), 0);
+    FY_ASSERT_NE(geteuid(), 0);
+    fake_t f;
+    fy_rcache_t *rc = make(&f, 1, SIZE_MAX, 100);
+    if (major < 5 || (major == 5 && minor < 11)) {
+        printf("kernel %s: no UFFD_USER_MODE_ONLY, nothing to check\n", u.release);
+        finish(rc, &f);
+        return;
+    }
+    FY_ASSERT(fy_rcache_is_caching(rc));
+    size_t ps = page();
+    unsigned char *b = map(ps, 'A');
+    fy_rcache_region_t *r1, *r2;
+    FY_ASSERT_OK(fy_rcache_get(rc, b, ps, RD, &r1));
+    fy_rcache_put(rc, r1);
+    unsigned char *n =
+        mmap(b, ps, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
+    FY_ASSERT(n == b);
+    memset(n, 'B', ps);
+    FY_ASSERT_OK(fy_rcache_get(rc, n, ps, RD, &r2));
+    FY_ASSERT_EQ(memh(r2)->saw, 'B');
+    FY_ASSERT_EQ(f.regs, 2);
+    fy_rcache_put(rc, r2);
+    finish(rc, &f);
+    munmap(n, ps);
+}
+
 /* FERRY_RCACHE* are known variables (no "nobody reads it" warning). */
 static void known_variables(void)
 {
@@ -578,4 +615,4 @@ static void known_variables(void)
 FYTEST_MAIN(FYTEST_CASE(hits), FYTEST_CASE(access_and_merge), FYTEST_CASE(lru_bounds),
             FYTEST_CASE(pass_through), FYTEST_CASE(remap_same_address),
             FYTEST_CASE(unmap_while_held), FYTEST_CASE(other_unmaps), FYTEST_CASE(forked_child),
-            FYTEST_CASE(threads), FYTEST_CASE(known_variables))
+            FYTEST_CASE(threads), FYTEST_CASE(known_variables), FYTEST_CASE(unprivileged))

@@ -310,7 +310,7 @@ void fy_ofi_rkey_pack(const fy_ofi_mr_dom_t *dom, const fy_ofi_mr_t *mr, void *b
 }
 
 ferry_status_t fy_ofi_rkey_unpack(const fy_ofi_mr_mode_t *mode, const void *buf, size_t len,
-                                  fy_ofi_rkey_t *rkey)
+                                  fy_ofi_mr_rkey_t *rkey)
 {
     const uint8_t *p = buf;
     memset(rkey, 0, sizeof(*rkey));
@@ -350,8 +350,8 @@ ferry_status_t fy_ofi_rkey_unpack(const fy_ofi_mr_mode_t *mode, const void *buf,
     return FERRY_OK;
 }
 
-ferry_status_t fy_ofi_rkey_addr(const fy_ofi_rkey_t *rkey, uint64_t va, size_t len, unsigned need,
-                                uint64_t *addr_p)
+ferry_status_t fy_ofi_rkey_addr(const fy_ofi_mr_rkey_t *rkey, uint64_t va, size_t len,
+                                unsigned need, uint64_t *addr_p)
 {
     /* inside [base, base + len) without overflowing: va >= base, va - base + len <= rkey len */
     if (va < rkey->base || va - rkey->base > rkey->len || len > rkey->len - (va - rkey->base) ||

@@ -97,13 +97,13 @@ typedef struct fy_ofi_mr {
 } fy_ofi_mr_t;
 
 /* An unpacked remote key (what put/get/atomic take as `const void *rkey`). */
-typedef struct fy_ofi_rkey {
+typedef struct fy_ofi_mr_rkey {
     uint64_t key;
     uint64_t base;
     uint64_t len;
     uint32_t access; /* FERRY_MEM_REMOTE_* */
     uint32_t flags;  /* FY_OFI_RKEY_F_* */
-} fy_ofi_rkey_t;
+} fy_ofi_mr_rkey_t;
 
 enum {
     FY_OFI_RKEY_F_VIRT_ADDR = 1u << 0, /* addresses are virtual; else offsets from base */
@@ -153,13 +153,13 @@ void fy_ofi_rkey_pack(const fy_ofi_mr_dom_t *dom, const fy_ofi_mr_t *mr, void *b
 /* Unpack and validate len bytes from a peer (see THE PACKED RKEY).  mode: the local domain's,
  * whose addressing must match; NULL skips that check (tools, fuzzing). */
 ferry_status_t fy_ofi_rkey_unpack(const fy_ofi_mr_mode_t *mode, const void *buf, size_t len,
-                                  fy_ofi_rkey_t *rkey);
+                                  fy_ofi_mr_rkey_t *rkey);
 
 /* The `addr` argument of fi_read / fi_write / fi_atomic for [va, va + len) at the target, va in
  * the target's address space.  FERRY_ERR_ACCESS_DENIED when the range is not inside the key's
  * region or the region lacks need (FERRY_MEM_REMOTE_* bits; 0 checks only the range). */
-ferry_status_t fy_ofi_rkey_addr(const fy_ofi_rkey_t *rkey, uint64_t va, size_t len, unsigned need,
-                                uint64_t *addr_p);
+ferry_status_t fy_ofi_rkey_addr(const fy_ofi_mr_rkey_t *rkey, uint64_t va, size_t len,
+                                unsigned need, uint64_t *addr_p);
 
 /* rcache callbacks (util/rcache.h) registering through a domain: arg is the fy_ofi_mr_dom_t,
  * the memh an fy_ofi_mr_t, access FERRY_MEM_REMOTE_* bits (registered for local use too); under

@@ -300,7 +300,7 @@ ferry_status_t fy_ofi_am_zcopy(fy_tl_ep_t *super, uint8_t id, const void *hdr, s
 /* ---- RMA ---------------------------------------------------------------------------------- */
 
 /* Refuse at once what the key does not allow; the provider's address for remote_addr. */
-static ferry_status_t rma_check(const fy_ofi_rkey_t *k, uint64_t remote_addr, size_t len,
+static ferry_status_t rma_check(const fy_ofi_mr_rkey_t *k, uint64_t remote_addr, size_t len,
                                 unsigned right, uint64_t *addr)
 {
     return fy_ofi_rkey_addr(k, remote_addr, len, right, addr) == FERRY_OK ? FERRY_OK
@@ -331,7 +331,7 @@ static ferry_status_t rma(fy_ofi_ep_t *ep, int write, const struct iovec *iov, s
     for (size_t i = 0; i < iovcnt; i++)
         if (iov[i].iov_len > 0)
             v[n++] = iov[i];
-    struct fi_rma_iov r = {.addr = addr, .len = len, .key = ((const fy_ofi_rkey_t *)rkey)->key};
+    struct fi_rma_iov r = {.addr = addr, .len = len, .key = ((const fy_ofi_mr_rkey_t *)rkey)->key};
     struct fi_msg_rma m = {.msg_iov = v,
                            .desc = NULL,
                            .iov_count = n,
@@ -395,7 +395,7 @@ ferry_status_t fy_ofi_atomic(fy_tl_ep_t *super, ferry_atomic_op_t aop, size_t si
     }
     op->amo_size = size;
     op->result_dst = result;
-    uint64_t key = ((const fy_ofi_rkey_t *)rkey)->key;
+    uint64_t key = ((const fy_ofi_mr_rkey_t *)rkey)->key;
     struct fi_ioc ioc = {&op->operand, 1}, cmp = {&op->compare, 1}, res = {&op->result, 1};
     struct fi_rma_ioc rioc = {.addr = addr, .count = 1, .key = key};
     struct fi_msg_atomic m = {.msg_iov = &ioc,

@@ -509,5 +509,5 @@ const fy_tl_component_t fy_tl_ofi_component = {
     .config = &fy_ofi_config_table,
     .memh_size = sizeof(fy_ofi_mr_t),
     .rkey_packed_size = FY_OFI_RKEY_PACKED_SIZE,
-    .rkey_size = sizeof(fy_ofi_rkey_t),
+    .rkey_size = sizeof(fy_ofi_mr_rkey_t),
 };

@@ -14,10 +14,6 @@
 #include <sys/mman.h>
 #include <time.h>
 
-#include <rdma/fi_cm.h>
-#include <rdma/fi_errno.h>
-#include <rdma/fi_rma.h>
-
 #include "fytest.h"
 #include "tl/ofi/ofi_mr.h"
 #include "util/rcache.h"

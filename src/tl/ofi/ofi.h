@@ -16,13 +16,6 @@
 #ifndef FY_TL_OFI_H
 #define FY_TL_OFI_H
 
-#include <rdma/fabric.h>
-#include <rdma/fi_atomic.h>
-#include <rdma/fi_cm.h>
-#include <rdma/fi_domain.h>
-#include <rdma/fi_endpoint.h>
-#include <rdma/fi_errno.h>
-#include <rdma/fi_rma.h>
 #include <stdint.h>
 #include <sys/types.h>
 

@@ -315,6 +315,11 @@ static ferry_status_t ofi_md_open(const fy_tl_component_t *tl, fy_tl_md_t **md_p
     if (md == NULL)
         return FERRY_ERR_NO_MEMORY;
     md->super.component = tl;
+    if (fy_ofi_dl_load() != 0) {
+        fy_debug("ofi: %s", fy_ofi_dl_error());
+        free(md);
+        return FERRY_ERR_UNSUPPORTED;
+    }
     ferry_status_t st = fy_config_read(&fy_ofi_config_table, &md->cfg);
     if (st != FERRY_OK)
         goto err_free;

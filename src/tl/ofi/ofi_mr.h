@@ -59,9 +59,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include <rdma/fabric.h>
-#include <rdma/fi_domain.h>
-#include <rdma/fi_endpoint.h>
+#include "tl/ofi/ofi_fabric.h"
 
 #include "ferry.h"
 

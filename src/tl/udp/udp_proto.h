@@ -45,7 +45,8 @@
 #include <stdint.h>
 #include <string.h>
 
-#define FY_UDP_VERSION 2 /* 2: timestamps and whole-window SACK; cookie handshake, heartbeats, reset */
+#define FY_UDP_VERSION                                                                             \
+    2 /* 2: timestamps and whole-window SACK; cookie handshake, heartbeats, reset */
 #define FY_UDP_HDR_LEN 48
 
 /* Packet types.  Those from FY_UDP_T_AM on carry a sequence number and are reliable. */

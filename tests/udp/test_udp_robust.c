@@ -100,10 +100,14 @@ static int stream_sender(int rfd, int wfd, void *arg)
     return 0;
 }
 
-/* Throws junk at the two ports in the address until its pipe closes. */
+/* Throws junk at the two ports of the address it reads from its pipe, until the pipe closes. */
 static int flooder(int rfd, int wfd, void *arg)
 {
-    const ut_addr_t *target = arg;
+    ut_addr_t addr;
+    const ut_addr_t *target = &addr;
+    (void)arg;
+    if (ut_read_all(rfd, &addr, sizeof(addr)) != 0)
+        return 10;
     fy_udp_dev_addr_t d;
     fy_udp_iface_addr_t a;
     struct sockaddr_in to[2];
@@ -199,10 +203,14 @@ static void flood(void)
     setenv("FERRY_UDP_IF_INCLUDE", "lo", 1);
     memset(&s, 0, sizeof(s));
     s.rx.count = NMSG;
+    /* Both peers are forked before this process opens its iface: once it has, it has the udp
+     * liveness thread, and a child forked from a process with threads may inherit a lock
+     * (the sanitizers' allocator's) held by a thread it does not have. */
+    pid_t fpid = spawn_peer(flooder, NULL, &frfd, &fwfd);
+    pid_t spid = spawn_peer(stream_sender, NULL, &srfd, &swfd);
     FY_ASSERT_EQ(ut_open(&n, "lo", am_cb, &s), 0);
     ut_get_addr(&n, &mine);
-    pid_t fpid = spawn_peer(flooder, &mine, &frfd, &fwfd);
-    pid_t spid = spawn_peer(stream_sender, NULL, &srfd, &swfd);
+    FY_ASSERT_EQ(ut_write_all(fwfd, &mine, sizeof(mine)), 0);
     FY_ASSERT_EQ(ut_read_all(srfd, &theirs, sizeof(theirs)), 0);
     FY_ASSERT_EQ(ut_write_all(swfd, &mine, sizeof(mine)), 0);
     FY_ASSERT_OK(ut_connect(&n, &theirs));

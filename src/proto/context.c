@@ -34,6 +34,12 @@ static const fy_config_field_t ctx_fields[] = {
                     "Emulate put, get and atomics over active messages even where a transport "
                     "does them natively (for testing and comparison).",
                     FY_CFG_BOOL, fy_ctx_opts_t, rma_emulate),
+    FY_CONFIG_FIELD("AMO_NATIVE_OPS", "0x3f3f",
+                    "Atomics a transport may do natively, a bit per op (add, and, or, xor, swap, "
+                    "cswap) in bits 0-5 for 32-bit and 8-13 for 64-bit; a width with any op "
+                    "cleared, or that the transport lacks, is emulated over active messages "
+                    "as a whole (testing).",
+                    FY_CFG_UINT, fy_ctx_opts_t, amo_native_ops),
     FY_CONFIG_FIELD("TAG_RNDV_THRESH", "auto",
                     "Tagged messages larger than this use rendezvous (the data moves only once "
                     "the receiver has matched it); smaller ones go eager.  auto: per endpoint, "

@@ -70,15 +70,15 @@ static figures_t pair_figures(const fy_iface_t *fi, const fy_remote_iface_t *ri)
     return f;
 }
 
-static void score(const fy_iface_t *fi, const fy_remote_iface_t *ri, int rma_emulate,
-                  fy_lane_cand_t *c)
+static void score(ferry_worker_t *w, const fy_iface_t *fi, const fy_remote_iface_t *ri,
+                  int rma_emulate, fy_lane_cand_t *c)
 {
     figures_t f = pair_figures(fi, ri);
     double prio = fi->attr.priority; /* the same transport on both ends: symmetric */
     double xfer = 1e9 / f.bw;        /* ns per byte */
     int am = (f.caps & (FY_TL_CAP_AM_SHORT | FY_TL_CAP_AM_BCOPY)) != 0;
     int rma = (f.caps & (FY_TL_CAP_PUT | FY_TL_CAP_GET)) == (FY_TL_CAP_PUT | FY_TL_CAP_GET);
-    int amo = (f.caps & (FY_TL_CAP_AMO32 | FY_TL_CAP_AMO64)) == (FY_TL_CAP_AMO32 | FY_TL_CAP_AMO64);
+    int amo = fy_amo_widths(w, &fi->attr, f.caps) != 0; /* a width with every op (rma.c) */
     for (int k = 0; k < FY_CLS_COUNT; k++)
         c->cost[k] = -1;
     c->am_cost = -1;
@@ -171,7 +171,7 @@ void fy_lanes_plan(ferry_worker_t *w, const fy_remote_addr_t *ra, const fy_lane_
             fy_lane_cand_t *c = &plan->cand[plan->ncand++];
             c->local = (int)i;
             c->remote = (int)j;
-            score(fi, ri, rma_emulate, c);
+            score(w, fi, ri, rma_emulate, c);
             unsigned bit = fy_lane_pair_bit((int)i, (int)j);
             const fy_lane_fail_t *f;
             if (ri->dev_addr_len != fi->attr.device_addr_len ||

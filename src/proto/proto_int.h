@@ -119,9 +119,10 @@ typedef struct fy_ctx_opts {
     uint64_t yield_ns; /* then yield this long, then sleep */
     int stats;
     int rma_emulate;
-    char *tag_rndv_thresh_str; /* "auto" or a size */
-    size_t tag_rndv_thresh;    /* parsed; FY_TAG_THRESH_AUTO: per endpoint (tag.c) */
-    int tag_rndv_scheme;       /* index into auto, get, am (FY_TAG_SCHEME_*) */
+    unsigned long amo_native_ops; /* FERRY_AMO_NATIVE_OPS: bits 0-5 32-bit, 8-13 64-bit */
+    char *tag_rndv_thresh_str;    /* "auto" or a size */
+    size_t tag_rndv_thresh;       /* parsed; FY_TAG_THRESH_AUTO: per endpoint (tag.c) */
+    int tag_rndv_scheme;          /* index into auto, get, am (FY_TAG_SCHEME_*) */
     char *job_key;
     size_t max_queued;          /* FERRY_MAX_QUEUED: bytes an ep may hold, queued or in flight */
     uint64_t wireup_timeout_ns; /* a lane that has not answered by then: try the next one */
@@ -191,7 +192,8 @@ struct ferry_ep {
     fy_tl_ep_t *tl_eps[FY_MAX_IFACES];  /* distinct tl eps, for flush/destroy */
     uint16_t tl_ep_pair[FY_MAX_IFACES]; /* each one's (local, remote) pair (lanes.h) */
     unsigned ntl_eps;
-    int rma_native, amo_native;
+    int rma_native;
+    int amo_native;         /* widths done natively: bit 0 32-bit, bit 1 64-bit (fy_amo_widths) */
     int tag_no_get;         /* the peer cannot read our memory: offer it no get rendezvous */
     size_t tag_rndv_thresh; /* tagged messages above this size use rendezvous */
     fy_queue_t pending;     /* ops waiting for resources, in order */
@@ -244,9 +246,10 @@ struct ferry_worker {
     fy_queue_t completed; /* ops whose callback runs at the next progress */
     fy_mpool_t ops;
     uint64_t drops_no_handler, drops_unknown_ep, drops_malformed;
-    int closing;         /* being destroyed: arriving messages are dropped */
-    unsigned poll_count; /* progress calls, to poll idle interfaces every FY_IDLE_POLL */
-    int poll_all;        /* poll every interface at the next progress (after a wake-up) */
+    uint64_t amo_emulated; /* atomics sent to the AM emulation (rma.c), for tests and stats */
+    int closing;           /* being destroyed: arriving messages are dropped */
+    unsigned poll_count;   /* progress calls, to poll idle interfaces every FY_IDLE_POLL */
+    int poll_all;          /* poll every interface at the next progress (after a wake-up) */
     uint8_t *address;
     size_t address_len;
     /* ops waiting for a reply (emulated get/amo, flush round trips), by id */
@@ -506,6 +509,8 @@ void fy_rails_set(ferry_ep_t *ep, const fy_lane_plan_t *plan, const fy_lane_t *l
 int fy_rails_tl_failed(ferry_ep_t *ep, fy_tl_ep_t *tl_ep); /* 1: a rail alone, dropped */
 extern const fy_op_ops_t fy_tag_send_op_ops, fy_tag_get_op_ops;
 /* rma.c: native put, get, atomics */
+unsigned fy_amo_widths(const ferry_worker_t *w, const fy_tl_iface_attr_t *attr,
+                       uint64_t pair_caps); /* widths native on a lane: bit 0 32, bit 1 64 */
 extern const fy_op_ops_t fy_rma_put_op_ops, fy_rma_get_op_ops, fy_rma_amo_op_ops;
 /* rma_emu.c: put, get and atomics emulated over AM, and the flush's PING */
 void fy_rma_init_worker(ferry_worker_t *w); /* the emulation's AM handler */

@@ -11,6 +11,14 @@
  * A native put or get larger than the lane's max_rma goes as several transport operations of
  * at most max_rma each, pieces of one parent op (ep.c) that completes once, when they all have;
  * above FERRY_RAILS_THRESH the pieces are spread over the ep's rails (rails.c).
+ *
+ * Atomics are decided per width: a transport reports which ops it does natively at 32 and 64
+ * bits (tl.h, amo_ops), and a width goes native only when all six ops do; otherwise every
+ * atomic of that width is emulated over AM, the other width staying native.  Mixing paths
+ * per operation would let a native op (done by the provider or NIC) and an emulated one (a
+ * CPU atomic in the target's progress) race on one word without atomicity between them; with
+ * one path per width, all the ops one endpoint issues on a word are atomic with each other,
+ * as a UCX user expects.  FERRY_AMO_NATIVE_OPS narrows the native set (testing).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -49,6 +57,20 @@ static ferry_status_t amo_start(fy_op_t *op)
     op->comp.cb = rma_comp_cb;
     return lane->iface->tl->ops->atomic(lane->tl_ep, a->op, a->size, a->operand, a->compare,
                                         a->result, a->remote_addr, a->rkey->tl_rkey, &op->comp);
+}
+
+unsigned fy_amo_widths(const ferry_worker_t *w, const fy_tl_iface_attr_t *attr, uint64_t pair_caps)
+{
+    fy_tl_iface_attr_t pair = *attr;
+    pair.caps &= pair_caps; /* a width the remote end lacks is not native either */
+    unsigned widths = 0;
+    for (int k = 0; k < 2; k++) {
+        unsigned ops = fy_tl_amo_ops(&pair, k ? 8 : 4);
+        ops &= (unsigned)(w->ctx->opts.amo_native_ops >> (8 * k)) & 0x3fu;
+        if (ops == 0x3fu)
+            widths |= 1u << k;
+    }
+    return widths;
 }
 
 const fy_op_ops_t fy_rma_put_op_ops = {"put", put_start, NULL};
@@ -245,8 +267,10 @@ ferry_status_t ferry_atomic(ferry_ep_t *ep, ferry_atomic_op_t aop, size_t size, 
         memset(&local, 0, sizeof(local));
         r = &local;
     }
-    int native = ep->amo_native && rkey->tl_rkey != NULL &&
+    int native = (ep->amo_native & (1 << (size == 8))) && rkey->tl_rkey != NULL &&
                  ep->lanes[FY_LANE_AMO].iface == ep->lanes[FY_LANE_RMA].iface;
+    if (!native)
+        ep->worker->amo_emulated++;
     fy_op_t *op = fy_op_get(ep->worker, ep, native ? FY_OP_AMO : FY_OP_AMO_EMU, r);
     if (op == NULL)
         return FERRY_ERR_NO_MEMORY;

@@ -272,7 +272,13 @@ static ferry_status_t choose(ferry_ep_t *ep, const fy_remote_addr_t *ra, fy_lane
         }
         if (st == FERRY_OK) {
             ep->rma_native = plan->rma >= 0;
-            ep->amo_native = plan->amo >= 0;
+            ep->amo_native = 0;
+            if (plan->amo >= 0) { /* the widths the amo lane does with every op (rma.c) */
+                const fy_lane_cand_t *c = &plan->cand[plan->amo];
+                const fy_iface_t *fi = &w->ifaces[c->local];
+                ep->amo_native =
+                    (int)fy_amo_widths(w, &fi->attr, fi->attr.caps & ra->ifaces[c->remote].caps);
+            }
             fy_rails_set(ep, plan, rails, (unsigned)(nwant - FY_LANE_COUNT));
             return FERRY_OK;
         }

@@ -178,6 +178,13 @@ typedef struct fy_tl_iface_attr {
     size_t device_addr_len; /* bytes of iface_get_address's dev_addr */
     size_t iface_addr_len;  /* bytes of iface_get_address's iface_addr */
     int priority;           /* tie-breaker in lane selection, higher wins */
+    /* Native atomics per width ([0]: 32-bit, [1]: 64-bit): a bit per ferry_atomic_op_t
+     * (1u << FERRY_ATOMIC_ADD ...), each in its fetching and non-fetching forms.  Read only
+     * where FY_TL_CAP_AMO32 / AMO64 is set (set it when any op of the width is native); 0
+     * there means all six, so a transport that does every op leaves it 0.  Proto uses a
+     * width natively only when all six are native and emulates the whole width otherwise
+     * (rma.c: every atomic on a word takes one path). */
+    unsigned amo_ops[2];
 } fy_tl_iface_attr_t;
 
 typedef struct fy_tl_device {
@@ -316,6 +323,16 @@ const fy_tl_component_t *fy_tl_find(const char *name);
 /* Helper for transports: fill the common base of an iface. */
 void fy_tl_iface_base_init(fy_tl_iface_t *iface, const fy_tl_component_t *tl, fy_tl_md_t *md,
                            const fy_tl_iface_params_t *params);
+
+/* The native atomic ops of a width (size 4 or 8) as a bit per ferry_atomic_op_t: none
+ * without the width's cap, all six where the transport left amo_ops 0. */
+static inline unsigned fy_tl_amo_ops(const fy_tl_iface_attr_t *attr, size_t size)
+{
+    int w = size == 8;
+    if (!(attr->caps & (w ? FY_TL_CAP_AMO64 : FY_TL_CAP_AMO32)))
+        return 0;
+    return attr->amo_ops[w] != 0 ? attr->amo_ops[w] & 0x3fu : 0x3fu;
+}
 
 /* Total length of an iov. */
 static inline size_t fy_iov_total(const struct iovec *iov, size_t iovcnt)

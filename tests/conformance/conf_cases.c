@@ -566,7 +566,9 @@ static void rma_edges(void)
         FY_ASSERT_MEM_EQ(dst, expect + PAGE + goff[i], glen[i]);
     }
     /* atomics on the first and last words */
-    if (p.a.ops->atomic != NULL && (p.a.attr.caps & FY_TL_CAP_AMO64)) {
+    unsigned ops64 = p.a.ops->atomic != NULL ? fy_tl_amo_ops(&p.a.attr, 8) : 0;
+    unsigned want64 = 1u << FERRY_ATOMIC_ADD | 1u << FERRY_ATOMIC_CSWAP;
+    if ((ops64 & want64) == want64) {
         uint64_t first, last, res = 0;
         memcpy(&first, r.base, 8);
         memcpy(&last, r.base + PAGE - 8, 8);
@@ -587,7 +589,7 @@ static void rma_edges(void)
         FY_ASSERT_U64_EQ(v, first + 5);
         memcpy(&v, r.base + PAGE - 8, 8);
         FY_ASSERT_U64_EQ(v, 42);
-        if (p.a.attr.caps & FY_TL_CAP_AMO32) {
+        if (fy_tl_amo_ops(&p.a.attr, 4) & (1u << FERRY_ATOMIC_XOR)) {
             uint32_t old32, res32 = 0;
             memcpy(&old32, r.base + PAGE - 4, 4);
             conf_comp_init(&c);
@@ -671,7 +673,7 @@ static void rma_refused(void)
     region_open(&p, &r, FERRY_MEM_REMOTE_READ | FERRY_MEM_REMOTE_WRITE | FERRY_MEM_REMOTE_ATOMIC);
     region_open(&p, &ro, FERRY_MEM_REMOTE_READ);
     region_open(&p, &gone, FERRY_MEM_REMOTE_READ | FERRY_MEM_REMOTE_WRITE);
-    int amo = p.a.ops->atomic != NULL && (p.a.attr.caps & FY_TL_CAP_AMO64);
+    int amo = p.a.ops->atomic != NULL && (fy_tl_amo_ops(&p.a.attr, 8) & (1u << FERRY_ATOMIC_ADD));
     expect_refused(&p, &r, "put_short past the end", 0, PAGE - 4, 8);
     expect_refused(&p, &r, "put_zcopy past the end", 1, PAGE - 100, 200);
     expect_refused(&p, &r, "put_zcopy before the start", 1, -1, 16);

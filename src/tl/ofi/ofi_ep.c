@@ -13,8 +13,8 @@
  * the region's base, length, rights and whether the provider addresses by virtual address
  * or by offset.  Atomics go to fi_atomic / fi_fetch_atomic / fi_compare_atomic when
  * fi_atomicvalid says the provider has every form of the op at that width (ofi_iface.c);
- * the iface reports AMO32 / AMO64 only when all six ops are native, and proto emulates the
- * others over AM.
+ * the iface reports which ops are native per width (attr.amo_ops), and proto emulates a
+ * width that lacks any of them over AM, as a whole (rma.c).
  *
  * FLUSH.  Operations are posted with FI_DELIVERY_COMPLETE where the provider accepts it, so
  * their completion already means remote completion, and a flush waits for the ops before it

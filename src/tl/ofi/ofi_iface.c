@@ -588,10 +588,14 @@ void fy_ofi_iface_query(fy_tl_iface_t *super, fy_tl_iface_attr_t *attr)
     memset(attr, 0, sizeof(*attr));
     attr->caps = FY_TL_CAP_AM_SHORT | FY_TL_CAP_AM_BCOPY | FY_TL_CAP_AM_ZCOPY | FY_TL_CAP_PUT |
                  FY_TL_CAP_GET | FY_TL_CAP_AM_ORDERED | FY_TL_CAP_CONNECT_TO_IFACE;
-    if (md->amo_mask[0] == 0x3f)
+    /* per op and width, as fi_atomicvalid said (query_atomics); proto emulates a width that
+     * lacks any op as a whole (rma.c) */
+    if (md->amo_mask[0] != 0)
         attr->caps |= FY_TL_CAP_AMO32;
-    if (md->amo_mask[1] == 0x3f)
+    if (md->amo_mask[1] != 0)
         attr->caps |= FY_TL_CAP_AMO64;
+    attr->amo_ops[0] = md->amo_mask[0];
+    attr->amo_ops[1] = md->amo_mask[1];
     /* Honest figures for lane selection, measured here over loopback (bench/RESULTS.md):
      * the software providers are slower than ferry's own shm and tcp; a NIC provider is
      * assumed to be an RDMA NIC. */

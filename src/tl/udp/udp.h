@@ -44,6 +44,7 @@
 #define FY_UDP_TX_BYTES    (1u << 20)           /* bytes of new segments one ep sends per pass */
 #define FY_UDP_GSO_MAX     64    /* segments per GSO send (the kernel's UDP_MAX_SEGMENTS) */
 #define FY_UDP_GSO_BYTES   65000 /* payload of one GSO send */
+#define FY_UDP_WIN_SPARE   4     /* empty window arrays an iface keeps for reuse */
 
 /* ---- configuration (FERRY_UDP_*) ------------------------------------------------------ */
 typedef struct fy_udp_opts {
@@ -211,7 +212,7 @@ typedef struct fy_udp_conn {
     int64_t min_rtt;      /* smallest RTT sample: the path without queues */
     uint64_t rack_tx;     /* send time of the newest segment known delivered (RACK) */
     uint64_t cwnd_cut_ns; /* last time queueing delay shrank cwnd */
-    fy_udp_seg_t **win;
+    fy_udp_seg_t **win;   /* wsize slots while segments are in flight, else NULL (idle) */
     uint64_t inflight, credit;
     fy_list_t sendq;
     fy_list_t ready_link;
@@ -375,6 +376,11 @@ typedef struct fy_udp_iface {
     uint32_t npassive; /* passive connections proto has not adopted */
     uint64_t cookies_sent, half_open_refused, passive_reclaimed, resets_sent, resets_rx;
     uint64_t hb_sent, hb_acked, peers_dead;
+
+    /* empty (all NULL) window arrays, so a connection that goes idle and busy again in
+     * turn does not allocate and clear wsize slots each time */
+    void *win_spare[FY_UDP_WIN_SPARE];
+    unsigned nwin_spare;
 } fy_udp_iface_t;
 
 /* ---- addresses ------------------------------------------------------------------------ */
@@ -481,6 +487,16 @@ void fy_udp_tx_flush_all(fy_udp_iface_t *iface);
 void fy_udp_send_acks(fy_udp_iface_t *iface, int force);
 void fy_udp_ack_schedule(fy_udp_conn_t *conn, int now, size_t bytes);
 size_t fy_udp_chunk_payload(const fy_udp_conn_t *conn, uint8_t type);
+/* The send window array exists only while segments are in flight: the send path attaches
+ * it before a segment takes a sequence number; it goes back when the last one is ACKed
+ * and nothing is queued (or the connection fails). */
+int fy_udp_win_attach(fy_udp_conn_t *conn);
+void fy_udp_win_release(fy_udp_conn_t *conn);
+void fy_udp_win_spare_free(fy_udp_iface_t *iface);
+static inline int fy_udp_win_ready(fy_udp_conn_t *conn)
+{
+    return __builtin_expect(conn->win != NULL, 1) || fy_udp_win_attach(conn);
+}
 
 /* udp_rx.c */
 unsigned fy_udp_rx_progress(fy_udp_iface_t *iface, uint8_t chan);

@@ -112,9 +112,7 @@ static fy_udp_conn_t *conn_new(fy_udp_iface_t *iface, uint64_t peer_uuid)
     fy_udp_conn_t *c = calloc(1, sizeof(*c));
     if (c == NULL)
         return NULL;
-    c->win = calloc(iface->wsize, sizeof(*c->win));
-    if (c->win == NULL || slot_alloc(iface, c) != FERRY_OK) {
-        free(c->win);
+    if (slot_alloc(iface, c) != FERRY_OK) { /* the window array comes with the first send */
         free(c);
         return NULL;
     }
@@ -604,6 +602,8 @@ void fy_udp_conn_fail(fy_udp_conn_t *c, ferry_status_t status, int notify)
     }
     c->snd_una = c->snd_nxt;
     c->inflight = 0;
+    /* (the window array stays until the conn is freed: a completion called from an ACK's
+     * loop over the window may have failed the connection) */
     while ((e = fy_list_pop_head(&c->flushq)) != NULL) {
         fy_udp_flush_t *fl = fy_container_of(e, fy_udp_flush_t, pend.link);
         fl->comp->cb(fl->comp, status);

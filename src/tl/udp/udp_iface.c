@@ -383,6 +383,7 @@ void fy_udp_iface_close(fy_tl_iface_t *tl_iface)
     if (iface->tfd >= 0)
         close(iface->tfd);
     pools_fini(iface);
+    fy_udp_win_spare_free(iface);
     free(iface->conns);
     free(iface->conn_gen);
     free(iface);

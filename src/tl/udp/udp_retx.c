@@ -220,6 +220,8 @@ void fy_udp_process_ack(fy_udp_conn_t *c, const fy_udp_hdr_t *h, int pure,
             fy_udp_ready_add(c);
         if (!fy_list_is_empty(&c->flushq))
             fy_udp_flush_check(c);
+        if (c->snd_una == c->snd_nxt)
+            fy_udp_win_release(c); /* idle again (unless more waits on the send queue) */
     } else if (d == 0 && pure && c->snd_una != c->snd_nxt) {
         c->stats.dup_acks++;
     } else if (d < 0) {

@@ -55,6 +55,39 @@ fy_udp_seg_t *fy_udp_seg_alloc(fy_udp_iface_t *iface, size_t inline_len)
     return seg;
 }
 
+/* ---- the window array, on demand ------------------------------------------------------ */
+/* An idle connection holds no window array (wsize pointers, 32 KiB at the default window):
+ * it is attached before the first segment takes a sequence number and released when the
+ * window is empty again.  Every slot of an empty window is NULL (an ACK clears the slots
+ * it passes), so a released array goes to the iface's few spares as it is. */
+__attribute__((noinline)) int fy_udp_win_attach(fy_udp_conn_t *c)
+{
+    fy_udp_iface_t *iface = c->iface;
+    if (iface->nwin_spare != 0)
+        c->win = iface->win_spare[--iface->nwin_spare];
+    else
+        c->win = calloc(iface->wsize, sizeof(*c->win));
+    return c->win != NULL;
+}
+
+void fy_udp_win_release(fy_udp_conn_t *c)
+{
+    fy_udp_iface_t *iface = c->iface;
+    if (c->win == NULL || c->snd_una != c->snd_nxt || !fy_list_is_empty(&c->sendq))
+        return;
+    if (iface->nwin_spare < FY_UDP_WIN_SPARE)
+        iface->win_spare[iface->nwin_spare++] = c->win;
+    else
+        free(c->win);
+    c->win = NULL;
+}
+
+void fy_udp_win_spare_free(fy_udp_iface_t *iface)
+{
+    while (iface->nwin_spare != 0)
+        free(iface->win_spare[--iface->nwin_spare]);
+}
+
 void fy_udp_seg_free(fy_udp_iface_t *iface, fy_udp_seg_t *seg)
 {
     fy_mpool_put(&iface->seg_pool[seg->pool], seg);
@@ -443,7 +476,7 @@ static unsigned conn_push(fy_udp_conn_t *c, unsigned budget)
             fy_udp_flush_check(c);
             continue;
         }
-        if (!can_send(c))
+        if (!can_send(c) || !fy_udp_win_ready(c))
             break;
         if (p->kind == FY_UDP_PEND_SEG) {
             fy_udp_seg_t *seg = (fy_udp_seg_t *)p;
@@ -533,7 +566,8 @@ ferry_status_t fy_udp_send_inline(fy_udp_conn_t *c, fy_udp_seg_t *seg)
 {
     fy_udp_iface_t *iface = c->iface;
     seg->conn = c;
-    if (c->state == FY_UDP_CONN_CONNECTED && fy_list_is_empty(&c->sendq) && can_send(c)) {
+    if (c->state == FY_UDP_CONN_CONNECTED && fy_list_is_empty(&c->sendq) && can_send(c) &&
+        fy_udp_win_ready(c)) {
         uint8_t chan = chan_for(c, seg);
         iface->now = fy_time_ns();
         seg_assign(c, seg);

@@ -166,6 +166,59 @@ static void receiver(int to_parent, int from_parent)
 
 /* ---- the sender ---- */
 
+/* Sends to a peer that does not read until the endpoint refuses (FERRY_MAX_QUEUED), checking
+ * the sender's growth all along; then checks that it stays refused and nothing more is taken.
+ * Returns the number of messages taken (their sequence numbers are 0..n-1). */
+static uint64_t flood_until_refused(ferry_worker_t *w, ferry_ep_t *ep, uint8_t *msg,
+                                    const char *what)
+{
+    long base = rss_bytes(), peak = base;
+    uint64_t seq = 0;
+    double deadline = now_s() + 20;
+    ferry_status_t st = FERRY_OK;
+    /* flood until refused; the memory bound is checked all along (a sender without the limit
+     * fails here, not by running out of memory) */
+    while (now_s() < deadline) {
+        fy_pattern(msg, MSG, (unsigned)seq);
+        st = ferry_am_send(ep, 1, &seq, sizeof(seq), msg, MSG, NULL);
+        ferry_worker_progress(w);
+        if (st == FERRY_ERR_NO_RESOURCE)
+            break;
+        FY_ASSERT_OK(st);
+        seq++;
+        if (seq % 64 == 0) {
+            long r = rss_bytes();
+            peak = r > peak ? r : peak;
+            FY_ASSERT_MSG(peak - base < GROWTH_MAX + fixed_bytes,
+                          "sender grew by %ld bytes with the peer stalled (limit %u)", peak - base,
+                          MAX_QUEUED);
+        }
+    }
+    FY_ASSERT_STATUS(st, FERRY_ERR_NO_RESOURCE);
+    /* still refused while the peer sleeps, and nothing more is taken */
+    uint64_t refused_at = seq;
+    for (int i = 0; i < 2000; i++) {
+        fy_pattern(msg, MSG, (unsigned)seq);
+        st = ferry_am_send(ep, 1, &seq, sizeof(seq), msg, MSG, NULL);
+        ferry_worker_progress(w);
+        if (st == FERRY_OK)
+            seq++;
+        else
+            FY_ASSERT_STATUS(st, FERRY_ERR_NO_RESOURCE);
+    }
+    long r = rss_bytes();
+    peak = r > peak ? r : peak;
+    printf("%s: %llu messages (%.1f MiB) taken before NO_RESOURCE, %llu after; "
+           "sender grew %.1f MiB (limit %.1f MiB)\n",
+           what, (unsigned long long)refused_at, refused_at * (double)MSG / (1 << 20),
+           (unsigned long long)(seq - refused_at), (peak - base) / (double)(1 << 20),
+           MAX_QUEUED / (double)(1 << 20));
+    FY_ASSERT_LT(seq - refused_at, 64);
+    FY_ASSERT_LT(peak - base, GROWTH_MAX + fixed_bytes);
+    FY_ASSERT_GT(refused_at * MSG, MAX_QUEUED / 2); /* the limit, not something smaller */
+    return seq;
+}
+
 static void stalled_peer(void)
 {
     if (over_self())
@@ -204,50 +257,9 @@ static void stalled_peer(void)
         ferry_worker_progress(w);
 
     static uint8_t msg[MSG_MAX];
-    long base = rss_bytes(), peak = base;
-    uint64_t seq = 0;
-    double deadline = now_s() + 20;
-    ferry_status_t st = FERRY_OK;
-    /* flood until refused; the memory bound is checked all along (a sender without the limit
-     * fails here, not by running out of memory) */
-    while (now_s() < deadline) {
-        fy_pattern(msg, MSG, (unsigned)seq);
-        st = ferry_am_send(ep, 1, &seq, sizeof(seq), msg, MSG, NULL);
-        ferry_worker_progress(w);
-        if (st == FERRY_ERR_NO_RESOURCE)
-            break;
-        FY_ASSERT_OK(st);
-        seq++;
-        if (seq % 64 == 0) {
-            long r = rss_bytes();
-            peak = r > peak ? r : peak;
-            FY_ASSERT_MSG(peak - base < GROWTH_MAX + fixed_bytes,
-                          "sender grew by %ld bytes with the peer stalled (limit %u)", peak - base,
-                          MAX_QUEUED);
-        }
-    }
-    FY_ASSERT_STATUS(st, FERRY_ERR_NO_RESOURCE);
-    /* still refused while the peer sleeps, and nothing more is taken */
-    uint64_t refused_at = seq;
-    for (int i = 0; i < 2000; i++) {
-        fy_pattern(msg, MSG, (unsigned)seq);
-        st = ferry_am_send(ep, 1, &seq, sizeof(seq), msg, MSG, NULL);
-        ferry_worker_progress(w);
-        if (st == FERRY_OK)
-            seq++;
-        else
-            FY_ASSERT_STATUS(st, FERRY_ERR_NO_RESOURCE);
-    }
-    long r = rss_bytes();
-    peak = r > peak ? r : peak;
-    printf("stalled peer: %llu messages (%.1f MiB) taken before NO_RESOURCE, %llu after; "
-           "sender grew %.1f MiB (limit %.1f MiB)\n",
-           (unsigned long long)refused_at, refused_at * (double)MSG / (1 << 20),
-           (unsigned long long)(seq - refused_at), (peak - base) / (double)(1 << 20),
-           MAX_QUEUED / (double)(1 << 20));
-    FY_ASSERT_LT(seq - refused_at, 64);
-    FY_ASSERT_LT(peak - base, GROWTH_MAX + fixed_bytes);
-    FY_ASSERT_GT(refused_at * MSG, MAX_QUEUED / 2); /* the limit, not something smaller */
+    uint64_t seq = flood_until_refused(w, ep, msg, "stalled peer");
+    double deadline;
+    ferry_status_t st;
 
     /* the peer resumes: the rest goes through, retried on NO_RESOURCE */
     uint64_t total = seq + extra_msgs();
@@ -306,47 +318,9 @@ static void stalled_worker(void)
     }
 
     static uint8_t msg[MSG_MAX];
-    long base = rss_bytes(), peak = base;
-    uint64_t seq = 0;
-    double deadline = now_s() + 20;
-    ferry_status_t st = FERRY_OK;
-    while (now_s() < deadline) {
-        fy_pattern(msg, MSG, (unsigned)seq);
-        st = ferry_am_send(ep, 1, &seq, sizeof(seq), msg, MSG, NULL);
-        ferry_worker_progress(w); /* the peer's worker: never, for now */
-        if (st == FERRY_ERR_NO_RESOURCE)
-            break;
-        FY_ASSERT_OK(st);
-        seq++;
-        if (seq % 64 == 0) {
-            long r = rss_bytes();
-            peak = r > peak ? r : peak;
-            FY_ASSERT_MSG(peak - base < GROWTH_MAX + fixed_bytes,
-                          "sender grew by %ld bytes with the peer stalled (limit %u)", peak - base,
-                          MAX_QUEUED);
-        }
-    }
-    FY_ASSERT_STATUS(st, FERRY_ERR_NO_RESOURCE);
-    uint64_t refused_at = seq;
-    for (int i = 0; i < 2000; i++) {
-        fy_pattern(msg, MSG, (unsigned)seq);
-        st = ferry_am_send(ep, 1, &seq, sizeof(seq), msg, MSG, NULL);
-        ferry_worker_progress(w);
-        if (st == FERRY_OK)
-            seq++;
-        else
-            FY_ASSERT_STATUS(st, FERRY_ERR_NO_RESOURCE);
-    }
-    long r = rss_bytes();
-    peak = r > peak ? r : peak;
-    printf("stalled worker: %llu messages (%.1f MiB) taken before NO_RESOURCE, %llu after; "
-           "sender grew %.1f MiB (limit %.1f MiB)\n",
-           (unsigned long long)refused_at, refused_at * (double)MSG / (1 << 20),
-           (unsigned long long)(seq - refused_at), (peak - base) / (double)(1 << 20),
-           MAX_QUEUED / (double)(1 << 20));
-    FY_ASSERT_LT(seq - refused_at, 64);
-    FY_ASSERT_LT(peak - base, GROWTH_MAX + fixed_bytes);
-    FY_ASSERT_GT(refused_at * MSG, MAX_QUEUED / 2);
+    uint64_t seq = flood_until_refused(w, ep, msg, "stalled worker");
+    double deadline;
+    ferry_status_t st;
 
     /* the peer resumes: the rest goes through, every message once, in order, intact */
     uint64_t total = seq + extra_msgs();

@@ -490,13 +490,7 @@ typedef struct fy_rails_cursor {
     unsigned rail[FY_MAX_RAILS];
     fy_lane_t *lane[FY_MAX_RAILS]; /* RMA: the lane of each slot (NULL: the ep's RMA lane) */
 } fy_rails_cursor_t;
-/* 1: an AM of total bytes is striped over the ep's rails.  Inline: every send asks, and an ep
- * with one rail answers with one load and a branch. */
-static inline int fy_rails_stripe(const ferry_ep_t *ep, size_t total)
-{
-    return ep->nrails > 1 && total > ep->worker->ctx->opts.rails_thresh &&
-           ep->state == FY_EP_CONNECTED;
-}
+int fy_rails_stripe(const ferry_ep_t *ep, size_t total);
 void fy_rails_begin(ferry_ep_t *ep, size_t total, size_t room, fy_rails_cursor_t *c);
 size_t fy_rails_next(ferry_ep_t *ep, fy_rails_cursor_t *c, size_t *off, fy_lane_t **lane,
                      uint32_t *tag);

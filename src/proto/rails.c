@@ -64,6 +64,12 @@ static size_t lane_max(const fy_lane_t *lane)
     return m;
 }
 
+int fy_rails_stripe(const ferry_ep_t *ep, size_t total)
+{
+    return ep->nrails > 1 && total > ep->worker->ctx->opts.rails_thresh &&
+           ep->state == FY_EP_CONNECTED;
+}
+
 void fy_rails_begin(ferry_ep_t *ep, size_t total, size_t room, fy_rails_cursor_t *c)
 {
     memset(c, 0, sizeof(*c));

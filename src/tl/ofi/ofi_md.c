@@ -132,7 +132,9 @@ static void short_name(const char *prov, char *out, size_t len)
     p = p != NULL ? p + 1 : prov;
     if (strncmp(p, "ofi_", 4) == 0)
         p += 4;
-    snprintf(out, len, "%s", p);
+    size_t n = strnlen(p, len - 1); /* a longer name is cut, as a display name may be */
+    memcpy(out, p, n);
+    out[n] = '\0';
 }
 
 static int prov_rank(const char *prov)

@@ -11,6 +11,7 @@ BUILD ?= build
 ASAN  ?= build-asan
 TSAN  ?= build-tsan
 MIN   ?= build-min
+REL   ?= build-bench
 FUZZ  ?= build-fuzz
 JOBS  ?= 2
 CMAKE_FLAGS ?=
@@ -18,7 +19,7 @@ FUZZ_TIME ?= 600
 FUZZ_SMOKE_TIME ?= 10
 
 .PHONY: all deps build build-asan demo test test-normal test-asan install clean format \
-        format-check build-min test-min build-tsan test-tsan build-fuzz fuzz fuzz-smoke
+        format-check build-min test-min build-release build-tsan test-tsan build-fuzz fuzz fuzz-smoke
 
 all: build
 
@@ -75,6 +76,11 @@ build-min: deps $(MIN)/CMakeCache.txt
 
 test-min: build-min
 	cd $(MIN) && ctest --output-on-failure -j$(JOBS) --timeout 300 -L unit
+
+# The optimized build bench/run.sh measures (gcc -O3 warns where -O2 does not: CI compiles it).
+build-release: deps
+	cmake -S . -B $(REL) -DCMAKE_BUILD_TYPE=Release -DFERRY_BUILD_TESTS=OFF $(CMAKE_FLAGS)
+	cmake --build $(REL) -j$(JOBS) --target ferry ferry_perf ferryrun ferry_info
 
 # The thread sanitizer (clang) over the tests that start threads of their own.
 $(TSAN)/CMakeCache.txt:

@@ -677,8 +677,196 @@ static void loopback_included(void)
     round_trip_on("4");
 }
 
+/* ---- the acceptor speaks first ---------------------------------------------------------- */
+
+/* Frames may follow the acceptor's ACCEPT at once (tcp.h), so the connector can read striped
+ * frames on its first links before the last link's ACCEPT makes its connection up.  A fake
+ * acceptor (raw sockets, three links) orders the bytes so: frame 0's header and piece on link
+ * 0 and its chunk on link 1 are consumed, then link 2's ACCEPT (the connection is up), then
+ * frame 1's chunk on link 1 before frame 0's last chunk (link 2) and frame 1's header (link
+ * 0).  Both frames must arrive whole, in order, without a protocol error. */
+#define FAKE_IFACE 0x0fa4e1dull
+#define PIECE      4096
+
+typedef struct two_ams {
+    unsigned got;
+    uint64_t sum[2];
+    size_t len[2];
+} two_ams_t;
+
+static void two_rx(tt_node_t *n, uint8_t id, const void *data, size_t len)
+{
+    two_ams_t *t = n->user;
+    FY_ASSERT_EQ(id, AM_ID);
+    if (t->got < 2) {
+        t->sum[t->got] = tt_sum(data, len);
+        t->len[t->got] = len;
+    }
+    t->got++;
+}
+
+static void write_all(int fd, const void *buf, size_t len)
+{
+    FY_ASSERT_EQ(write(fd, buf, len), (ssize_t)len);
+}
+
+/* A striped AM's header (seq, total, len0) and its first piece, on link 0. */
+static void send_stripe_head(int fd, uint32_t seq, const char *data, size_t total)
+{
+    struct {
+        fy_tcp_hdr_t h;
+        fy_tcp_stripe_ext_t se;
+    } f;
+    memset(&f, 0, sizeof(f));
+    f.h.type = FY_TCP_AM;
+    f.h.am_id = AM_ID;
+    f.h.flags = FY_TCP_F_STRIPED;
+    f.h.length = htole32((uint32_t)total);
+    f.se.seq = htole32(seq);
+    f.se.len0 = htole32(PIECE);
+    write_all(fd, &f, sizeof(f));
+    write_all(fd, data, PIECE);
+}
+
+static void send_chunk(int fd, uint32_t seq, const char *data, size_t off)
+{
+    struct {
+        fy_tcp_hdr_t h;
+        fy_tcp_chunk_ext_t c;
+    } f;
+    memset(&f, 0, sizeof(f));
+    f.h.type = FY_TCP_CHUNK;
+    f.h.length = htole32(PIECE);
+    f.c.seq = htole32(seq);
+    f.c.offset = htole64(off);
+    write_all(fd, &f, sizeof(f));
+    write_all(fd, data + off, PIECE);
+}
+
+static fy_tcp_peer_t *find_peer(tt_node_t *n, uint64_t id)
+{
+    fy_tcp_iface_t *iface = (fy_tcp_iface_t *)n->iface;
+    for (fy_list_t *e = iface->peers.next; e != &iface->peers; e = e->next) {
+        fy_tcp_peer_t *p = fy_container_of(e, fy_tcp_peer_t, elem);
+        if (p->remote_id == id)
+            return p;
+    }
+    return NULL;
+}
+
+/* Progress until cond holds (each pass a short sleep on the event fd, never a fixed wait). */
+#define PROGRESS_UNTIL(n, cond)                                                                    \
+    do {                                                                                           \
+        for (int i_ = 0; !(cond); i_++) {                                                          \
+            FY_ASSERT_MSG(i_ < 5000, "timed out waiting for " #cond);                              \
+            tt_wait((n), -1, 1);                                                                   \
+        }                                                                                          \
+    } while (0)
+
+static void acceptor_first(void)
+{
+    setenv("FERRY_TCP_LINKS", "3", 1);
+    two_ams_t t = {0, {0, 0}, {0, 0}};
+    tt_node_t n;
+    tt_open(&n, TT_JOB_KEY, two_rx, &t);
+    fy_tcp_iface_t *iface = (fy_tcp_iface_t *)n.iface;
+
+    /* the fake acceptor listens on the node's own address */
+    tt_addr_t fake;
+    tt_get_addr(&n, &fake);
+    fy_tcp_dev_addr_t da;
+    fy_tcp_iface_addr_t ia;
+    memcpy(&da, fake.dev, sizeof(da));
+    memcpy(&ia, fake.iface, sizeof(ia));
+    struct sockaddr_storage ss;
+    fy_netif_addr_t la = da.addr;
+    la.port_be = 0;
+    socklen_t sl = fy_netif_addr_to_sockaddr(&la, &ss);
+    int lfd = socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    FY_ASSERT(lfd >= 0);
+    FY_ASSERT_MSG(bind(lfd, (struct sockaddr *)&ss, sl) == 0, "bind: %s", strerror(errno));
+    FY_ASSERT(listen(lfd, 8) == 0);
+    sl = sizeof(ss);
+    FY_ASSERT(getsockname(lfd, (struct sockaddr *)&ss, &sl) == 0);
+    fy_netif_addr_t bound;
+    fy_netif_addr_from_sockaddr((struct sockaddr *)&ss, &bound);
+    ia.port_be = bound.port_be;
+    ia.iface_id = htole64(FAKE_IFACE);
+    memcpy(fake.iface, &ia, sizeof(ia));
+
+    fy_tl_ep_t *ep = tt_ep(&n, &fake);
+    /* the three links: accepted by the kernel, their HELLOs written from progress */
+    int fds[3] = {-1, -1, -1};
+    fy_tcp_hello_t hello;
+    for (unsigned k = 0; k < 3; k++) {
+        int fd = accept(lfd, NULL, NULL);
+        FY_ASSERT(fd >= 0);
+        size_t got = 0;
+        while (got < sizeof(hello)) {
+            tt_wait(&n, fd, 100);
+            if (!tt_readable(fd))
+                continue;
+            ssize_t r = read(fd, (char *)&hello + got, sizeof(hello) - got);
+            FY_ASSERT(r > 0);
+            got += (size_t)r;
+        }
+        FY_ASSERT_EQ(hello.kind, FY_TCP_HELLO);
+        FY_ASSERT_EQ(hello.nlinks, 3);
+        FY_ASSERT(hello.link < 3 && fds[hello.link] < 0);
+        fds[hello.link] = fd;
+    }
+    fy_tcp_hello_t acc = hello;
+    acc.kind = FY_TCP_ACCEPT;
+    acc.src_iface = htole64(FAKE_IFACE);
+    acc.dst_iface = hello.src_iface;
+
+    static char m0[3 * PIECE], m1[3 * PIECE];
+    tt_fill(m0, sizeof(m0), 10);
+    tt_fill(m1, sizeof(m1), 11);
+    fy_tcp_peer_t *p = find_peer(&n, FAKE_IFACE);
+    FY_ASSERT(p != NULL);
+
+    /* links 0 and 1 up; frame 0's header, first piece and second piece consumed */
+    acc.link = 0;
+    write_all(fds[0], &acc, sizeof(acc));
+    send_stripe_head(fds[0], 0, m0, sizeof(m0));
+    acc.link = 1;
+    write_all(fds[1], &acc, sizeof(acc));
+    send_chunk(fds[1], 0, m0, PIECE);
+    PROGRESS_UNTIL(&n, p->stripe.got == 2 * PIECE);
+    FY_ASSERT_EQ(p->state, FY_TCP_PEER_CONNECTING);
+
+    /* link 2's ACCEPT makes the connection up */
+    acc.link = 2;
+    write_all(fds[2], &acc, sizeof(acc));
+    PROGRESS_UNTIL(&n, p->state == FY_TCP_PEER_UP);
+    /* frame 1's chunk on link 1 comes before frame 0 is complete and frame 1's header */
+    send_chunk(fds[1], 1, m1, PIECE);
+    for (int i = 0; i < 20; i++)
+        tt_progress(&n);
+    FY_ASSERT_EQ(iface->protocol_errors, 0);
+    send_chunk(fds[2], 0, m0, 2 * PIECE); /* frame 0 complete */
+    PROGRESS_UNTIL(&n, t.got == 1 || iface->protocol_errors != 0);
+    send_stripe_head(fds[0], 1, m1, sizeof(m1));
+    send_chunk(fds[2], 1, m1, 2 * PIECE);
+    PROGRESS_UNTIL(&n, t.got == 2 || iface->protocol_errors != 0);
+
+    FY_ASSERT_EQ(iface->protocol_errors, 0);
+    FY_ASSERT_EQ(n.nerr, 0);
+    FY_ASSERT_EQ(t.got, 2);
+    FY_ASSERT_EQ(t.len[0], sizeof(m0));
+    FY_ASSERT_U64_EQ(t.sum[0], tt_sum(m0, sizeof(m0)));
+    FY_ASSERT_EQ(t.len[1], sizeof(m1));
+    FY_ASSERT_U64_EQ(t.sum[1], tt_sum(m1, sizeof(m1)));
+    n.ops->ep_destroy(ep);
+    tt_close(&n);
+    for (unsigned k = 0; k < 3; k++)
+        close(fds[k]);
+    close(lfd);
+}
+
 FYTEST_MAIN(FYTEST_CASE(simultaneous_connect), FYTEST_CASE(reset_isolated),
             FYTEST_CASE(killed_mid_message), FYTEST_CASE(killed_mid_get),
             FYTEST_CASE(stranger_wrong_key), FYTEST_CASE(garbage_and_silence),
             FYTEST_CASE(graceful_close), FYTEST_CASE(sleeps_on_event_fd), FYTEST_CASE(self_connect),
-            FYTEST_CASE(ipv6), FYTEST_CASE(loopback_included))
+            FYTEST_CASE(ipv6), FYTEST_CASE(loopback_included), FYTEST_CASE(acceptor_first))

@@ -372,6 +372,21 @@ void fy_tcp_peer_closed(fy_tcp_peer_t *p)
     accept_retry(iface, id);
 }
 
+/*
+ * A new connection attempt (ours, or the remote's we adopt) starts its striped-frame numbers
+ * at 0.  This is done here, before any byte of the new connection can arrive, and not when
+ * the connection comes up: the acceptor may send right after its ACCEPT, so the connector can
+ * read striped frames on its first links (and count them) before the last link's ACCEPT
+ * makes the connection up.  A reassembly left over from an abandoned attempt is dropped.
+ */
+static void conn_reset_seq(fy_tcp_peer_t *p)
+{
+    if (p->rx_active)
+        fy_tcp_dest_abort(p->iface, &p->stripe, FERRY_ERR_CONNECTION_RESET);
+    p->rx_active = 0;
+    p->rx_seq = p->tx_seq = 0;
+}
+
 ferry_status_t fy_tcp_peer_connect(fy_tcp_peer_t *p)
 {
     fy_tcp_iface_t *iface = p->iface;
@@ -387,6 +402,7 @@ ferry_status_t fy_tcp_peer_connect(fy_tcp_peer_t *p)
     p->nup = 0;
     p->remote_closed = 0;
     p->conn_start_ns = fy_time_ns();
+    conn_reset_seq(p);
     ferry_status_t st = FERRY_OK;
     for (unsigned i = 0; i < p->nlinks; i++) {
         int fd = fy_tcp_socket(p->raddr.family, iface->cfg);
@@ -431,8 +447,7 @@ ferry_status_t fy_tcp_peer_connect(fy_tcp_peer_t *p)
 
 static void peer_up(fy_tcp_peer_t *p)
 {
-    p->state = FY_TCP_PEER_UP;
-    p->rx_seq = p->tx_seq = 0;
+    p->state = FY_TCP_PEER_UP; /* (striped-frame numbers were reset when the attempt began) */
     char s[128];
     fy_debug("tcp: connected to %s over %u link(s), %s", peer_str(p, s, sizeof(s)), p->nlinks,
              p->outgoing ? "outgoing" : "accepted");
@@ -626,6 +641,7 @@ static void adopt(fy_tcp_peer_t *p, const fy_tcp_hello_t *h)
     p->state = FY_TCP_PEER_CONNECTING;
     p->remote_closed = 0;
     p->conn_start_ns = fy_time_ns();
+    conn_reset_seq(p);
     if (!p->have_raddr) {
         p->raddr = h->src_addr;
         p->have_raddr = 1;

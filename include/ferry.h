@@ -194,15 +194,30 @@ typedef enum ferry_wait_mode {
     FERRY_WAIT_BLOCK,       /* sleep on the event fd at once */
 } ferry_wait_mode_t;
 
+/**
+ * Who may call on a worker.  SINGLE (the default): one thread at a time, and ferry takes no
+ * lock.  MULTI: any number of threads at once; every call on the worker (and on its
+ * endpoints) takes the worker's lock, and handlers and callbacks run under it, on the thread
+ * whose call progressed the worker.  FERRY_WORKER_THREAD_MULTI=y makes every worker MULTI.
+ * A worker with a progress thread (FERRY_PROGRESS_THREAD) takes the same lock in either
+ * mode.  Workers of one context may run on different threads in either mode.
+ */
+typedef enum ferry_thread_mode {
+    FERRY_THREAD_MODE_SINGLE = 0,
+    FERRY_THREAD_MODE_MULTI = 1,
+} ferry_thread_mode_t;
+
 enum ferry_worker_field {
     FERRY_WORKER_FIELD_WAIT_MODE = 1u << 0,
     FERRY_WORKER_FIELD_USER_DATA = 1u << 1,
+    FERRY_WORKER_FIELD_THREAD_MODE = 1u << 2,
 };
 
 typedef struct ferry_worker_params {
     uint64_t field_mask;
     ferry_wait_mode_t wait_mode;
     void *user_data;
+    ferry_thread_mode_t thread_mode;
 } ferry_worker_params_t;
 
 FERRY_API ferry_status_t ferry_worker_create(ferry_context_t *context,

@@ -7,6 +7,7 @@
  *
  *   context   one per process: configuration (FERRY_* environment), transports, memory
  *   worker    a progress engine: interfaces, queues, completions; one thread drives one
+ *             (or several at once: FERRY_THREAD_MODE_MULTI; or a progress thread of its own)
  *   address   a worker's address blob, to give to a peer (out of band or via the bootstrap)
  *   endpoint  a connection from a worker to a remote worker; connected lazily on first use
  *   mem/rkey  registered memory and its packed remote key
@@ -18,7 +19,9 @@
  *   FERRY_OK          the operation is done now; its callback is NOT called.
  *   FERRY_INPROGRESS  the operation goes on; its callback is called exactly once, later,
  *                     from ferry_worker_progress() (or a call that progresses) on the
- *                     worker's thread; the request storage must stay valid until then.
+ *                     worker's thread -- with FERRY_PROGRESS_THREAD on, possibly on the
+ *                     progress thread, with the worker's lock held; the request storage
+ *                     must stay valid until then.
  *   negative          the operation failed now; nothing was started, no callback.
  *
  * A request may be NULL.  Sends and puts then copy whatever they need before returning, so

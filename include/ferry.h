@@ -7,6 +7,7 @@
  *
  *   context   one per process: configuration (FERRY_* environment), transports, memory
  *   worker    a progress engine: interfaces, queues, completions; one thread drives one
+ *             (or several at once: FERRY_THREAD_MODE_MULTI; or a progress thread of its own)
  *   address   a worker's address blob, to give to a peer (out of band or via the bootstrap)
  *   endpoint  a connection from a worker to a remote worker; connected lazily on first use
  *   mem/rkey  registered memory and its packed remote key
@@ -18,7 +19,9 @@
  *   FERRY_OK          the operation is done now; its callback is NOT called.
  *   FERRY_INPROGRESS  the operation goes on; its callback is called exactly once, later,
  *                     from ferry_worker_progress() (or a call that progresses) on the
- *                     worker's thread; the request storage must stay valid until then.
+ *                     worker's thread -- with FERRY_PROGRESS_THREAD on, possibly on the
+ *                     progress thread, with the worker's lock held; the request storage
+ *                     must stay valid until then.
  *   negative          the operation failed now; nothing was started, no callback.
  *
  * A request may be NULL.  Sends and puts then copy whatever they need before returning, so
@@ -194,15 +197,30 @@ typedef enum ferry_wait_mode {
     FERRY_WAIT_BLOCK,       /* sleep on the event fd at once */
 } ferry_wait_mode_t;
 
+/**
+ * Who may call on a worker.  SINGLE (the default): one thread at a time, and ferry takes no
+ * lock.  MULTI: any number of threads at once; every call on the worker (and on its
+ * endpoints) takes the worker's lock, and handlers and callbacks run under it, on the thread
+ * whose call progressed the worker.  FERRY_WORKER_THREAD_MULTI=y makes every worker MULTI.
+ * A worker with a progress thread (FERRY_PROGRESS_THREAD) takes the same lock in either
+ * mode.  Workers of one context may run on different threads in either mode.
+ */
+typedef enum ferry_thread_mode {
+    FERRY_THREAD_MODE_SINGLE = 0,
+    FERRY_THREAD_MODE_MULTI = 1,
+} ferry_thread_mode_t;
+
 enum ferry_worker_field {
     FERRY_WORKER_FIELD_WAIT_MODE = 1u << 0,
     FERRY_WORKER_FIELD_USER_DATA = 1u << 1,
+    FERRY_WORKER_FIELD_THREAD_MODE = 1u << 2,
 };
 
 typedef struct ferry_worker_params {
     uint64_t field_mask;
     ferry_wait_mode_t wait_mode;
     void *user_data;
+    ferry_thread_mode_t thread_mode;
 } ferry_worker_params_t;
 
 FERRY_API ferry_status_t ferry_worker_create(ferry_context_t *context,

@@ -320,6 +320,7 @@ static ferry_status_t am_send_slow(ferry_ep_t *ep, unsigned id, const void *head
 ferry_status_t ferry_am_send(ferry_ep_t *ep, unsigned id, const void *header, size_t header_len,
                              const void *data, size_t data_len, ferry_request_t *req)
 {
+    FY_EP_GUARD(ep);
     if (FY_UNLIKELY(id > FERRY_AM_ID_MAX || (data == NULL && data_len != 0)))
         return FERRY_ERR_INVALID_PARAM;
     ferry_status_t st = check_send(ep, id, header, header_len, 0);
@@ -335,6 +336,7 @@ ferry_status_t ferry_am_send(ferry_ep_t *ep, unsigned id, const void *header, si
 ferry_status_t ferry_am_sendv(ferry_ep_t *ep, unsigned id, const void *header, size_t header_len,
                               const struct iovec *iov, size_t iovcnt, ferry_request_t *req)
 {
+    FY_EP_GUARD(ep);
     if (FY_UNLIKELY(id > FERRY_AM_ID_MAX || (iov == NULL && iovcnt != 0)))
         return FERRY_ERR_INVALID_PARAM;
     if (iovcnt > FY_MAX_IOV) {
@@ -356,6 +358,7 @@ ferry_status_t fy_am_set_handler(ferry_worker_t *w, unsigned id, ferry_am_cb_t c
 ferry_status_t ferry_worker_set_am_handler(ferry_worker_t *w, unsigned id, ferry_am_cb_t cb,
                                            void *arg)
 {
+    FY_WORKER_GUARD(w);
     if (w == NULL || id > FERRY_AM_ID_MAX) {
         if (w != NULL)
             fy_error("AM id %u is out of range (0..%d)", id, FERRY_AM_ID_MAX);

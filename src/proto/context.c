@@ -12,6 +12,7 @@
 
 static const char *const wait_modes[] = {"spin", "adaptive", "block", NULL};
 static const char *const rndv_schemes[] = {"auto", "get", "am", NULL}; /* FY_TAG_SCHEME_* */
+static const char *const pt_modes[] = {"off", "on", "auto", NULL};     /* FY_PT_* */
 
 static const fy_config_field_t ctx_fields[] = {
     FY_CONFIG_FIELD("TLS", "all",
@@ -85,6 +86,24 @@ static const fy_config_field_t ctx_fields[] = {
                     "Multi-rail: active messages larger than this (header and data) are "
                     "striped over the rails; smaller ones stay on the am lane alone.",
                     FY_CFG_SIZE, fy_ctx_opts_t, rails_thresh),
+    FY_CONFIG_ENUM_FIELD("PROGRESS_THREAD", "auto",
+                         "A thread per worker that progresses it while the application "
+                         "computes (liveness, rendezvous, emulated RMA and atomics at the target, "
+                         "AM handlers, which then run on that thread with the worker's lock "
+                         "held): off, on, or auto (on only where a transport says its peers "
+                         "need this side to progress; no transport does today).  On makes every "
+                         "call on the worker take its lock (docs/architecture.md, Threads).",
+                         fy_ctx_opts_t, progress_thread, pt_modes),
+    FY_CONFIG_FIELD("PROGRESS_THREAD_INTERVAL", "1ms",
+                    "The progress thread's longest sleep: it wakes on the worker's event fd when "
+                    "a message arrives, and at least this often for timers (retransmission, "
+                    "liveness) and interfaces that cannot wake it.",
+                    FY_CFG_TIME, fy_ctx_opts_t, pt_interval_ns),
+    FY_CONFIG_FIELD("WORKER_THREAD_MULTI", "n",
+                    "Make every worker multi-threaded (FERRY_THREAD_MODE_MULTI), whatever its "
+                    "parameters say: several threads may then call on one worker at once, each "
+                    "call under the worker's lock.",
+                    FY_CFG_BOOL, fy_ctx_opts_t, thread_multi),
 };
 
 const fy_config_table_t fy_ctx_config_table = {"context", "", ctx_fields,

@@ -56,6 +56,7 @@ ferry_status_t fy_ep_create_internal(ferry_worker_t *w, const void *addr, size_t
 ferry_status_t ferry_ep_create(ferry_worker_t *w, const ferry_ep_params_t *params,
                                ferry_ep_t **ep_p)
 {
+    FY_WORKER_GUARD(w);
     if (w == NULL || params == NULL || ep_p == NULL)
         return FERRY_ERR_INVALID_PARAM;
     uint64_t known = FERRY_EP_FIELD_ADDRESS | FERRY_EP_FIELD_ERR_HANDLER |
@@ -108,6 +109,7 @@ ferry_worker_t *ferry_ep_get_worker(const ferry_ep_t *ep)
 
 ferry_status_t ferry_ep_get_stats(const ferry_ep_t *ep, ferry_ep_stats_t *stats)
 {
+    FY_EP_GUARD(ep);
     if (ep == NULL || stats == NULL)
         return FERRY_ERR_INVALID_PARAM;
     *stats = ep->stats;
@@ -415,6 +417,7 @@ static ferry_status_t wait_req(ferry_worker_t *w, ferry_request_t *req)
 
 ferry_status_t ferry_ep_flush(ferry_ep_t *ep, ferry_request_t *req)
 {
+    FY_EP_GUARD(ep);
     if (ep == NULL || ep->state == FY_EP_CLOSED)
         return FERRY_ERR_INVALID_PARAM;
     ferry_request_t local;
@@ -434,6 +437,7 @@ ferry_status_t ferry_ep_flush(ferry_ep_t *ep, ferry_request_t *req)
 
 ferry_status_t ferry_ep_fence(ferry_ep_t *ep)
 {
+    FY_EP_GUARD(ep);
     if (ep == NULL || ep->state == FY_EP_CLOSED)
         return FERRY_ERR_INVALID_PARAM;
     /* Every lane of an endpoint delivers in order and emulated operations travel on the AM
@@ -465,6 +469,7 @@ void fy_op_child_done(fy_op_t *op, ferry_status_t st)
 
 ferry_status_t ferry_worker_flush(ferry_worker_t *w, ferry_request_t *req)
 {
+    FY_WORKER_GUARD(w);
     if (w == NULL)
         return FERRY_ERR_INVALID_PARAM;
     ferry_request_t local;
@@ -611,6 +616,7 @@ void fy_ep_close_now(ferry_ep_t *ep)
 
 ferry_status_t ferry_ep_close(ferry_ep_t *ep, unsigned mode, ferry_request_t *req)
 {
+    FY_EP_GUARD(ep);
     if (ep == NULL || ep->state == FY_EP_CLOSED ||
         (mode != FERRY_EP_CLOSE_FLUSH && mode != FERRY_EP_CLOSE_FORCE))
         return FERRY_ERR_INVALID_PARAM;

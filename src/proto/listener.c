@@ -192,6 +192,7 @@ unsigned fy_listener_progress(ferry_worker_t *w, int poll_all)
 ferry_status_t ferry_listener_create(ferry_worker_t *w, const ferry_listener_params_t *params,
                                      ferry_listener_t **listener_p)
 {
+    FY_WORKER_GUARD(w);
     if (w == NULL || params == NULL || listener_p == NULL)
         return FERRY_ERR_INVALID_PARAM;
     uint64_t known = FERRY_LISTENER_FIELD_SOCKADDR | FERRY_LISTENER_FIELD_CONN_HANDLER;
@@ -261,6 +262,7 @@ static void answer_and_free(ferry_conn_request_t *c, unsigned type, const void *
 
 ferry_status_t ferry_listener_reject(ferry_listener_t *l, ferry_conn_request_t *c)
 {
+    FY_WORKER_GUARD(l != NULL ? l->worker : NULL);
     if (l == NULL || c == NULL || c->listener != l || c->state != CONN_WAITING_APP)
         return FERRY_ERR_INVALID_PARAM;
     answer_and_free(c, FY_CM_REJECT, NULL, 0);
@@ -278,6 +280,7 @@ ferry_status_t ferry_conn_request_peer(const ferry_conn_request_t *c, char *buf,
 
 void ferry_listener_destroy(ferry_listener_t *l)
 {
+    FY_WORKER_GUARD(l != NULL ? l->worker : NULL);
     if (l == NULL)
         return;
     ferry_worker_t *w = l->worker;

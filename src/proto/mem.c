@@ -194,6 +194,7 @@ ferry_status_t ferry_rkey_pack(ferry_context_t *ctx, const ferry_mem_t *mem, voi
 
 ferry_status_t ferry_rkey_unpack(ferry_ep_t *ep, const void *buf, size_t len, ferry_rkey_t **rkey_p)
 {
+    FY_EP_GUARD(ep);
     if (ep == NULL || buf == NULL || rkey_p == NULL)
         return FERRY_ERR_INVALID_PARAM;
     fy_rkey_wire_t w;

@@ -130,7 +130,13 @@ typedef struct fy_ctx_opts {
     uint64_t cm_timeout_ns;     /* FERRY_CM_TIMEOUT */
     unsigned long max_rails;    /* FERRY_MAX_RAILS: lanes bulk AM data is striped over */
     size_t rails_thresh;        /* FERRY_RAILS_THRESH: AMs above it are striped */
+    int progress_thread;        /* FERRY_PROGRESS_THREAD: FY_PT_OFF, FY_PT_ON, FY_PT_AUTO */
+    uint64_t pt_interval_ns;    /* FERRY_PROGRESS_THREAD_INTERVAL: its longest sleep */
+    int thread_multi;           /* FERRY_WORKER_THREAD_MULTI: every worker multi-threaded */
 } fy_ctx_opts_t;
+
+/* FERRY_PROGRESS_THREAD (index into off, on, auto) */
+enum { FY_PT_OFF, FY_PT_ON, FY_PT_AUTO };
 
 typedef struct fy_ctx_tl {
     const fy_tl_component_t *tl;
@@ -224,8 +230,22 @@ typedef struct fy_am_entry {
     void *arg;
 } fy_am_entry_t;
 
+/*
+ * The worker lock (worker.c).  A worker used by one thread with no progress thread takes no
+ * lock: every public entry tests w->mt (one load, one predicted branch).  A multi-threaded
+ * worker (FERRY_THREAD_MODE_MULTI) or one with a progress thread serializes every public
+ * entry on this lock, which is recursive (a handler that runs under progress may send, a
+ * blocking call progresses) and is released whole while ferry_worker_wait sleeps.
+ */
+typedef struct fy_worker_lock {
+    pthread_mutex_t mutex;
+    uintptr_t owner; /* &fy_thread_tag of the holder, 0: free (atomic loads/stores) */
+    unsigned depth;
+} fy_worker_lock_t;
+
 struct ferry_worker {
     ferry_context_t *ctx;
+    int mt; /* the lock is taken (multi-threaded, or a progress thread); fixed at creation */
     uint64_t uuid;
     int wait_mode;
     void *user_data;
@@ -259,7 +279,51 @@ struct ferry_worker {
     fy_list_t tag_unexp;  /* unexpected messages, in arrival order */
     /* sockaddr listeners (listener.c), polled by progress */
     struct ferry_listener *listeners;
+    /* threads (worker.c): the lock, and the progress thread when there is one */
+    int thread_mode;       /* FERRY_THREAD_MODE_SINGLE / MULTI, as resolved at creation */
+    fy_worker_lock_t lock; /* initialized only when mt */
+    int progressing;       /* inside a progress pass: the lock must not be let go */
+    int pt_running;        /* a progress thread drives this worker */
+    int pt_stop;           /* asks it to end (under the lock) */
+    uint64_t pt_events;    /* its passes that did something; ferry_worker_wait watches it */
+    pthread_t pt;
+    pthread_cond_t pt_cond; /* with lock.mutex: broadcast when pt_events moves */
 };
+
+/* Worker lock, for every public call that touches a worker or its endpoints (worker.c).
+ * Apply to a new public call as its first line (NULL is accepted: no lock):
+ *
+ *     FY_WORKER_GUARD(worker);   or   FY_EP_GUARD(ep);
+ *
+ * held until the function returns, whatever the return; or, for a part of a function,
+ * FY_WORKER_LOCK(w); ... FY_WORKER_UNLOCK(w); on every path (w not NULL).  Each costs one
+ * load and a predicted branch on a single-threaded worker. */
+extern _Thread_local char fy_thread_tag; /* its address names the calling thread */
+void fy_worker_lock_slow(ferry_worker_t *w);
+void fy_worker_unlock_slow(ferry_worker_t *w);
+static inline ferry_worker_t *fy_worker_lock(ferry_worker_t *w)
+{
+    if (FY_LIKELY(w == NULL || !w->mt))
+        return NULL;
+    fy_worker_lock_slow(w);
+    return w;
+}
+static inline void fy_worker_unlock(ferry_worker_t *w)
+{
+    if (FY_UNLIKELY(w->mt))
+        fy_worker_unlock_slow(w);
+}
+static inline void fy_worker_guard_end(ferry_worker_t **held)
+{
+    if (FY_UNLIKELY(*held != NULL))
+        fy_worker_unlock_slow(*held);
+}
+#define FY_WORKER_LOCK(w)   ((void)fy_worker_lock(w))
+#define FY_WORKER_UNLOCK(w) fy_worker_unlock(w)
+#define FY_WORKER_GUARD(w)                                                                         \
+    ferry_worker_t *fy_worker_held_ __attribute__((cleanup(fy_worker_guard_end), unused)) =        \
+        fy_worker_lock(w)
+#define FY_EP_GUARD(ep) FY_WORKER_GUARD((ep) != NULL ? (ep)->worker : NULL)
 
 /*
  * An operation in flight.  Allocated from worker->ops; the user's request points to it.

@@ -166,6 +166,7 @@ static ferry_status_t rma_split(ferry_ep_t *ep, fy_op_type_t type, void *buf, si
 ferry_status_t ferry_put(ferry_ep_t *ep, const void *buf, size_t len, uint64_t remote_addr,
                          ferry_rkey_t *rkey, ferry_request_t *req)
 {
+    FY_EP_GUARD(ep);
     ferry_status_t st;
     if (!rma_begin(ep, buf, len, rkey, remote_addr, FERRY_MEM_REMOTE_WRITE, &st))
         return st;
@@ -209,6 +210,7 @@ ferry_status_t ferry_put(ferry_ep_t *ep, const void *buf, size_t len, uint64_t r
 ferry_status_t ferry_get(ferry_ep_t *ep, void *buf, size_t len, uint64_t remote_addr,
                          ferry_rkey_t *rkey, ferry_request_t *req)
 {
+    FY_EP_GUARD(ep);
     ferry_status_t st;
     if (!rma_begin(ep, buf, len, rkey, remote_addr, FERRY_MEM_REMOTE_READ, &st))
         return st;
@@ -255,6 +257,7 @@ ferry_status_t ferry_atomic(ferry_ep_t *ep, ferry_atomic_op_t aop, size_t size, 
                             uint64_t compare, void *result, uint64_t remote_addr,
                             ferry_rkey_t *rkey, ferry_request_t *req)
 {
+    FY_EP_GUARD(ep);
     if ((size != 4 && size != 8) || aop > FERRY_ATOMIC_CSWAP || (remote_addr % size) != 0 ||
         (aop == FERRY_ATOMIC_CSWAP && result == NULL))
         return FERRY_ERR_INVALID_PARAM;

@@ -133,6 +133,7 @@ static ferry_status_t recv_unexp(ferry_worker_t *w, fy_op_t *op, fy_tag_unexp_t 
 ferry_status_t ferry_tag_recv(ferry_worker_t *w, void *buf, size_t len, uint64_t tag,
                               uint64_t tag_mask, ferry_request_t *req)
 {
+    FY_WORKER_GUARD(w);
     if (w == NULL || (buf == NULL && len != 0))
         return FERRY_ERR_INVALID_PARAM;
     ferry_request_t local;
@@ -173,6 +174,7 @@ ferry_status_t ferry_tag_recv(ferry_worker_t *w, void *buf, size_t len, uint64_t
 ferry_status_t ferry_tag_send(ferry_ep_t *ep, uint64_t tag, const void *buf, size_t len,
                               ferry_request_t *req)
 {
+    FY_EP_GUARD(ep);
     if (ep == NULL || (buf == NULL && len != 0))
         return FERRY_ERR_INVALID_PARAM;
     /* Sends given no request go eager: the data is copied at once, so the call can return. */
@@ -184,6 +186,7 @@ ferry_status_t ferry_tag_send(ferry_ep_t *ep, uint64_t tag, const void *buf, siz
 ferry_status_t ferry_tag_probe(ferry_worker_t *w, uint64_t tag, uint64_t tag_mask,
                                ferry_tag_info_t *info)
 {
+    FY_WORKER_GUARD(w);
     if (w == NULL || info == NULL)
         return FERRY_ERR_INVALID_PARAM;
     fy_list_t *pos;
@@ -201,6 +204,7 @@ ferry_status_t ferry_tag_probe(ferry_worker_t *w, uint64_t tag, uint64_t tag_mas
 
 ferry_status_t ferry_request_cancel(ferry_worker_t *w, ferry_request_t *req)
 {
+    FY_WORKER_GUARD(w);
     if (w == NULL || req == NULL)
         return FERRY_ERR_INVALID_PARAM;
     fy_op_t *op = fy_op_of_req(req);

@@ -9,20 +9,33 @@
  * set, which is also the fd it gives to event loops.  FERRY_WAIT=adaptive spins for a few
  * microseconds (the latency of an answer that is already on its way), then yields the core
  * (cheap when another process on the same core is about to answer), then sleeps on the fd.
+ *
+ * Threads.  A worker driven by one thread takes no lock: each public call tests w->mt once.
+ * A multi-threaded worker (FERRY_THREAD_MODE_MULTI, FERRY_WORKER_THREAD_MULTI) or one with a
+ * progress thread (FERRY_PROGRESS_THREAD) takes a recursive lock in every public call, so a
+ * handler may send and a blocking call may progress; ferry_worker_wait lets it go while it
+ * sleeps.  The progress thread sleeps on the worker's epoll set (waking at least every
+ * FERRY_PROGRESS_THREAD_INTERVAL for timers) and runs progress passes under the lock; a thread
+ * blocked in ferry_worker_wait then sleeps on a condition variable that every progress pass
+ * with work broadcasts, since the progress thread, not it, consumes the fd's events.
  */
 #include <errno.h>
+#include <pthread.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "proto/proto_int.h"
 #include "util/clock.h"
 
 static ferry_status_t eps_grow(ferry_worker_t *w, uint32_t ncap);
+static ferry_status_t threads_start(ferry_worker_t *w);
+static void threads_stop(ferry_worker_t *w);
 
 static ferry_status_t open_ifaces(ferry_worker_t *w)
 {
@@ -81,7 +94,8 @@ ferry_status_t ferry_worker_create(ferry_context_t *ctx, const ferry_worker_para
     if (ctx == NULL || worker_p == NULL)
         return FERRY_ERR_INVALID_PARAM;
     *worker_p = NULL;
-    uint64_t known = FERRY_WORKER_FIELD_WAIT_MODE | FERRY_WORKER_FIELD_USER_DATA;
+    uint64_t known = FERRY_WORKER_FIELD_WAIT_MODE | FERRY_WORKER_FIELD_USER_DATA |
+                     FERRY_WORKER_FIELD_THREAD_MODE;
     if (params != NULL && (params->field_mask & ~known) != 0) {
         fy_error("ferry_worker_create: unknown field_mask bits 0x%llx",
                  (unsigned long long)(params->field_mask & ~known));
@@ -103,6 +117,18 @@ ferry_status_t ferry_worker_create(ferry_context_t *ctx, const ferry_worker_para
     }
     if (params != NULL && (params->field_mask & FERRY_WORKER_FIELD_USER_DATA))
         w->user_data = params->user_data;
+    w->thread_mode = ctx->opts.thread_multi ? FERRY_THREAD_MODE_MULTI : FERRY_THREAD_MODE_SINGLE;
+    if (params != NULL && (params->field_mask & FERRY_WORKER_FIELD_THREAD_MODE)) {
+        if (params->thread_mode != FERRY_THREAD_MODE_SINGLE &&
+            params->thread_mode != FERRY_THREAD_MODE_MULTI) {
+            fy_error("ferry_worker_create: thread_mode %d is neither SINGLE nor MULTI",
+                     (int)params->thread_mode);
+            free(w);
+            return FERRY_ERR_INVALID_PARAM;
+        }
+        if (params->thread_mode == FERRY_THREAD_MODE_MULTI)
+            w->thread_mode = FERRY_THREAD_MODE_MULTI;
+    }
     fy_list_init(&w->pending_eps);
     fy_queue_init(&w->completed);
     ferry_status_t st = FERRY_ERR_IO;
@@ -130,6 +156,8 @@ ferry_status_t ferry_worker_create(ferry_context_t *ctx, const ferry_worker_para
     if ((st = open_ifaces(w)) != FERRY_OK)
         goto err_ifaces;
     if ((st = fy_address_pack(w)) != FERRY_OK)
+        goto err_ifaces;
+    if ((st = threads_start(w)) != FERRY_OK)
         goto err_ifaces;
     pthread_mutex_lock(&ctx->lock);
     ctx->nworkers++;
@@ -164,6 +192,7 @@ void ferry_worker_destroy(ferry_worker_t *w)
 {
     if (w == NULL)
         return;
+    threads_stop(w);
     w->closing = 1;
     fy_listener_destroy_all(w);
     /* Close every endpoint by force: their operations complete with CANCELED. */
@@ -197,6 +226,10 @@ void ferry_worker_destroy(ferry_worker_t *w)
     fy_hash_destroy(&w->by_src);
     close(w->sigfd);
     close(w->epfd);
+    if (w->mt) {
+        pthread_cond_destroy(&w->pt_cond);
+        pthread_mutex_destroy(&w->lock.mutex);
+    }
     free(w);
 }
 
@@ -330,10 +363,9 @@ void fy_worker_complete_later(ferry_worker_t *w, fy_op_t *op, ferry_status_t st)
 /* Progress and waiting                                                                        */
 /* ------------------------------------------------------------------------------------------ */
 
-unsigned ferry_worker_progress(ferry_worker_t *w)
+/* One pass: poll the interfaces, retry what waited for resources, run deferred callbacks. */
+static inline unsigned progress_body(ferry_worker_t *w)
 {
-    if (FY_UNLIKELY(w == NULL))
-        return 0;
     unsigned n = 0;
     int all = w->poll_all || (++w->poll_count % FY_IDLE_POLL) == 0;
     w->poll_all = 0;
@@ -360,6 +392,34 @@ unsigned ferry_worker_progress(ferry_worker_t *w)
     return n;
 }
 
+/* A pass of a locked worker (the caller holds the lock): a pass with work wakes the threads
+ * blocked in ferry_worker_wait on a worker with a progress thread. */
+static unsigned progress_locked(ferry_worker_t *w)
+{
+    int was = w->progressing;
+    w->progressing = 1;
+    unsigned n = progress_body(w);
+    w->progressing = was;
+    if (n != 0) {
+        w->pt_events++;
+        if (w->pt_running)
+            pthread_cond_broadcast(&w->pt_cond);
+    }
+    return n;
+}
+
+unsigned ferry_worker_progress(ferry_worker_t *w)
+{
+    if (FY_UNLIKELY(w == NULL))
+        return 0;
+    if (FY_LIKELY(!w->mt))
+        return progress_body(w);
+    fy_worker_lock_slow(w);
+    unsigned n = progress_locked(w);
+    fy_worker_unlock_slow(w);
+    return n;
+}
+
 ferry_status_t ferry_worker_get_fd(ferry_worker_t *w, int *fd_p)
 {
     if (w == NULL || fd_p == NULL)
@@ -377,12 +437,8 @@ static void drain_sigfd(ferry_worker_t *w)
     }
 }
 
-ferry_status_t ferry_worker_arm(ferry_worker_t *w)
+static ferry_status_t arm_body(ferry_worker_t *w)
 {
-    if (w == NULL)
-        return FERRY_ERR_INVALID_PARAM;
-    if (!w->can_sleep)
-        return FERRY_ERR_UNSUPPORTED;
     if (!fy_queue_is_empty(&w->completed) || !fy_list_is_empty(&w->pending_eps))
         return FERRY_ERR_BUSY;
     for (unsigned i = 0; i < w->nifaces; i++) {
@@ -394,25 +450,108 @@ ferry_status_t ferry_worker_arm(ferry_worker_t *w)
     return FERRY_OK;
 }
 
+ferry_status_t ferry_worker_arm(ferry_worker_t *w)
+{
+    if (w == NULL)
+        return FERRY_ERR_INVALID_PARAM;
+    if (!w->can_sleep)
+        return FERRY_ERR_UNSUPPORTED;
+    FY_WORKER_GUARD(w);
+    return arm_body(w);
+}
+
 ferry_status_t ferry_worker_signal(ferry_worker_t *w)
 {
     if (w == NULL)
         return FERRY_ERR_INVALID_PARAM;
+    if (w->pt_running) { /* a waiter sleeps on the condition, not on the fd */
+        fy_worker_lock_slow(w);
+        w->pt_events++;
+        pthread_cond_broadcast(&w->pt_cond);
+        fy_worker_unlock_slow(w);
+    }
     uint64_t one = 1;
     if (write(w->sigfd, &one, sizeof(one)) != sizeof(one) && errno != EAGAIN)
         return FERRY_ERR_IO;
     return FERRY_OK;
 }
 
-/* Sleep on the epoll set until something is ready or timeout_ms passes. */
+/* Sleep on the epoll set until something is ready or timeout_ms passes (no lock held). */
 static void sleep_on_fd(ferry_worker_t *w, int timeout_ms)
 {
     struct epoll_event evs[8];
     int n = epoll_wait(w->epfd, evs, 8, timeout_ms);
-    w->poll_all = 1;
     for (int i = 0; i < n; i++)
         if (evs[i].data.u32 == UINT32_MAX)
             drain_sigfd(w);
+}
+
+/* Poll every interface at the next progress (after a sleep), under the lock if there is one. */
+static void set_poll_all(ferry_worker_t *w)
+{
+    FY_WORKER_GUARD(w);
+    w->poll_all = 1;
+}
+
+/* A worker with a progress thread: the thread consumes the fd's events, so a waiter sleeps on
+ * pt_cond until a progress pass did something (or ferry_worker_signal), or timeout. */
+static ferry_status_t wait_on_thread(ferry_worker_t *w, uint64_t deadline)
+{
+    ferry_status_t st = FERRY_ERR_TIMED_OUT;
+    fy_worker_lock_slow(w);
+    for (;;) {
+        uint64_t seq = w->pt_events;
+        if (progress_locked(w) != 0) {
+            st = FERRY_OK;
+            break;
+        }
+        uint64_t now = fy_time_ns();
+        if (now >= deadline)
+            break;
+        if (w->progressing) /* called from a handler: the lock cannot be let go */
+            continue;
+        /* Let the lock go whole (a blocking call holds it) while sleeping on the condition. */
+        unsigned depth = w->lock.depth;
+        w->lock.depth = 0;
+        __atomic_store_n(&w->lock.owner, 0, __ATOMIC_RELAXED);
+        uint64_t until = deadline - now > FY_NSEC_PER_SEC ? now + FY_NSEC_PER_SEC : deadline;
+        struct timespec ts = {(time_t)(until / FY_NSEC_PER_SEC), (long)(until % FY_NSEC_PER_SEC)};
+        int rc = 0;
+        while (w->pt_events == seq && rc == 0)
+            rc = pthread_cond_timedwait(&w->pt_cond, &w->lock.mutex, &ts);
+        __atomic_store_n(&w->lock.owner, (uintptr_t)&fy_thread_tag, __ATOMIC_RELAXED);
+        w->lock.depth = depth;
+        if (w->pt_events != seq) {
+            st = FERRY_OK;
+            break;
+        }
+    }
+    fy_worker_unlock_slow(w);
+    return st;
+}
+
+/* The calling thread lets go of the worker's lock whole, if it holds it, before it sleeps
+ * (a blocking call waits inside its public entry); 0: it did not hold it. */
+static unsigned lock_suspend(ferry_worker_t *w)
+{
+    if (FY_LIKELY(!w->mt) ||
+        __atomic_load_n(&w->lock.owner, __ATOMIC_RELAXED) != (uintptr_t)&fy_thread_tag ||
+        w->progressing)
+        return 0;
+    unsigned depth = w->lock.depth;
+    w->lock.depth = 0;
+    __atomic_store_n(&w->lock.owner, 0, __ATOMIC_RELAXED);
+    pthread_mutex_unlock(&w->lock.mutex);
+    return depth;
+}
+
+static void lock_resume(ferry_worker_t *w, unsigned depth)
+{
+    if (depth == 0)
+        return;
+    pthread_mutex_lock(&w->lock.mutex);
+    __atomic_store_n(&w->lock.owner, (uintptr_t)&fy_thread_tag, __ATOMIC_RELAXED);
+    w->lock.depth = depth;
 }
 
 ferry_status_t ferry_worker_wait(ferry_worker_t *w, int timeout_ms)
@@ -422,6 +561,8 @@ ferry_status_t ferry_worker_wait(ferry_worker_t *w, int timeout_ms)
     uint64_t start = fy_time_ns();
     uint64_t deadline =
         timeout_ms < 0 ? UINT64_MAX : start + (uint64_t)timeout_ms * FY_NSEC_PER_MSEC;
+    if (FY_UNLIKELY(w->pt_running))
+        return wait_on_thread(w, deadline);
     uint64_t spin_until = start + w->ctx->opts.spin_ns;
     uint64_t yield_until = spin_until + w->ctx->opts.yield_ns;
     int mode = w->wait_mode;
@@ -435,19 +576,24 @@ ferry_status_t ferry_worker_wait(ferry_worker_t *w, int timeout_ms)
             return FERRY_ERR_TIMED_OUT;
         if (mode == FERRY_WAIT_SPIN || now < spin_until)
             continue;
+        unsigned held;
         if (now < yield_until) {
+            held = lock_suspend(w);
             sched_yield();
+            lock_resume(w, held);
             continue;
         }
         if (!w->can_sleep) {
             /* Some interface cannot wake us: nap briefly instead of spinning. */
             struct timespec ts = {0, 50000};
+            held = lock_suspend(w);
             nanosleep(&ts, NULL);
+            lock_resume(w, held);
             continue;
         }
         ferry_status_t st = ferry_worker_arm(w);
         if (st == FERRY_ERR_BUSY) {
-            w->poll_all = 1;
+            set_poll_all(w);
             continue;
         }
         int ms;
@@ -455,8 +601,135 @@ ferry_status_t ferry_worker_wait(ferry_worker_t *w, int timeout_ms)
             ms = -1;
         else
             ms = (int)((deadline - now + FY_NSEC_PER_MSEC - 1) / FY_NSEC_PER_MSEC);
+        /* Several threads on one worker: another may progress (and take our event) while we
+         * sleep; wake now and then to look. */
+        if (w->mt && (ms < 0 || ms > 1))
+            ms = 1;
+        held = lock_suspend(w);
         sleep_on_fd(w, ms);
+        lock_resume(w, held);
+        set_poll_all(w);
     }
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* The lock and the progress thread                                                            */
+/* ------------------------------------------------------------------------------------------ */
+
+_Thread_local char fy_thread_tag;
+
+void fy_worker_lock_slow(ferry_worker_t *w)
+{
+    uintptr_t me = (uintptr_t)&fy_thread_tag;
+    if (__atomic_load_n(&w->lock.owner, __ATOMIC_RELAXED) == me) {
+        w->lock.depth++;
+        return;
+    }
+    pthread_mutex_lock(&w->lock.mutex);
+    __atomic_store_n(&w->lock.owner, me, __ATOMIC_RELAXED);
+    w->lock.depth = 1;
+}
+
+void fy_worker_unlock_slow(ferry_worker_t *w)
+{
+    if (--w->lock.depth != 0)
+        return;
+    __atomic_store_n(&w->lock.owner, 0, __ATOMIC_RELAXED);
+    pthread_mutex_unlock(&w->lock.mutex);
+}
+
+/* The progress thread: progress passes under the lock while there is work; when there is
+ * none, arm and sleep on the epoll set (at most FERRY_PROGRESS_THREAD_INTERVAL, for timers),
+ * or nap that long where an interface cannot wake it.  Between passes it lets the lock go, so
+ * the application's calls get their turn. */
+static void *progress_thread(void *arg)
+{
+    ferry_worker_t *w = arg;
+    uint64_t ns = w->ctx->opts.pt_interval_ns;
+    int ms = (int)((ns + FY_NSEC_PER_MSEC - 1) / FY_NSEC_PER_MSEC);
+    if (ms < 1)
+        ms = 1;
+    struct timespec nap = {(time_t)(ns / FY_NSEC_PER_SEC), (long)(ns % FY_NSEC_PER_SEC)};
+    int woke = 0;
+    fy_worker_lock_slow(w);
+    while (!w->pt_stop) {
+        if (woke)
+            w->poll_all = 1;
+        woke = 0;
+        if (progress_locked(w) != 0) {
+            fy_worker_unlock_slow(w);
+            fy_worker_lock_slow(w);
+            continue;
+        }
+        int armed = w->can_sleep && arm_body(w) == FERRY_OK;
+        fy_worker_unlock_slow(w);
+        if (armed)
+            sleep_on_fd(w, ms);
+        else if (!w->can_sleep)
+            nanosleep(&nap, NULL);
+        woke = 1;
+        fy_worker_lock_slow(w);
+    }
+    fy_worker_unlock_slow(w);
+    return NULL;
+}
+
+/* At creation: the lock when the worker is multi-threaded or gets a progress thread, and the
+ * thread (FERRY_PROGRESS_THREAD: on, or auto and an interface asks for it). */
+static ferry_status_t threads_start(ferry_worker_t *w)
+{
+    int pt = w->ctx->opts.progress_thread == FY_PT_ON;
+    if (w->ctx->opts.progress_thread == FY_PT_AUTO)
+        for (unsigned i = 0; i < w->nifaces; i++)
+            if (w->ifaces[i].attr.caps & FY_TL_CAP_NEEDS_PROGRESS) {
+                fy_debug("worker %016llx: %s needs a progress thread", (unsigned long long)w->uuid,
+                         w->ifaces[i].tl->name);
+                pt = 1;
+            }
+    if (!pt && w->thread_mode != FERRY_THREAD_MODE_MULTI)
+        return FERRY_OK;
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC); /* fy_time_ns's clock */
+    if (pthread_mutex_init(&w->lock.mutex, NULL) != 0)
+        return FERRY_ERR_NO_RESOURCE;
+    if (pthread_cond_init(&w->pt_cond, &ca) != 0) {
+        pthread_mutex_destroy(&w->lock.mutex);
+        return FERRY_ERR_NO_RESOURCE;
+    }
+    pthread_condattr_destroy(&ca);
+    w->mt = 1;
+    if (!pt)
+        return FERRY_OK;
+    w->pt_running = 1;
+    int rc = pthread_create(&w->pt, NULL, progress_thread, w);
+    if (rc != 0) {
+        fy_error("worker %016llx: cannot start its progress thread: %s",
+                 (unsigned long long)w->uuid, strerror(rc));
+        w->pt_running = 0;
+        w->mt = 0;
+        pthread_cond_destroy(&w->pt_cond);
+        pthread_mutex_destroy(&w->lock.mutex);
+        return FERRY_ERR_NO_RESOURCE;
+    }
+    fy_debug("worker %016llx: progress thread started", (unsigned long long)w->uuid);
+    return FERRY_OK;
+}
+
+/* First thing of ferry_worker_destroy: the progress thread ends (the lock stays, unused). */
+static void threads_stop(ferry_worker_t *w)
+{
+    if (!w->pt_running)
+        return;
+    fy_worker_lock_slow(w);
+    w->pt_stop = 1;
+    fy_worker_unlock_slow(w);
+    uint64_t one = 1;
+    if (write(w->sigfd, &one, sizeof(one)) != sizeof(one)) {
+        /* full counter: the thread wakes anyway */
+    }
+    pthread_join(w->pt, NULL);
+    w->pt_running = 0;
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -488,11 +761,14 @@ void ferry_worker_print_info(const ferry_worker_t *w, void *file)
     FILE *f = file != NULL ? file : stdout;
     if (w == NULL)
         return;
-    fprintf(f, "worker %016llx: %u interface(s), wait mode %s\n", (unsigned long long)w->uuid,
+    FY_WORKER_GUARD((ferry_worker_t *)w);
+    fprintf(f, "worker %016llx: %u interface(s), wait mode %s, %s%s\n", (unsigned long long)w->uuid,
             w->nifaces,
             w->wait_mode == FERRY_WAIT_SPIN       ? "spin"
             : w->wait_mode == FERRY_WAIT_ADAPTIVE ? "adaptive"
-                                                  : "block");
+                                                  : "block",
+            w->thread_mode == FERRY_THREAD_MODE_MULTI ? "multi-threaded" : "single-threaded",
+            w->pt_running ? ", progress thread" : "");
     for (unsigned i = 0; i < w->nifaces; i++) {
         const fy_iface_t *fi = &w->ifaces[i];
         fprintf(f,

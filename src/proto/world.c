@@ -26,6 +26,7 @@
 #include "boot/boot.h"
 #include "ferry.h"
 #include "proto/proto.h"
+#include "proto/proto_int.h" /* the worker lock */
 #include "util/clock.h"
 #include "util/log.h"
 
@@ -98,6 +99,7 @@ static void world_ep_error(void *arg, ferry_ep_t *ep, ferry_status_t status)
 
 ferry_status_t ferry_world_create(ferry_worker_t *worker, ferry_world_t **world_p)
 {
+    FY_WORKER_GUARD(worker);
     if (worker == NULL || world_p == NULL)
         return FERRY_ERR_INVALID_PARAM;
     *world_p = NULL;
@@ -169,6 +171,7 @@ fail:
  */
 void ferry_world_destroy(ferry_world_t *w)
 {
+    FY_WORKER_GUARD(w != NULL ? w->worker : NULL);
     if (w == NULL)
         return;
     for (int r = 0; r < w->info.size; r++) {
@@ -228,6 +231,7 @@ const char *ferry_world_backend(const ferry_world_t *w)
 
 ferry_status_t ferry_world_ep(ferry_world_t *w, int rank, ferry_ep_t **ep_p)
 {
+    FY_WORKER_GUARD(w != NULL ? w->worker : NULL);
     if (w == NULL || ep_p == NULL)
         return FERRY_ERR_INVALID_PARAM;
     if (rank < 0 || rank >= w->info.size) {
@@ -297,6 +301,7 @@ static ferry_status_t barrier_send(ferry_world_t *w, int to, unsigned round, uin
 
 ferry_status_t ferry_world_barrier(ferry_world_t *w)
 {
+    FY_WORKER_GUARD(w != NULL ? w->worker : NULL);
     if (w == NULL)
         return FERRY_ERR_INVALID_PARAM;
     uint64_t timeout = fy_boot_timeout_ns(w->boot);

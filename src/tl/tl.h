@@ -160,6 +160,11 @@ enum fy_tl_cap {
     FY_TL_CAP_AM_ORDERED = 1u << 7,
     FY_TL_CAP_EVENT_FD = 1u << 8, /* the iface can wake a sleeping worker */
     FY_TL_CAP_CONNECT_TO_IFACE = 1u << 9,
+    /* The iface's peers depend on this side progressing while its owner computes (RMA or
+     * atomics done in software at the target, a rendezvous the target must drive): with
+     * FERRY_PROGRESS_THREAD=auto (the default) proto starts a progress thread for a worker
+     * that has such an iface.  No transport sets it yet. */
+    FY_TL_CAP_NEEDS_PROGRESS = 1u << 10,
 };
 
 typedef struct fy_tl_iface_attr {

@@ -226,7 +226,8 @@ typedef struct ferry_worker_params {
 FERRY_API ferry_status_t ferry_worker_create(ferry_context_t *context,
                                              const ferry_worker_params_t *params,
                                              ferry_worker_t **worker_p);
-/** Destroy a worker: endpoints still open are closed by force.  NULL is accepted. */
+/** Destroy a worker: endpoints still open are closed by force; its progress thread, if any,
+ *  ends first.  No other thread may be calling on it.  NULL is accepted. */
 FERRY_API void ferry_worker_destroy(ferry_worker_t *worker);
 
 /**
@@ -244,12 +245,14 @@ FERRY_API ferry_status_t ferry_worker_wait(ferry_worker_t *worker, int timeout_m
 /**
  * The worker's event file descriptor, for event loops: it becomes readable when there may be
  * work.  Before sleeping on it, call ferry_worker_arm(); FERRY_ERR_BUSY means "work is
- * pending already: progress, do not sleep".
+ * pending already: progress, do not sleep".  A worker with a progress thread
+ * (FERRY_PROGRESS_THREAD) consumes its own events: use callbacks or ferry_worker_wait there.
  */
 FERRY_API ferry_status_t ferry_worker_get_fd(ferry_worker_t *worker, int *fd_p);
 FERRY_API ferry_status_t ferry_worker_arm(ferry_worker_t *worker);
 
-/** Wake a worker sleeping in ferry_worker_wait() from another thread. */
+/** Wake a worker sleeping in ferry_worker_wait() from another thread (with a progress
+ *  thread, the wait then returns FERRY_OK). */
 FERRY_API ferry_status_t ferry_worker_signal(ferry_worker_t *worker);
 
 /**

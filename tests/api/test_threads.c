@@ -16,6 +16,10 @@
  *   pt_off_caller_thread FERRY_PROGRESS_THREAD=off: handlers and callbacks run on the thread
  *                        that calls progress, and a server that does not progress does not
  *                        serve a rendezvous
+ *   ctx_shared_by_threads
+ *                        two threads, each with its own single-threaded workers of one context,
+ *                        map, pack, unpack, put, atomic, get and unmap memory at once (the
+ *                        context's region table and the transports' memory domains are shared)
  *   bad_thread_mode      an unknown thread mode is refused
  *
  * Flags shared between threads are atomics: that is what a real application must do too, since
@@ -287,12 +291,15 @@ static void mt_many_threads(void)
         FY_ASSERT_EQ(pthread_create(&rcv[t], NULL, mt_receiver, (void *)(uintptr_t)t), 0);
         FY_ASSERT_EQ(pthread_create(&snd[t], NULL, mt_sender, (void *)(uintptr_t)t), 0);
     }
-    /* this thread progresses the receiving worker too, until every AM is in */
+    /* this thread progresses the receiving worker too, until every AM is in and every sender
+     * is done (a sender's flush needs the receiver's answer on tcp) */
     uint64_t deadline = now_ns() + DEADLINE_NS;
-    while (__atomic_load_n(&mt.am_total, __ATOMIC_ACQUIRE) < NT * MT_NAM) {
+    while (__atomic_load_n(&mt.am_total, __ATOMIC_ACQUIRE) < NT * MT_NAM ||
+           __atomic_load_n(&mt.senders_done, __ATOMIC_ACQUIRE) < NT) {
         ferry_worker_progress(mt.p.w[1]);
-        FY_ASSERT_MSG(now_ns() < deadline, "%d of %d AMs arrived in 30 s",
-                      __atomic_load_n(&mt.am_total, __ATOMIC_ACQUIRE), NT * MT_NAM);
+        FY_ASSERT_MSG(now_ns() < deadline, "%d of %d AMs arrived, %d of %d senders done in 30 s",
+                      __atomic_load_n(&mt.am_total, __ATOMIC_ACQUIRE), NT * MT_NAM,
+                      __atomic_load_n(&mt.senders_done, __ATOMIC_ACQUIRE), NT);
     }
     for (unsigned t = 0; t < NT; t++) {
         pthread_join(snd[t], NULL);
@@ -563,6 +570,107 @@ static void pt_off_caller_thread(void)
     unsetenv("FERRY_PROGRESS_THREAD");
 }
 
+/* ---------------------------------------------------------------------------------------- */
+/* Context state shared by workers on different threads                                       */
+/* ---------------------------------------------------------------------------------------- */
+
+typedef struct ctx_pair {
+    ferry_context_t *ctx;
+    ferry_worker_t *w[2];
+    ferry_ep_t *ep;
+    unsigned seed;
+} ctx_pair_t;
+
+/* One thread, its own two single-threaded workers of the shared context: map, pack, unpack,
+ * put, atomic, get, unmap, over and over, while the other thread does the same. */
+static void *ctx_thread(void *arg)
+{
+    ctx_pair_t *cp = arg;
+    char src[8192], dst[8192];
+    for (unsigned it = 0; it < 40; it++) {
+        ferry_mem_t *mem;
+        ferry_mem_params_t mp = {.field_mask = FERRY_MEM_FIELD_LENGTH | FERRY_MEM_FIELD_FLAGS,
+                                 .length = sizeof(src) + 64,
+                                 .flags = FERRY_MEM_ALLOCATE};
+        FY_ASSERT_OK(ferry_mem_map(cp->ctx, &mp, &mem));
+        void *region;
+        FY_ASSERT_OK(ferry_mem_query(mem, &region, NULL));
+        memset(region, 0, sizeof(src) + 64);
+        char key[512];
+        size_t klen = sizeof(key);
+        FY_ASSERT_OK(ferry_rkey_pack(cp->ctx, mem, key, &klen));
+        ferry_rkey_t *rkey;
+        FY_ASSERT_OK(ferry_rkey_unpack(cp->ep, key, klen, &rkey));
+        fill_pattern(src, sizeof(src), cp->seed + it);
+        uint64_t base = (uint64_t)(uintptr_t)region;
+        int done = 0;
+        ferry_request_t req = {.cb = flag_cb, .user_data = &done};
+        ferry_status_t st = ferry_put(cp->ep, src, sizeof(src), base + 64, rkey, NULL);
+        FY_ASSERT_OK(st);
+        st = ferry_ep_flush(cp->ep, &req);
+        uint64_t deadline = now_ns() + DEADLINE_NS;
+        while (st == FERRY_INPROGRESS && aload(&done) == 0) {
+            ferry_worker_progress(cp->w[0]);
+            ferry_worker_progress(cp->w[1]);
+            FY_ASSERT_MSG(now_ns() < deadline, "a flush did not complete in 30 s");
+        }
+        FY_ASSERT_MEM_EQ((char *)region + 64, src, sizeof(src));
+        uint64_t old = 1;
+        done = 0;
+        req = (ferry_request_t){.cb = flag_cb, .user_data = &done};
+        st = ferry_atomic(cp->ep, FERRY_ATOMIC_ADD, 8, it + 1, 0, &old, base, rkey, &req);
+        while (st == FERRY_INPROGRESS && aload(&done) == 0) {
+            ferry_worker_progress(cp->w[0]);
+            ferry_worker_progress(cp->w[1]);
+            FY_ASSERT_MSG(now_ns() < deadline, "an atomic did not complete in 30 s");
+        }
+        FY_ASSERT_MSG(st == FERRY_OK || aload(&done) == 1, "atomic: %s", ferry_status_string(st));
+        FY_ASSERT_U64_EQ(old, 0);
+        FY_ASSERT_U64_EQ(*(uint64_t *)region, it + 1);
+        done = 0;
+        req = (ferry_request_t){.cb = flag_cb, .user_data = &done};
+        st = ferry_get(cp->ep, dst, sizeof(dst), base + 64, rkey, &req);
+        while (st == FERRY_INPROGRESS && aload(&done) == 0) {
+            ferry_worker_progress(cp->w[0]);
+            ferry_worker_progress(cp->w[1]);
+            FY_ASSERT_MSG(now_ns() < deadline, "a get did not complete in 30 s");
+        }
+        FY_ASSERT_MEM_EQ(dst, src, sizeof(src));
+        ferry_rkey_destroy(rkey);
+        FY_ASSERT_OK(ferry_mem_unmap(cp->ctx, mem));
+    }
+    return NULL;
+}
+
+static void ctx_shared_by_threads(void)
+{
+    ferry_context_t *ctx;
+    FY_ASSERT_OK(ferry_context_create(NULL, &ctx));
+    ctx_pair_t cp[2];
+    for (int k = 0; k < 2; k++) {
+        cp[k] = (ctx_pair_t){.ctx = ctx, .seed = 100u * (unsigned)k};
+        for (int i = 0; i < 2; i++)
+            FY_ASSERT_OK(ferry_worker_create(ctx, NULL, &cp[k].w[i]));
+        char addr[4096];
+        size_t len = sizeof(addr);
+        FY_ASSERT_OK(ferry_worker_get_address(cp[k].w[1], addr, &len));
+        ferry_ep_params_t ep = {
+            .field_mask = FERRY_EP_FIELD_ADDRESS, .address = addr, .address_len = len};
+        FY_ASSERT_OK(ferry_ep_create(cp[k].w[0], &ep, &cp[k].ep));
+    }
+    pthread_t th[2];
+    for (int k = 0; k < 2; k++)
+        FY_ASSERT_EQ(pthread_create(&th[k], NULL, ctx_thread, &cp[k]), 0);
+    for (int k = 0; k < 2; k++)
+        pthread_join(th[k], NULL);
+    for (int k = 0; k < 2; k++) {
+        FY_ASSERT_OK(ferry_ep_close(cp[k].ep, FERRY_EP_CLOSE_FORCE, NULL));
+        for (int i = 0; i < 2; i++)
+            ferry_worker_destroy(cp[k].w[i]);
+    }
+    ferry_context_destroy(ctx);
+}
+
 static void bad_thread_mode(void)
 {
     ferry_context_t *ctx;
@@ -580,4 +688,4 @@ static void bad_thread_mode(void)
 
 FYTEST_MAIN(FYTEST_CASE(mt_many_threads), FYTEST_CASE(mt_env_override),
             FYTEST_CASE(pt_serves_while_computing), FYTEST_CASE(pt_off_caller_thread),
-            FYTEST_CASE(bad_thread_mode))
+            FYTEST_CASE(ctx_shared_by_threads), FYTEST_CASE(bad_thread_mode))

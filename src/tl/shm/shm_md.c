@@ -295,11 +295,12 @@ static ferry_status_t shm_query_devices(fy_tl_md_t *md, fy_tl_device_t *devs, un
 }
 
 /* getpid() is a system call (glibc caches nothing): remember it, forgotten in a forked
- * child. */
+ * child.  Workers of one context register memory from several threads: relaxed atomics (the
+ * value is the same whoever writes it). */
 static int32_t cached_pid;
 static void forget_pid(void)
 {
-    cached_pid = 0;
+    __atomic_store_n(&cached_pid, 0, __ATOMIC_RELAXED);
 }
 static void fy_shm_atfork_init(void)
 {
@@ -307,12 +308,14 @@ static void fy_shm_atfork_init(void)
 }
 static int32_t shm_self_pid(void)
 {
-    if (FY_UNLIKELY(cached_pid == 0)) {
+    int32_t pid = __atomic_load_n(&cached_pid, __ATOMIC_RELAXED);
+    if (FY_UNLIKELY(pid == 0)) {
         static pthread_once_t once = PTHREAD_ONCE_INIT;
         pthread_once(&once, fy_shm_atfork_init);
-        cached_pid = (int32_t)getpid();
+        pid = (int32_t)getpid();
+        __atomic_store_n(&cached_pid, pid, __ATOMIC_RELAXED);
     }
-    return cached_pid;
+    return pid;
 }
 
 static ferry_status_t shm_mem_reg(fy_tl_md_t *md, void *addr, size_t len, unsigned access,

@@ -484,8 +484,7 @@ ferry_status_t ferry_tag_mrecvv(ferry_worker_t *w, ferry_tag_message_t *msg,
 /* Cancel                                                                                      */
 /* ------------------------------------------------------------------------------------------ */
 
-/* Take op off its endpoint's pending queue: 1 if it was there (not started). */
-static int unqueue(ferry_ep_t *ep, fy_op_t *op)
+int fy_tag_unqueue(ferry_ep_t *ep, fy_op_t *op)
 {
     fy_queue_t *q = &ep->pending;
     for (fy_qelem_t **pp = &q->head; *pp != NULL; pp = &(*pp)->next) {
@@ -518,7 +517,7 @@ ferry_status_t ferry_request_cancel(ferry_worker_t *w, ferry_request_t *req)
     }
     /* A send, put or get still waiting on its endpoint's queue has not started: drop it. */
     if ((op->type == FY_OP_AM || op->type == FY_OP_PUT || op->type == FY_OP_GET) &&
-        op->ep != NULL && op->parent == NULL && unqueue(op->ep, op)) {
+        op->ep != NULL && op->parent == NULL && fy_tag_unqueue(op->ep, op)) {
         fy_worker_complete_later(w, op, FERRY_ERR_CANCELED);
         return FERRY_OK;
     }

@@ -71,6 +71,8 @@ void fy_tag_match_or_queue(ferry_worker_t *w, const fy_tag_msg_t *m, const void 
 void fy_tag_recv_deliver(fy_op_t *op, uint64_t tag, const void *data, size_t len);
 /* The receive buffer's contiguous piece at byte off, at most n bytes (its pieces, if recvv). */
 struct iovec fy_tag_recv_piece(const fy_op_t *op, size_t off, size_t n);
+/* Take op off its endpoint's pending queue: 1 if it was there (so not started). */
+int fy_tag_unqueue(ferry_ep_t *ep, fy_op_t *op);
 /* Answer a synchronous eager message matched here (ATS to its sender). */
 void fy_tag_sync_ack(ferry_ep_t *ep, const fy_tag_msg_t *m);
 

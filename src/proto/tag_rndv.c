@@ -25,6 +25,14 @@
  * has been given back, or wait forever.  (A receive that matches before the ABORT has arrived
  * still reads: one-sided reads cannot be revoked.)
  *
+ * Synchronous eager sends (ferry_tag_ssend of an eager size) share the sender's side: their op
+ * is an FY_OP_TAG_SEND in the wait table too, completed by the receiver's ATS at match.
+ *
+ * Cancel (ferry_request_cancel): a send whose first message (RTS, RTS_GET, or the synchronous
+ * eager message) still waits on the endpoint's pending queue has told the peer nothing: that
+ * message is taken off the queue and both complete CANCELED.  Once it has left, the send
+ * completes on its own.
+ *
  * Wait ids are looked up in a hash, never trusted as pointers.
  */
 #include <stdlib.h>
@@ -141,9 +149,8 @@ ferry_status_t fy_tag_ssend_eager(ferry_ep_t *ep, uint64_t tag, const struct iov
  * waits on the endpoint's pending queue: taken off it. */
 static fy_op_t *unqueue_first_msg(fy_op_t *sop)
 {
-    fy_queue_t *q = &sop->ep->pending;
-    for (fy_qelem_t **pp = &q->head; *pp != NULL; pp = &(*pp)->next) {
-        fy_op_t *op = fy_container_of(*pp, fy_op_t, q);
+    for (fy_qelem_t *e = sop->ep->pending.head; e != NULL; e = e->next) {
+        fy_op_t *op = fy_container_of(e, fy_op_t, q);
         if (op->type != FY_OP_AM || op->parent != NULL || op->hdr_len < op->proto_len ||
             op->proto_len < sizeof(fy_am_hdr_t))
             continue;
@@ -161,13 +168,8 @@ static fy_op_t *unqueue_first_msg(fy_op_t *sop)
         } else if (id == FY_AM_ID_TAG && ulen == 2 * sizeof(uint64_t)) {
             memcpy(&wait_id, uh + sizeof(uint64_t), sizeof(wait_id));
         }
-        if (wait_id != sop->wait_id)
-            continue;
-        *pp = op->q.next;
-        if (q->ptail == &op->q.next)
-            q->ptail = pp;
-        op->q.next = NULL;
-        return op;
+        if (wait_id == sop->wait_id && fy_tag_unqueue(sop->ep, op))
+            return op;
     }
     return NULL;
 }

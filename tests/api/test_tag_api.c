@@ -8,6 +8,8 @@
  * and both are progressed until it completes.  CTest runs the file over self, shm, tcp and udp
  * (loopback), with the am rendezvous scheme, and with small transport maxima (fragments).
  */
+#include <pthread.h>
+
 #include "common.h"
 
 static ferry_status_t finish(pair_t *p, ferry_status_t st, ferry_request_t *req, done_t *d)
@@ -82,12 +84,11 @@ static size_t split(char *buf, size_t len, const size_t *sizes, size_t nsizes, i
 }
 
 /* One message: sent from pieces (or whole), received into pieces (or whole), expected or not. */
-static void iov_roundtrip(size_t len, int send_v, int recv_v, int recv_first, int zeros)
+static void iov_roundtrip(pair_t *pp, size_t len, int send_v, int recv_v, int recv_first, int zeros)
 {
     static const size_t ssz[] = {1, 7, 4093, 65536, 100000, 1 << 20};
     static const size_t rsz[] = {3, 8192, 1, 77777, 1 << 19};
-    pair_t p;
-    pair_open(&p);
+    pair_t p = *pp;
     char *src = malloc(len + 1), *dst = malloc(len + 16);
     fill_pattern(src, len, (unsigned)len + 1);
     memset(dst, 0xee, len + 16);
@@ -123,7 +124,6 @@ static void iov_roundtrip(size_t len, int send_v, int recv_v, int recv_first, in
     FY_ASSERT_EQ((unsigned char)dst[len], 0xee);
     free(src);
     free(dst);
-    close_pair(&p);
 }
 
 /* Eager sizes (one piece to several), around the thresholds, and rendezvous sizes whose pieces
@@ -131,10 +131,13 @@ static void iov_roundtrip(size_t len, int send_v, int recv_v, int recv_first, in
 static void iov_sizes(void)
 {
     static const size_t sizes[] = {0, 5, 1000, 8190, 70000, 300001, (3 << 20) + 5};
+    pair_t p;
+    pair_open(&p);
     for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++)
         for (int mode = 1; mode < 4; mode++) /* sendv only, recvv only, both */
             for (int first = 0; first < 2; first++)
-                iov_roundtrip(sizes[i], mode & 1, (mode & 2) != 0, first, i % 2);
+                iov_roundtrip(&p, sizes[i], mode & 1, (mode & 2) != 0, first, i % 2);
+    close_pair(&p);
 }
 
 /* FERRY_IOV_MAX pieces (more than a lane gathers in one operation with the headers: ferry
@@ -259,11 +262,11 @@ static void iov_truncation(void)
 static void ssend_waits_for_match(void)
 {
     static const size_t lens[] = {0, 100, 20000, 1 << 20};
+    pair_t p;
+    pair_open(&p);
     for (size_t k = 0; k < 4; k++)
         for (int how = 0; how < 3; how++) { /* recv late, mprobe late, recv first */
             size_t len = lens[k];
-            pair_t p;
-            pair_open(&p);
             char *src = malloc(len + 1), *dst = calloc(1, len + 1);
             fill_pattern(src, len, 31);
             done_t ds = {0, 0}, dr = {0, 0};
@@ -305,8 +308,53 @@ static void ssend_waits_for_match(void)
             FY_ASSERT(check_pattern(dst, len, 31));
             free(src);
             free(dst);
-            close_pair(&p);
         }
+    close_pair(&p);
+}
+
+typedef struct recv_side {
+    ferry_worker_t *w;
+    ferry_request_t req;
+    int stop;
+} recv_side_t;
+
+static void *recv_side_run(void *arg)
+{
+    recv_side_t *r = arg;
+    while (!__atomic_load_n(&r->stop, __ATOMIC_ACQUIRE))
+        ferry_worker_progress(r->w);
+    return NULL;
+}
+
+/* Given no request, ferry_tag_ssend blocks until matched: the receiver is another thread
+ * driving its worker (a receive posted late, so the message first waits unexpected). */
+static void ssend_blocking(void)
+{
+    static const size_t lens[] = {16, 1 << 20};
+    for (int k = 0; k < 2; k++) {
+        size_t len = lens[k];
+        pair_t p;
+        pair_open(&p);
+        char *src = malloc(len), *dst = calloc(1, len);
+        fill_pattern(src, len, 61);
+        recv_side_t r = {.w = p.w[1]};
+        FY_ASSERT_STATUS(ferry_tag_recv(p.w[1], dst, len, 5, ~0ull, &r.req), FERRY_INPROGRESS);
+        pthread_t th;
+        FY_ASSERT_EQ(pthread_create(&th, NULL, recv_side_run, &r), 0);
+        FY_ASSERT_OK(ferry_tag_ssend(p.ep[0], 5, src, len, NULL));
+        /* matched: the receive has taken the message (its data may still be moving) */
+        for (long i = 0;
+             i < 100000000 && __atomic_load_n(&r.req.status, __ATOMIC_ACQUIRE) == FERRY_INPROGRESS;
+             i++)
+            ferry_worker_progress(p.w[0]);
+        __atomic_store_n(&r.stop, 1, __ATOMIC_RELEASE);
+        FY_ASSERT_EQ(pthread_join(th, NULL), 0);
+        FY_ASSERT_OK(r.req.status);
+        FY_ASSERT(check_pattern(dst, len, 61));
+        free(src);
+        free(dst);
+        close_pair(&p);
+    }
 }
 
 /* mprobe takes the message: probe and receives no longer see it, a later message of the same
@@ -453,7 +501,27 @@ static void cancel_queued_send(void)
     ferry_status_t sts;
     if (is_udp())
         goto on_the_wire; /* udp takes every send into its own queue behind the window */
+    /* a put queued behind the flood too: the target must never see it */
+    ferry_mem_params_t mp = {.field_mask = FERRY_MEM_FIELD_LENGTH | FERRY_MEM_FIELD_FLAGS,
+                             .length = 4096,
+                             .flags = FERRY_MEM_ALLOCATE};
+    ferry_mem_t *mem;
+    FY_ASSERT_OK(ferry_mem_map(p.ctx, &mp, &mem));
+    void *tbuf;
+    size_t tlen;
+    FY_ASSERT_OK(ferry_mem_query(mem, &tbuf, &tlen));
+    memset(tbuf, 0, tlen);
+    char rkb[1024];
+    size_t rkl = sizeof(rkb);
+    ferry_rkey_t *rk;
+    FY_ASSERT_OK(ferry_rkey_pack(p.ctx, mem, rkb, &rkl));
+    FY_ASSERT_OK(ferry_rkey_unpack(p.ep[0], rkb, rkl, &rk));
+    done_t dput = {0, 0};
+    ferry_request_t rput = {.cb = req_cb, .user_data = &dput};
     long n = flood_until_queued(&p, msg, sizeof(msg), &rq[0], &d[0]);
+    FY_ASSERT_STATUS(ferry_put(p.ep[0], msg, 64, (uint64_t)(uintptr_t)tbuf, rk, &rput),
+                     FERRY_INPROGRESS);
+    FY_ASSERT_OK(ferry_request_cancel(p.w[0], &rput));
     /* behind it: a rendezvous (its RTS queued), a synchronous eager send, one to keep */
     src = malloc(big);
     fill_pattern(src, big, 51);
@@ -480,6 +548,14 @@ static void cancel_queued_send(void)
     FY_ASSERT_U64_EQ(rr.tag, 1000003);
     FY_ASSERT_EQ(rr.length, 200);
     FY_ASSERT_OK(finish(&p, FERRY_INPROGRESS, &rq[3], &d[3]));
+    FY_ASSERT_STATUS(finish(&p, FERRY_INPROGRESS, &rput, &dput), FERRY_ERR_CANCELED);
+    done_t df = {0, 0};
+    ferry_request_t rf = {.cb = req_cb, .user_data = &df};
+    FY_ASSERT_OK(finish(&p, ferry_ep_flush(p.ep[0], &rf), &rf, &df));
+    for (size_t i = 0; i < 64; i++)
+        FY_ASSERT_EQ(((unsigned char *)tbuf)[i], 0);
+    ferry_rkey_destroy(rk);
+    FY_ASSERT_OK(ferry_mem_unmap(p.ctx, mem));
     settle(&p);
     FY_ASSERT_STATUS(ferry_tag_probe(p.w[1], 0, 0, &info), FERRY_ERR_NO_MESSAGE);
 on_the_wire:
@@ -510,5 +586,6 @@ on_the_wire:
 }
 
 FYTEST_MAIN(FYTEST_CASE(iov_sizes), FYTEST_CASE(iov_max_and_limits), FYTEST_CASE(iov_truncation),
-            FYTEST_CASE(ssend_waits_for_match), FYTEST_CASE(mprobe_mrecv),
-            FYTEST_CASE(mprobe_unreceived), FYTEST_CASE(cancel_queued_send))
+            FYTEST_CASE(ssend_waits_for_match), FYTEST_CASE(ssend_blocking),
+            FYTEST_CASE(mprobe_mrecv), FYTEST_CASE(mprobe_unreceived),
+            FYTEST_CASE(cancel_queued_send))

@@ -32,8 +32,9 @@
  * FERRY_MAX_QUEUED bytes (default 64m).  It counts every operation the endpoint accepted and
  * has not completed: those waiting for the transport and those the transport is carrying
  * (sent from your buffer, or from ferry's copy when you passed no request), each with its
- * data.  Past it, ferry_am_send, ferry_am_sendv, ferry_tag_send (eager) and ferry_put on that
- * endpoint return FERRY_ERR_NO_RESOURCE: nothing was taken, no callback comes; progress the
+ * data.  Past it, ferry_am_send, ferry_am_sendv, ferry_tag_send and ferry_tag_sendv (eager),
+ * ferry_tag_ssend(v) of an eager size, ferry_put and ferry_putv on that endpoint return
+ * FERRY_ERR_NO_RESOURCE: nothing was taken, no callback comes; progress the
  * worker (it drains as the peer reads) and send again.  Nothing already accepted is lost.  One
  * operation may pass the bound when the endpoint holds nothing else (a single message larger
  * than FERRY_MAX_QUEUED is accepted alone).  A transport's copies that would grow with a
@@ -451,8 +452,11 @@ FERRY_API ferry_status_t ferry_tag_send(ferry_ep_t *ep, uint64_t tag, const void
 /**
  * The same with the data gathered from up to FERRY_IOV_MAX pieces: one message at the
  * receiver, matched and received like any other (by ferry_tag_recv or ferry_tag_recvv).  Up to
- * the rendezvous threshold the transport gathers the pieces itself (no copy by ferry); above
- * it, the message goes by RTS/CTS/DATA from the pieces (the get rendezvous needs one region).
+ * the rendezvous threshold the transport gathers the pieces itself, with no copy by ferry, as
+ * long as it takes that many in one operation (max_iov less two headers: 14 on shm, tcp and
+ * udp); beyond, ferry gathers them into one copy first.  Above the threshold the message goes
+ * by RTS/CTS/DATA from the pieces (the get rendezvous needs one region); one non-empty piece
+ * is an ordinary send.  With req == NULL the data is copied before return, as ferry_tag_send.
  */
 FERRY_API ferry_status_t ferry_tag_sendv(ferry_ep_t *ep, uint64_t tag, const struct iovec *iov,
                                          size_t iovcnt, ferry_request_t *req);
@@ -578,7 +582,8 @@ FERRY_API ferry_status_t ferry_get(ferry_ep_t *ep, void *buf, size_t len, uint64
  */
 FERRY_API ferry_status_t ferry_putv(ferry_ep_t *ep, const struct iovec *iov, size_t iovcnt,
                                     uint64_t remote_addr, ferry_rkey_t *rkey, ferry_request_t *req);
-/** Get one contiguous remote range scattered into up to FERRY_IOV_MAX local pieces. */
+/** Get one contiguous remote range scattered into up to FERRY_IOV_MAX local pieces, in order;
+ *  req->length is their total.  Needs a request unless it completes at once. */
 FERRY_API ferry_status_t ferry_getv(ferry_ep_t *ep, const struct iovec *iov, size_t iovcnt,
                                     uint64_t remote_addr, ferry_rkey_t *rkey, ferry_request_t *req);
 

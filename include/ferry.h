@@ -35,8 +35,9 @@
  * FERRY_MAX_QUEUED bytes (default 64m).  It counts every operation the endpoint accepted and
  * has not completed: those waiting for the transport and those the transport is carrying
  * (sent from your buffer, or from ferry's copy when you passed no request), each with its
- * data.  Past it, ferry_am_send, ferry_am_sendv, ferry_tag_send (eager) and ferry_put on that
- * endpoint return FERRY_ERR_NO_RESOURCE: nothing was taken, no callback comes; progress the
+ * data.  Past it, ferry_am_send, ferry_am_sendv, ferry_tag_send and ferry_tag_sendv (eager),
+ * ferry_tag_ssend(v) of an eager size, ferry_put and ferry_putv on that endpoint return
+ * FERRY_ERR_NO_RESOURCE: nothing was taken, no callback comes; progress the
  * worker (it drains as the peer reads) and send again.  Nothing already accepted is lost.  One
  * operation may pass the bound when the endpoint holds nothing else (a single message larger
  * than FERRY_MAX_QUEUED is accepted alone).  A transport's copies that would grow with a
@@ -454,17 +455,87 @@ typedef struct ferry_tag_info {
     size_t length;
 } ferry_tag_info_t;
 
+/**
+ * The most pieces an iovec call takes (ferry_am_sendv, ferry_tag_sendv, ferry_tag_recvv,
+ * ferry_tag_ssendv, ferry_tag_mrecvv, ferry_putv, ferry_getv); more is FERRY_ERR_INVALID_PARAM.
+ * Zero-length pieces are allowed (and skipped); a piece of non-zero length at NULL is
+ * FERRY_ERR_INVALID_PARAM.  The iovec array itself is read during the call only: the memory it
+ * points to must stay valid until the operation completes (for a send given a request).
+ */
+#define FERRY_IOV_MAX 16
+
+/** A message taken by ferry_tag_mprobe, to be received by ferry_tag_mrecv. */
+typedef struct ferry_tag_message ferry_tag_message_t;
+
 /** Send a tagged message; matched at the receiver by tag & mask, in order per sender. */
 FERRY_API ferry_status_t ferry_tag_send(ferry_ep_t *ep, uint64_t tag, const void *buf, size_t len,
                                         ferry_request_t *req);
+/**
+ * The same with the data gathered from up to FERRY_IOV_MAX pieces: one message at the
+ * receiver, matched and received like any other (by ferry_tag_recv or ferry_tag_recvv).  Up to
+ * the rendezvous threshold the transport gathers the pieces itself, with no copy by ferry, as
+ * long as it takes that many in one operation (max_iov less two headers: 14 on shm, tcp and
+ * udp); beyond, ferry gathers them into one copy first.  Above the threshold the message goes
+ * by RTS/CTS/DATA from the pieces (the get rendezvous needs one region); one non-empty piece
+ * is an ordinary send.  With req == NULL the data is copied before return, as ferry_tag_send.
+ */
+FERRY_API ferry_status_t ferry_tag_sendv(ferry_ep_t *ep, uint64_t tag, const struct iovec *iov,
+                                         size_t iovcnt, ferry_request_t *req);
+/**
+ * Synchronous send (MPI's ssend): the request completes only when a receive (or
+ * ferry_tag_mprobe) at the peer has matched the message -- for any size, eager ones included
+ * (the receiver answers at match).  With req == NULL the call blocks, progressing this worker,
+ * until matched: use a request when the receiver is driven by the same thread.  The buffer may
+ * be reused when the request completes (an eager one's data is copied at once).
+ */
+FERRY_API ferry_status_t ferry_tag_ssend(ferry_ep_t *ep, uint64_t tag, const void *buf, size_t len,
+                                         ferry_request_t *req);
+/** ferry_tag_ssend from up to FERRY_IOV_MAX pieces. */
+FERRY_API ferry_status_t ferry_tag_ssendv(ferry_ep_t *ep, uint64_t tag, const struct iovec *iov,
+                                          size_t iovcnt, ferry_request_t *req);
 /** Post a receive; req->tag and req->length say what arrived. */
 FERRY_API ferry_status_t ferry_tag_recv(ferry_worker_t *worker, void *buf, size_t len, uint64_t tag,
                                         uint64_t tag_mask, ferry_request_t *req);
+/**
+ * Post a receive into up to FERRY_IOV_MAX pieces, filled in order: the message is scattered
+ * across them (eager and rendezvous alike); its length is the pieces' total, and a longer
+ * message fills them all and completes with FERRY_ERR_MESSAGE_TRUNCATED.
+ */
+FERRY_API ferry_status_t ferry_tag_recvv(ferry_worker_t *worker, const struct iovec *iov,
+                                         size_t iovcnt, uint64_t tag, uint64_t tag_mask,
+                                         ferry_request_t *req);
 /** Is a matching message waiting?  FERRY_OK and *info, or FERRY_ERR_NO_MESSAGE. */
 FERRY_API ferry_status_t ferry_tag_probe(ferry_worker_t *worker, uint64_t tag, uint64_t tag_mask,
                                          ferry_tag_info_t *info);
+/**
+ * Matched probe (MPI's mprobe): like ferry_tag_probe, but the message found is taken off the
+ * unexpected queue -- no later receive or probe sees it -- and given to the caller as *msg_p,
+ * to receive with ferry_tag_mrecv (exactly once; the handle is freed by it).  A synchronous
+ * sender counts this as the match.  FERRY_ERR_NO_MESSAGE if none waits.  Handles not received
+ * are freed with the worker.
+ */
+FERRY_API ferry_status_t ferry_tag_mprobe(ferry_worker_t *worker, uint64_t tag, uint64_t tag_mask,
+                                          ferry_tag_info_t *info, ferry_tag_message_t **msg_p);
+/**
+ * Receive the message of a ferry_tag_mprobe into buf (eager: done now, FERRY_OK; rendezvous:
+ * INPROGRESS, or with req == NULL, blocking).  Truncation as ferry_tag_recv.  A handle that is
+ * not one mprobe gave on this worker (or already received) is FERRY_ERR_INVALID_PARAM;
+ * FERRY_ERR_CANCELED if the sender closed its endpoint by force before the data moved.
+ */
+FERRY_API ferry_status_t ferry_tag_mrecv(ferry_worker_t *worker, ferry_tag_message_t *msg,
+                                         void *buf, size_t len, ferry_request_t *req);
+/** ferry_tag_mrecv into up to FERRY_IOV_MAX pieces. */
+FERRY_API ferry_status_t ferry_tag_mrecvv(ferry_worker_t *worker, ferry_tag_message_t *msg,
+                                          const struct iovec *iov, size_t iovcnt,
+                                          ferry_request_t *req);
 
-/** Cancel a pending request: it completes with FERRY_ERR_CANCELED if it had not completed. */
+/**
+ * Cancel a pending request.  FERRY_OK: it completes (once, from progress) with
+ * FERRY_ERR_CANCELED -- a receive not yet matched, or a send, put or get not yet started (still
+ * queued on its endpoint, waiting for the connection or for credits: nothing of it reaches the
+ * peer).  FERRY_ERR_BUSY: it has started (a receive matched, a send on the wire) and completes
+ * normally.  FERRY_ERR_NO_ELEM: it completed already.
+ */
 FERRY_API ferry_status_t ferry_request_cancel(ferry_worker_t *worker, ferry_request_t *req);
 
 /* ---------------------------------------------------------------------------------------- */
@@ -524,6 +595,18 @@ FERRY_API ferry_status_t ferry_put(ferry_ep_t *ep, const void *buf, size_t len,
 /** Read len bytes from remote_addr.  Needs a request unless it completes at once. */
 FERRY_API ferry_status_t ferry_get(ferry_ep_t *ep, void *buf, size_t len, uint64_t remote_addr,
                                    ferry_rkey_t *rkey, ferry_request_t *req);
+/**
+ * Put gathered from up to FERRY_IOV_MAX local pieces to one contiguous remote range starting
+ * at remote_addr (of the pieces' total length): one operation, one completion.  Emulated over
+ * AM it is one message the transport gathers; natively one transport put per piece (and per
+ * max_rma).  With req == NULL the pieces are copied before return, as for ferry_put.
+ */
+FERRY_API ferry_status_t ferry_putv(ferry_ep_t *ep, const struct iovec *iov, size_t iovcnt,
+                                    uint64_t remote_addr, ferry_rkey_t *rkey, ferry_request_t *req);
+/** Get one contiguous remote range scattered into up to FERRY_IOV_MAX local pieces, in order;
+ *  req->length is their total.  Needs a request unless it completes at once. */
+FERRY_API ferry_status_t ferry_getv(ferry_ep_t *ep, const struct iovec *iov, size_t iovcnt,
+                                    uint64_t remote_addr, ferry_rkey_t *rkey, ferry_request_t *req);
 
 typedef enum ferry_atomic_op {
     FERRY_ATOMIC_ADD, /* *r += operand */

@@ -277,6 +277,8 @@ struct ferry_worker {
     uint64_t next_wait_id;
     fy_list_t tag_posted; /* posted receives, in order (op->wait_link) */
     fy_list_t tag_unexp;  /* unexpected messages, in arrival order */
+    /* messages ferry_tag_mprobe took, waiting for their ferry_tag_mrecv */
+    fy_list_t tag_mprobed;
     /* sockaddr listeners (listener.c), polled by progress */
     struct ferry_listener *listeners;
     /* threads (worker.c): the lock, and the progress thread when there is one */
@@ -387,6 +389,7 @@ typedef struct fy_op_tag_send {
     uint64_t tag;
     void *memh;          /* registration of buf, or NULL */
     fy_ctx_tl_t *reg_tl; /* the transport memh belongs to */
+    size_t iovcnt;       /* several pieces (sendv): buf is their iovec array, in op->copy */
 } fy_op_tag_send_t;
 
 /* FY_OP_TAG_RECV, FY_OP_TAG_GET: a receive, posted (tag, tag_mask) and then matched (the
@@ -403,6 +406,8 @@ typedef struct fy_op_tag_recv {
     size_t offset;        /* bytes asked for so far, */
     void *rkey;           /* its key unpacked by key_tl, or NULL */
     fy_ctx_tl_t *key_tl;
+    /* several pieces (recvv): buf is their iovec array (in op->copy), len their total */
+    size_t iovcnt;
 } fy_op_tag_recv_t;
 
 struct fy_op {
@@ -538,6 +543,9 @@ ferry_status_t fy_listener_ep_create(ferry_worker_t *w, const ferry_ep_params_t 
                                      ferry_ep_t **ep_p);
 ferry_status_t fy_ep_submit(ferry_ep_t *ep, fy_op_t *op);
 /* tag*.c (tag_int.h holds what the tag files share) */
+/* An iovec call's pieces checked (NULL, more than FY_MAX_IOV: -1, logged naming the call) and
+ * the non-empty ones copied to v[FY_MAX_IOV]: their count. */
+long fy_iov_take(const char *call, const struct iovec *iov, size_t iovcnt, struct iovec *v);
 void fy_tag_init_worker(ferry_worker_t *w);
 void fy_tag_cleanup_worker(ferry_worker_t *w);
 void fy_tag_ep_init(ferry_ep_t *ep);    /* its lanes are chosen: pick its rendezvous threshold */
@@ -580,6 +588,9 @@ extern const fy_op_ops_t fy_rma_put_op_ops, fy_rma_get_op_ops, fy_rma_amo_op_ops
 void fy_rma_init_worker(ferry_worker_t *w); /* the emulation's AM handler */
 ferry_status_t fy_rma_emu_put(ferry_ep_t *ep, const void *buf, size_t len, uint64_t remote_addr,
                               ferry_rkey_t *rkey, ferry_request_t *req);
+/* the same from several pieces (one AM, gathered by the transport) */
+ferry_status_t fy_rma_emu_putv(ferry_ep_t *ep, const struct iovec *iov, size_t iovcnt,
+                               uint64_t remote_addr, ferry_rkey_t *rkey, ferry_request_t *req);
 ferry_status_t
 fy_rma_emu_start(fy_op_t *op); /* an FY_OP_GET_EMU / AMO_EMU, op is released on error */
 ferry_status_t fy_rma_flush_ping(fy_op_t *flush_op);

@@ -12,6 +12,11 @@
  * at most max_rma each, pieces of one parent op (ep.c) that completes once, when they all have;
  * above FERRY_RAILS_THRESH the pieces are spread over the ep's rails (rails.c).
  *
+ * ferry_putv and ferry_getv move one contiguous remote range from or to several local pieces.
+ * Natively each piece (cut at max_rma) is a transport operation of its own, all pieces of one
+ * parent op like a split put; emulated, a putv is one AM the transport gathers, and a getv one
+ * emulated get per piece under a parent.  (The rails are not used for them.)
+ *
  * Atomics are decided per width: a transport reports which ops it does natively at 32 and 64
  * bits (tl.h, amo_ops), and a width goes native only when all six ops do; otherwise every
  * atomic of that width is emulated over AM, the other width staying native.  Mixing paths
@@ -285,6 +290,105 @@ ferry_status_t ferry_atomic(ferry_ep_t *ep, ferry_atomic_op_t aop, size_t size, 
     op->amo.compare = compare;
     op->amo.result = result;
     st = native ? fy_ep_submit(ep, op) : fy_rma_emu_start(op);
+    if (st == FERRY_INPROGRESS && req == NULL)
+        st = wait_done(ep->worker, r);
+    return st;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Several local pieces: putv, getv                                                            */
+/* ------------------------------------------------------------------------------------------ */
+
+/* The pieces v[0..n) (none empty) to or from [remote_addr, +total), each a child op of one
+ * parent holding req (not NULL): native puts or gets of at most max_rma, or emulated gets. */
+static ferry_status_t rma_pieces(ferry_ep_t *ep, fy_op_type_t type, const struct iovec *v, size_t n,
+                                 uint64_t remote_addr, ferry_rkey_t *rkey, ferry_request_t *req)
+{
+    int native = ep->rma_native && rkey->tl_rkey != NULL;
+    size_t max = native ? ep->lanes[FY_LANE_RMA].iface->attr.max_rma : SIZE_MAX;
+    fy_op_type_t child = native ? type : FY_OP_GET_EMU;
+    if (max == 0)
+        max = SIZE_MAX;
+    fy_op_t *parent = fy_op_get(ep->worker, NULL, type, req);
+    if (parent == NULL)
+        return FERRY_ERR_NO_MEMORY;
+    fy_op_parent_init(parent);
+    ferry_status_t st = FERRY_OK;
+    uint64_t off = 0;
+    for (size_t i = 0; i < n && st >= 0; i++) {
+        for (size_t done = 0; done < v[i].iov_len && st >= 0;) {
+            size_t len = FY_MIN(v[i].iov_len - done, max);
+            fy_op_t *op = fy_op_get(ep->worker, ep, child, NULL);
+            if (op == NULL) {
+                st = FERRY_ERR_NO_MEMORY;
+                break;
+            }
+            op->rma.rkey = rkey;
+            op->rma.remote_addr = remote_addr + off;
+            op->rma.len = len;
+            op->rma.buf = (uint8_t *)v[i].iov_base + done;
+            st = fy_ep_submit_child(ep, parent, op);
+            if (st < 0 && type == FY_OP_PUT)
+                fy_ep_note_error(ep, st); /* refused by the transport: the flush says so */
+            done += len;
+            off += len;
+        }
+    }
+    return fy_op_parent_end(parent, st < 0 ? st : FERRY_OK);
+}
+
+ferry_status_t ferry_putv(ferry_ep_t *ep, const struct iovec *iov, size_t iovcnt,
+                          uint64_t remote_addr, ferry_rkey_t *rkey, ferry_request_t *req)
+{
+    FY_EP_GUARD(ep);
+    struct iovec v[FY_MAX_IOV];
+    long n = fy_iov_take("ferry_putv", iov, iovcnt, v);
+    if (n < 0)
+        return FERRY_ERR_INVALID_PARAM;
+    size_t len = fy_iov_total(v, (size_t)n);
+    ferry_status_t st = check_rkey(ep, rkey, remote_addr, len, FERRY_MEM_REMOTE_WRITE);
+    if (st != FERRY_OK || n == 0)
+        return st;
+    if (n == 1)
+        return ferry_put(ep, v[0].iov_base, len, remote_addr, rkey, req);
+    if (!ep->rma_native || rkey->tl_rkey == NULL)
+        return fy_rma_emu_putv(ep, v, (size_t)n, remote_addr, rkey, req);
+    if (fy_ep_queue_full(ep, len))
+        return FERRY_ERR_NO_RESOURCE; /* FERRY_MAX_QUEUED: nothing taken */
+    if (req == NULL) { /* the caller's pieces are free at return: one contiguous copy */
+        void *tmp = malloc(len);
+        if (tmp == NULL)
+            return FERRY_ERR_NO_MEMORY;
+        fy_iov_gather(tmp, v, (size_t)n);
+        st = ferry_put(ep, tmp, len, remote_addr, rkey, NULL);
+        free(tmp);
+        return st;
+    }
+    return rma_pieces(ep, FY_OP_PUT, v, (size_t)n, remote_addr, rkey, req);
+}
+
+ferry_status_t ferry_getv(ferry_ep_t *ep, const struct iovec *iov, size_t iovcnt,
+                          uint64_t remote_addr, ferry_rkey_t *rkey, ferry_request_t *req)
+{
+    FY_EP_GUARD(ep);
+    struct iovec v[FY_MAX_IOV];
+    long n = fy_iov_take("ferry_getv", iov, iovcnt, v);
+    if (n < 0)
+        return FERRY_ERR_INVALID_PARAM;
+    size_t len = fy_iov_total(v, (size_t)n);
+    ferry_status_t st = check_rkey(ep, rkey, remote_addr, len, FERRY_MEM_REMOTE_READ);
+    if (st != FERRY_OK || n == 0)
+        return st;
+    if (n == 1)
+        return ferry_get(ep, v[0].iov_base, len, remote_addr, rkey, req);
+    ferry_request_t local;
+    ferry_request_t *r = req;
+    if (r == NULL) {
+        memset(&local, 0, sizeof(local));
+        r = &local;
+    }
+    r->length = len;
+    st = rma_pieces(ep, FY_OP_GET, v, (size_t)n, remote_addr, rkey, r);
     if (st == FERRY_INPROGRESS && req == NULL)
         st = wait_done(ep->worker, r);
     return st;

@@ -116,17 +116,38 @@ ferry_status_t fy_rma_flush_ping(fy_op_t *flush_op)
 }
 
 /* A put emulated over AM: no answer unless the target refuses it (PUT_NACK); the next flush
- * on the endpoint makes a PING round trip that covers it. */
-ferry_status_t fy_rma_emu_put(ferry_ep_t *ep, const void *buf, size_t len, uint64_t remote_addr,
-                              ferry_rkey_t *rkey, ferry_request_t *req)
+ * on the endpoint makes a PING round trip that covers it.  From several pieces (putv) it is
+ * still one AM: the transport gathers them, unless its lane takes fewer pieces in one operation
+ * (max_iov, less the two headers): then they are gathered here first. */
+ferry_status_t fy_rma_emu_putv(ferry_ep_t *ep, const struct iovec *iov, size_t iovcnt,
+                               uint64_t remote_addr, ferry_rkey_t *rkey, ferry_request_t *req)
 {
+    size_t len = fy_iov_total(iov, iovcnt);
     fy_rma_msg_t m;
     emu_init(&m, RMA_PUT, rkey, remote_addr, len);
     if (fy_ep_queue_full(ep, sizeof(m) + len))
         return FERRY_ERR_NO_RESOURCE; /* FERRY_MAX_QUEUED: nothing taken */
-    struct iovec iov = {(void *)buf, len};
+    const fy_iface_t *fi = ep->lanes[FY_LANE_AM].iface;
+    if (iovcnt > 1 && fi != NULL && iovcnt + 2 > fi->attr.max_iov) {
+        void *tmp = malloc(len);
+        if (tmp == NULL)
+            return FERRY_ERR_NO_MEMORY;
+        fy_iov_gather(tmp, iov, iovcnt);
+        struct iovec one = {tmp, len};
+        ep->emulated_since_flush++;
+        ferry_status_t st = fy_am_send(ep, FY_AM_ID_RMA, &m, sizeof(m), &one, 1, NULL);
+        free(tmp); /* given no request, the AM copied what it could not send at once */
+        return st;
+    }
     ep->emulated_since_flush++;
-    return fy_am_send(ep, FY_AM_ID_RMA, &m, sizeof(m), &iov, 1, req);
+    return fy_am_send(ep, FY_AM_ID_RMA, &m, sizeof(m), iov, iovcnt, req);
+}
+
+ferry_status_t fy_rma_emu_put(ferry_ep_t *ep, const void *buf, size_t len, uint64_t remote_addr,
+                              ferry_rkey_t *rkey, ferry_request_t *req)
+{
+    struct iovec iov = {(void *)buf, len};
+    return fy_rma_emu_putv(ep, &iov, 1, remote_addr, rkey, req);
 }
 
 /* ------------------------------------------------------------------------------------------ */

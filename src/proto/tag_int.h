@@ -14,6 +14,8 @@
 enum { TAG_EAGER, TAG_RTS, TAG_CTS, TAG_DATA, TAG_RTS_GET, TAG_ATS, TAG_ABORT };
 
 #define TAG_F_NO_GET 1u  /* CTS: the receiver cannot read the sender's memory */
+#define TAG_F_SYNC   2u  /* an eager message of a synchronous send: ATS at match (wait_id) */
+#define TAG_F_GONE   4u  /* an unexpected rendezvous whose sender cancelled it (ABORT) */
 #define TAG_KEY_MAX  512 /* an RTS_GET's data: transport name + that transport's packed key */
 
 /*
@@ -44,7 +46,9 @@ typedef struct fy_tag_msg {
     uint64_t arg;
 } fy_tag_msg_t;
 
-/* An unexpected message: eager data, or a rendezvous descriptor (with the key of an RTS_GET). */
+/* An unexpected message: eager data, or a rendezvous descriptor (with the key of an RTS_GET).
+ * Taken by ferry_tag_mprobe, it moves to the worker's tag_mprobed list and is the user's
+ * ferry_tag_message_t until ferry_tag_mrecv. */
 typedef struct fy_tag_unexp {
     fy_list_t link;
     ferry_ep_t *ep;
@@ -65,15 +69,31 @@ void fy_tag_match_or_queue(ferry_worker_t *w, const fy_tag_msg_t *m, const void 
                            ferry_ep_t *ep);
 /* Complete a receive with data in hand: copy, truncate if need be, complete now. */
 void fy_tag_recv_deliver(fy_op_t *op, uint64_t tag, const void *data, size_t len);
+/* The receive buffer's contiguous piece at byte off, at most n bytes (its pieces, if recvv). */
+struct iovec fy_tag_recv_piece(const fy_op_t *op, size_t off, size_t n);
+/* Take op off its endpoint's pending queue: 1 if it was there (so not started). */
+int fy_tag_unqueue(ferry_ep_t *ep, fy_op_t *op);
+/* Answer a synchronous eager message matched here (ATS to its sender). */
+void fy_tag_sync_ack(ferry_ep_t *ep, const fy_tag_msg_t *m);
 
-/* tag_eager.c */
+/* tag_eager.c.  sendv: the header (the tag, or tag + wait id of a synchronous send) and the
+ * pieces (no zero-length one), gathered by the transport when the lane takes that many. */
 ferry_status_t fy_tag_eager_send(ferry_ep_t *ep, uint64_t tag, const void *buf, size_t len,
                                  ferry_request_t *req);
+ferry_status_t fy_tag_eager_sendv(ferry_ep_t *ep, const uint64_t *hdr, size_t hdr_len,
+                                  const struct iovec *iov, size_t iovcnt, ferry_request_t *req);
+/* A lane takes the proto header, one user header and n pieces in one operation. */
+int fy_tag_lane_takes(const ferry_ep_t *ep, size_t n);
 void fy_tag_eager_init_worker(ferry_worker_t *w);
 
 /* tag_rndv.c: the rendezvous send and the FY_AM_ID_TAG_RNDV handler */
-ferry_status_t fy_tag_rndv_send(ferry_ep_t *ep, uint64_t tag, const void *buf, size_t len,
-                                ferry_request_t *req);
+ferry_status_t fy_tag_rndv_send(ferry_ep_t *ep, uint64_t tag, const struct iovec *iov,
+                                size_t iovcnt, ferry_request_t *req);
+/* A synchronous eager send: the message, then the op waits for the receiver's ATS. */
+ferry_status_t fy_tag_ssend_eager(ferry_ep_t *ep, uint64_t tag, const struct iovec *iov,
+                                  size_t iovcnt, ferry_request_t *req);
+/* Cancel a send (rendezvous or synchronous) whose first message has not left: 1 if done. */
+int fy_tag_send_cancel(fy_op_t *op);
 ferry_status_t fy_tag_rndv_ctl(ferry_ep_t *ep, fy_tag_msg_t *m); /* a header-only message */
 void fy_tag_rndv_init_worker(ferry_worker_t *w);
 

@@ -25,6 +25,14 @@
  * has been given back, or wait forever.  (A receive that matches before the ABORT has arrived
  * still reads: one-sided reads cannot be revoked.)
  *
+ * Synchronous eager sends (ferry_tag_ssend of an eager size) share the sender's side: their op
+ * is an FY_OP_TAG_SEND in the wait table too, completed by the receiver's ATS at match.
+ *
+ * Cancel (ferry_request_cancel): a send whose first message (RTS, RTS_GET, or the synchronous
+ * eager message) still waits on the endpoint's pending queue has told the peer nothing: that
+ * message is taken off the queue and both complete CANCELED.  Once it has left, the send
+ * completes on its own.
+ *
  * Wait ids are looked up in a hash, never trusted as pointers.
  */
 #include <stdlib.h>
@@ -58,8 +66,10 @@ static ferry_status_t tag_send_no_start(fy_op_t *op)
 
 const fy_op_ops_t fy_tag_send_op_ops = {"tag-rndv-send", tag_send_no_start, tag_send_release};
 
-ferry_status_t fy_tag_rndv_send(ferry_ep_t *ep, uint64_t tag, const void *buf, size_t len,
-                                ferry_request_t *req)
+/* A send op waiting for the receiver (a rendezvous, or a synchronous eager send): in the wait
+ * table, counted on its endpoint.  OK, or an error (the op released). */
+static ferry_status_t send_op_new(ferry_ep_t *ep, uint64_t tag, const struct iovec *iov,
+                                  size_t iovcnt, ferry_request_t *req, fy_op_t **op_p)
 {
     ferry_worker_t *w = ep->worker;
     if (ep->state == FY_EP_FAILED)
@@ -69,9 +79,20 @@ ferry_status_t fy_tag_rndv_send(ferry_ep_t *ep, uint64_t tag, const void *buf, s
     fy_op_t *op = fy_op_get(w, ep, FY_OP_TAG_SEND, req);
     if (op == NULL)
         return FERRY_ERR_NO_MEMORY;
-    op->tag_send.buf = buf;
-    op->tag_send.len = len;
     op->tag_send.tag = tag;
+    op->tag_send.len = fy_iov_total(iov, iovcnt);
+    if (iovcnt <= 1) {
+        op->tag_send.buf = iovcnt != 0 ? iov[0].iov_base : NULL;
+    } else { /* several pieces: their array, kept until the data has gone */
+        op->copy = malloc(iovcnt * sizeof(*iov));
+        if (op->copy == NULL) {
+            fy_op_put(op);
+            return FERRY_ERR_NO_MEMORY;
+        }
+        memcpy(op->copy, iov, iovcnt * sizeof(*iov));
+        op->tag_send.buf = op->copy;
+        op->tag_send.iovcnt = iovcnt;
+    }
     op->wait_id = ++w->next_wait_id;
     ferry_status_t st = fy_hash_put(&w->waiting, op->wait_id, op);
     if (st != FERRY_OK) {
@@ -79,19 +100,93 @@ ferry_status_t fy_tag_rndv_send(ferry_ep_t *ep, uint64_t tag, const void *buf, s
         fy_op_put(op);
         return st;
     }
-    fy_tag_msg_t m = {.type = TAG_RTS, .tag = tag, .len = len, .wait_id = op->wait_id};
-    uint8_t key[TAG_KEY_MAX];
-    struct iovec iov = {key, fy_tag_offer_get(ep, op, &m, key)};
-    st = fy_am_send(ep, FY_AM_ID_TAG_RNDV, &m, sizeof(m), &iov, iov.iov_len != 0, NULL);
+    *op_p = op;
+    return FERRY_OK;
+}
+
+/* Its first message went (or was queued): the op waits, counted; or it failed: released. */
+static ferry_status_t send_op_sent(fy_op_t *op, ferry_status_t st)
+{
     if (st < 0) {
-        fy_hash_del(&w->waiting, op->wait_id);
+        fy_hash_del(&op->worker->waiting, op->wait_id);
         op->wait_id = 0;
         fy_op_put(op); /* deregisters */
         return st;
     }
     op->counted = 1;
-    ep->outstanding++;
+    op->ep->outstanding++;
     return FERRY_INPROGRESS;
+}
+
+ferry_status_t fy_tag_rndv_send(ferry_ep_t *ep, uint64_t tag, const struct iovec *iov,
+                                size_t iovcnt, ferry_request_t *req)
+{
+    fy_op_t *op;
+    ferry_status_t st = send_op_new(ep, tag, iov, iovcnt, req, &op);
+    if (st != FERRY_OK)
+        return st;
+    fy_tag_msg_t m = {.type = TAG_RTS, .tag = tag, .len = op->tag_send.len, .wait_id = op->wait_id};
+    uint8_t key[TAG_KEY_MAX];
+    struct iovec kiov = {key, fy_tag_offer_get(ep, op, &m, key)};
+    st = fy_am_send(ep, FY_AM_ID_TAG_RNDV, &m, sizeof(m), &kiov, kiov.iov_len != 0, NULL);
+    return send_op_sent(op, st);
+}
+
+ferry_status_t fy_tag_ssend_eager(ferry_ep_t *ep, uint64_t tag, const struct iovec *iov,
+                                  size_t iovcnt, ferry_request_t *req)
+{
+    fy_op_t *op;
+    ferry_status_t st = send_op_new(ep, tag, iov, iovcnt, req, &op);
+    if (st != FERRY_OK)
+        return st;
+    /* The data is copied (no request to the AM): only the completion waits for the ATS. */
+    uint64_t hdr[2] = {tag, op->wait_id};
+    st = fy_tag_eager_sendv(ep, hdr, sizeof(hdr), iov, iovcnt, NULL);
+    return send_op_sent(op, st);
+}
+
+/* The first message of the send op (its RTS, or its synchronous eager message) if it still
+ * waits on the endpoint's pending queue: taken off it. */
+static fy_op_t *unqueue_first_msg(fy_op_t *sop)
+{
+    for (fy_qelem_t *e = sop->ep->pending.head; e != NULL; e = e->next) {
+        fy_op_t *op = fy_container_of(e, fy_op_t, q);
+        if (op->type != FY_OP_AM || op->parent != NULL || op->hdr_len < op->proto_len ||
+            op->proto_len < sizeof(fy_am_hdr_t))
+            continue;
+        fy_am_hdr_t h;
+        memcpy(&h, op->hdr, sizeof(h));
+        unsigned id = h.id_flags & FY_AM_ID_MASK;
+        const uint8_t *uh = op->hdr + op->proto_len;
+        size_t ulen = op->hdr_len - op->proto_len;
+        uint64_t wait_id = 0;
+        if (id == FY_AM_ID_TAG_RNDV && ulen == sizeof(fy_tag_msg_t)) {
+            fy_tag_msg_t m;
+            memcpy(&m, uh, sizeof(m));
+            if (m.type == TAG_RTS || m.type == TAG_RTS_GET)
+                wait_id = m.wait_id;
+        } else if (id == FY_AM_ID_TAG && ulen == 2 * sizeof(uint64_t)) {
+            memcpy(&wait_id, uh + sizeof(uint64_t), sizeof(wait_id));
+        }
+        if (wait_id == sop->wait_id && fy_tag_unqueue(sop->ep, op))
+            return op;
+    }
+    return NULL;
+}
+
+int fy_tag_send_cancel(fy_op_t *op)
+{
+    if (op->wait_id == 0 || op->ep == NULL || !fy_tag_ep_usable(op->ep))
+        return 0;
+    fy_op_t *msg = unqueue_first_msg(op);
+    if (msg == NULL)
+        return 0; /* the receiver may have it: it completes on its own */
+    ferry_worker_t *w = op->worker;
+    fy_worker_complete_later(w, msg, FERRY_ERR_CANCELED); /* the copy it held goes with it */
+    fy_hash_del(&w->waiting, op->wait_id);
+    op->wait_id = 0;
+    fy_worker_complete_later(w, op, FERRY_ERR_CANCELED);
+    return 1;
 }
 
 /* The sender's op named by an answer (CTS, ATS) from ep, taken off the wait table. */
@@ -135,6 +230,14 @@ static void recv_abort(ferry_worker_t *w, ferry_ep_t *ep, uint64_t sender_wait_i
         if (u->ep == ep && u->m.type != TAG_EAGER && u->m.wait_id == sender_wait_id) {
             fy_list_del(&u->link);
             free(u);
+            return;
+        }
+    }
+    fy_list_for_each(pos, &w->tag_mprobed) /* the receiver's mrecv will hear it is gone */
+    {
+        fy_tag_unexp_t *u = fy_container_of(pos, fy_tag_unexp_t, link);
+        if (u->ep == ep && u->m.type != TAG_EAGER && u->m.wait_id == sender_wait_id) {
+            u->m.flags |= TAG_F_GONE;
             return;
         }
     }
@@ -203,6 +306,7 @@ static void abort_send(uint64_t key, void *value, void *arg)
         return;
     fy_tag_msg_t m = {
         .type = TAG_ABORT, .tag = op->tag_send.tag, .len = op->tag_send.len, .wait_id = key};
+    /* a synchronous eager send's message is whole at the receiver: nothing to take back */
     (void)fy_tag_rndv_ctl(ep, &m); /* best effort: the endpoint is going away */
 }
 

@@ -6,7 +6,13 @@
  * an AM from the caller's memory whose request is the user's, and the receiver copies it into
  * the user's buffer.  Any transport that carries AMs carries this scheme; it costs a round
  * trip before the data moves, and a copy at the receiver.
+ *
+ * A send of several pieces (ferry_tag_sendv) always takes this scheme: DATA goes from the
+ * pieces as they are, the transport gathering them (and fragments cutting across them), unless
+ * the lane takes fewer pieces at once than the message has: then they are gathered into one
+ * copy first.  The receiver scatters DATA into its pieces (fy_tag_recv_deliver).
  */
+#include <stdlib.h>
 #include <string.h>
 
 #include "proto/tag_int.h"
@@ -49,8 +55,24 @@ void fy_tag_send_data(fy_op_t *op, uint64_t recv_wait_id)
     /* The user's request moves from the RTS op to the AM op that sends the data. */
     op->req = NULL;
     fy_tag_msg_t m = {.type = TAG_DATA, .tag = s->tag, .len = s->len, .wait_id = recv_wait_id};
-    struct iovec iov = {(void *)s->buf, s->len};
-    ferry_status_t st = fy_am_send(ep, FY_AM_ID_TAG_RNDV, &m, sizeof(m), &iov, 1, req);
+    struct iovec one = {(void *)s->buf, s->len};
+    const struct iovec *iov = s->iovcnt != 0 ? (const struct iovec *)s->buf : &one;
+    size_t iovcnt = s->iovcnt != 0 ? s->iovcnt : s->len != 0;
+    ferry_status_t st;
+    if (fy_tag_lane_takes(ep, iovcnt)) {
+        /* from the caller's pieces, gathered by the transport (or fragments of them) */
+        st = fy_am_send(ep, FY_AM_ID_TAG_RNDV, &m, sizeof(m), iov, iovcnt, req);
+    } else {
+        /* more pieces than the lane takes at once: gathered here, sent as a copy */
+        void *tmp = malloc(s->len);
+        st = FERRY_ERR_NO_MEMORY;
+        if (tmp != NULL) {
+            fy_iov_gather(tmp, iov, iovcnt);
+            one.iov_base = tmp;
+            st = fy_am_send(ep, FY_AM_ID_TAG_RNDV, &m, sizeof(m), &one, 1, NULL);
+            free(tmp);
+        }
+    }
     if (st != FERRY_INPROGRESS) {
         /* done (or failed) at once: the request still owes its one callback */
         fy_op_t *done = fy_op_get(w, NULL, FY_OP_AM, req);

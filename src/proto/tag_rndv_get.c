@@ -5,8 +5,10 @@
  * its buffer with that transport alone (for shm: its pid and the address, for
  * process_vm_readv; nothing is copied) and RTS_GET carries the address and (transport name,
  * packed key).  The receiver that matches it reads min(length, its buffer) straight into the
- * user's buffer, in pieces of at most the transport's max_rma, then sends ATS; at ATS the
- * sender completes and deregisters.  One copy, and no round trip before the data moves.
+ * user's buffer, in pieces of at most the transport's max_rma (and, into a buffer of several
+ * pieces, within one piece each), then sends ATS; at ATS the sender completes and deregisters.
+ * One copy, and no round trip before the data moves.  A send of several pieces offers no get
+ * (its memory is not one region): it goes by the am scheme.
  *
  * The receiver answers CTS instead (the am scheme, tag_rndv_am.c) when its lane cannot read
  * the sender (another transport, no GET, a key that does not unpack,
@@ -35,9 +37,10 @@ size_t fy_tag_offer_get(ferry_ep_t *ep, fy_op_t *op, fy_tag_msg_t *m, uint8_t *k
     const fy_tl_component_t *tl = fi->tl;
     fy_op_tag_send_t *s = &op->tag_send;
     size_t nl = strlen(tl->name);
-    if (scheme == FY_TAG_SCHEME_AM || (scheme == FY_TAG_SCHEME_AUTO && ep->tag_no_get) ||
-        !(fi->attr.caps & FY_TL_CAP_GET) || fi->attr.max_rma == 0 || tl->ops->mem_reg == NULL ||
-        tl->ops->rkey_pack == NULL || tl->memh_size == 0 || nl + tl->rkey_packed_size > TAG_KEY_MAX)
+    if (s->iovcnt != 0 || scheme == FY_TAG_SCHEME_AM ||
+        (scheme == FY_TAG_SCHEME_AUTO && ep->tag_no_get) || !(fi->attr.caps & FY_TL_CAP_GET) ||
+        fi->attr.max_rma == 0 || tl->ops->mem_reg == NULL || tl->ops->rkey_pack == NULL ||
+        tl->memh_size == 0 || nl + tl->rkey_packed_size > TAG_KEY_MAX)
         return 0;
     void *memh = calloc(1, tl->memh_size);
     if (memh == NULL)
@@ -118,15 +121,15 @@ static ferry_status_t get_issue(fy_op_t *op)
     fy_op_tag_recv_t *r = &op->tag_recv;
     size_t total = FY_MIN(r->msg_len, r->len), max = lane->iface->attr.max_rma;
     while (r->offset < total) {
-        size_t n = FY_MIN(total - r->offset, max);
-        struct iovec iov = {(char *)r->buf + r->offset, n};
+        /* at most max_rma, within one piece of the receive buffer (recvv) */
+        struct iovec iov = fy_tag_recv_piece(op, r->offset, FY_MIN(total - r->offset, max));
         ferry_status_t st = lane->iface->tl->ops->get_zcopy(
             lane->tl_ep, &iov, 1, r->remote_addr + r->offset, r->rkey, &op->comp);
         if (st == FERRY_INPROGRESS)
             op->nsub++;
         else if (st != FERRY_OK)
             return st;
-        r->offset += n;
+        r->offset += iov.iov_len;
     }
     return FERRY_OK;
 }

@@ -35,6 +35,15 @@ static void null_handles(void)
     FY_ASSERT_STATUS(ferry_ep_get_stats(NULL, NULL), FERRY_ERR_INVALID_PARAM);
     FY_ASSERT_STATUS(ferry_tag_send(NULL, 0, NULL, 0, NULL), FERRY_ERR_INVALID_PARAM);
     FY_ASSERT_STATUS(ferry_tag_recv(NULL, NULL, 0, 0, 0, NULL), FERRY_ERR_INVALID_PARAM);
+    FY_ASSERT_STATUS(ferry_tag_sendv(NULL, 0, NULL, 0, NULL), FERRY_ERR_INVALID_PARAM);
+    FY_ASSERT_STATUS(ferry_tag_ssend(NULL, 0, NULL, 0, NULL), FERRY_ERR_INVALID_PARAM);
+    FY_ASSERT_STATUS(ferry_tag_ssendv(NULL, 0, NULL, 0, NULL), FERRY_ERR_INVALID_PARAM);
+    FY_ASSERT_STATUS(ferry_tag_recvv(NULL, NULL, 0, 0, 0, NULL), FERRY_ERR_INVALID_PARAM);
+    FY_ASSERT_STATUS(ferry_tag_mprobe(NULL, 0, 0, NULL, NULL), FERRY_ERR_INVALID_PARAM);
+    FY_ASSERT_STATUS(ferry_tag_mrecv(NULL, NULL, NULL, 0, NULL), FERRY_ERR_INVALID_PARAM);
+    FY_ASSERT_STATUS(ferry_tag_mrecvv(NULL, NULL, NULL, 0, NULL), FERRY_ERR_INVALID_PARAM);
+    FY_ASSERT_STATUS(ferry_putv(NULL, NULL, 0, 0, NULL, NULL), FERRY_ERR_INVALID_PARAM);
+    FY_ASSERT_STATUS(ferry_getv(NULL, NULL, 0, 0, NULL, NULL), FERRY_ERR_INVALID_PARAM);
     FY_ASSERT_EQ(ferry_worker_progress(NULL), 0);
     /* destructors accept NULL */
     ferry_worker_destroy(NULL);
@@ -141,6 +150,15 @@ static void bad_am_args(void)
     FY_ASSERT_STATUS(ferry_tag_send(p.ep[0], 1, NULL, 1, NULL), FERRY_ERR_INVALID_PARAM);
     FY_ASSERT_STATUS(ferry_tag_recv(p.w[0], NULL, 1, 0, 0, NULL), FERRY_ERR_INVALID_PARAM);
     FY_ASSERT_STATUS(ferry_tag_probe(p.w[0], 0, 0, NULL), FERRY_ERR_INVALID_PARAM);
+    FY_ASSERT_STATUS(ferry_tag_sendv(p.ep[0], 0, iov, 64, NULL), FERRY_ERR_INVALID_PARAM);
+    FY_ASSERT_STATUS(ferry_tag_ssendv(p.ep[0], 0, NULL, 2, NULL), FERRY_ERR_INVALID_PARAM);
+    FY_ASSERT_STATUS(ferry_tag_recvv(p.w[0], iov, 64, 0, 0, NULL), FERRY_ERR_INVALID_PARAM);
+    ferry_tag_info_t info;
+    ferry_tag_message_t *msg;
+    FY_ASSERT_STATUS(ferry_tag_mprobe(p.w[0], 0, 0, &info, NULL), FERRY_ERR_INVALID_PARAM);
+    FY_ASSERT_STATUS(ferry_tag_mprobe(p.w[0], 0, 0, &info, &msg), FERRY_ERR_NO_MESSAGE);
+    FY_ASSERT_STATUS(ferry_tag_mrecv(p.w[0], (ferry_tag_message_t *)iov, NULL, 0, NULL),
+                     FERRY_ERR_INVALID_PARAM);
     FY_ASSERT_STATUS(ferry_request_cancel(p.w[0], NULL), FERRY_ERR_INVALID_PARAM);
     pair_close(&p);
 }
@@ -170,6 +188,10 @@ static void bad_rma_args(void)
     uint64_t v = 1, base = (uint64_t)(uintptr_t)target;
     /* read-only region: write and atomic refused */
     FY_ASSERT_STATUS(ferry_put(p.ep[0], &v, 8, base, rk, NULL), FERRY_ERR_ACCESS_DENIED);
+    struct iovec two[2] = {{&v, 4}, {&v, 4}};
+    FY_ASSERT_STATUS(ferry_putv(p.ep[0], two, 2, base, rk, NULL), FERRY_ERR_ACCESS_DENIED);
+    FY_ASSERT_STATUS(ferry_getv(p.ep[0], two, 2, base + sizeof(target) - 4, rk, NULL),
+                     FERRY_ERR_ACCESS_DENIED);
     FY_ASSERT_STATUS(ferry_atomic(p.ep[0], FERRY_ATOMIC_ADD, 8, 1, 0, NULL, base, rk, NULL),
                      FERRY_ERR_ACCESS_DENIED);
     /* out of bounds, straddling, wrapping */

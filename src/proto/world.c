@@ -18,8 +18,15 @@
  * for instead of spinning against it.  When the endpoint to the rank it signals or the one it
  * waits for fails (the peer died, or no lane reaches it), the barrier returns that error at
  * once instead of waiting for FERRY_BOOT_TIMEOUT.
+ *
+ * The allgather of small blobs goes through the bootstrap too: each call puts this rank's blob
+ * under a key numbered by the call (every rank numbers its calls alike, since the call is
+ * collective), fences, and gets the others'.  The launcher's store already spreads values to
+ * every rank, handles any length, and needs no endpoint, so a runtime can build its tables
+ * before it connects to anyone.
  */
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -58,6 +65,7 @@ struct ferry_world {
     unsigned rounds;                       /* ceil(log2(size)) */
     uint32_t epoch;                        /* barriers completed */
     uint32_t arrived[2][WORLD_MAX_ROUNDS]; /* messages received, per epoch parity and round */
+    uint32_t allgathers;                   /* calls so far: the next one's key */
 };
 
 static ferry_status_t world_am_handler(void *arg, const void *header, size_t header_len,
@@ -337,5 +345,46 @@ ferry_status_t ferry_world_barrier(ferry_world_t *w)
         w->arrived[parity][k]--;
     }
     w->epoch++;
+    return FERRY_OK;
+}
+
+ferry_status_t ferry_world_allgather(ferry_world_t *w, const void *in, size_t len, void *out)
+{
+    if (w == NULL || ((in == NULL || out == NULL) && len != 0)) {
+        if (w != NULL)
+            fy_error("ferry_world_allgather: NULL buffer for %zu bytes", len);
+        return FERRY_ERR_INVALID_PARAM;
+    }
+    char key[48];
+    snprintf(key, sizeof(key), "fy.world.ag.%u", (unsigned)w->allgathers++);
+    const int size = w->info.size, rank = w->info.rank;
+    uint8_t *o = out;
+    if (len != 0)
+        memcpy(o + (size_t)rank * len, in, len);
+    if (size == 1 || len == 0) /* len 0 on every rank: nothing to exchange */
+        return FERRY_OK;
+    ferry_status_t st = fy_boot_put(w->boot, key, in, len);
+    if (st == FERRY_OK)
+        st = fy_boot_fence(w->boot);
+    if (st != FERRY_OK) {
+        fy_error("ferry_world_allgather: the bootstrap failed: %s", ferry_status_string(st));
+        return st;
+    }
+    for (int r = 0; r < size; r++) {
+        if (r == rank)
+            continue;
+        size_t got = len;
+        st = fy_boot_get(w->boot, r, key, o + (size_t)r * len, &got);
+        if (st == FERRY_OK && got != len)
+            st = FERRY_ERR_MESSAGE_TRUNCATED;
+        if (st == FERRY_ERR_TRUNCATED)
+            st = FERRY_ERR_MESSAGE_TRUNCATED;
+        if (st != FERRY_OK) {
+            fy_error("ferry_world_allgather: rank %d's blob: %s%s", r, ferry_status_string(st),
+                     st == FERRY_ERR_MESSAGE_TRUNCATED ? " (every rank must give the same length)"
+                                                       : "");
+            return st;
+        }
+    }
     return FERRY_OK;
 }

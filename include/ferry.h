@@ -676,10 +676,12 @@ FERRY_API ferry_status_t ferry_world_barrier(ferry_world_t *world);
 /**
  * Allgather small blobs: every rank gives len bytes (the same len on every rank) and gets
  * every rank's, in rank order, in out (size x len bytes; out[rank] is its own in).  For
- * runtimes building their own tables (rkeys, addresses, ids).  Collective and blocking (up
- * to FERRY_BOOT_TIMEOUT), over the launcher's key-value service: one put and a fence per
- * call, and size - 1 gets per rank, so it suits setup, not a hot path.  A rank whose blob has
- * another length makes it fail with FERRY_ERR_MESSAGE_TRUNCATED (on the ranks that see it).
+ * runtimes building their own tables (rkeys, addresses, ids).  Collective and blocking, up
+ * to FERRY_BOOT_TIMEOUT, progressing the worker (like ferry_world_barrier: handlers run and
+ * earlier sends move meanwhile).  Each rank sends its blob to every other one over the
+ * world's endpoints (creating those not made yet), so it suits setup and small blobs, not a
+ * hot path.  A rank whose blob has another length makes every rank that receives it fail with
+ * FERRY_ERR_MESSAGE_TRUNCATED; a rank whose endpoint fails makes it fail with that error.
  */
 FERRY_API ferry_status_t ferry_world_allgather(ferry_world_t *world, const void *in, size_t len,
                                                void *out);

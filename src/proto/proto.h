@@ -14,6 +14,7 @@
 #define FY_AM_ID_RMA           (FY_AM_ID_INTERNAL_BASE + 1) /* emulated put/get/atomics */
 #define FY_AM_ID_TAG           (FY_AM_ID_INTERNAL_BASE + 2) /* tagged messages, eager */
 #define FY_AM_ID_TAG_RNDV      (FY_AM_ID_INTERNAL_BASE + 3) /* tagged messages, rendezvous */
+#define FY_AM_ID_WORLD_AG      (FY_AM_ID_INTERNAL_BASE + 5) /* world allgather */
 #define FY_AM_ID_USER_INTERNAL (FY_AM_ID_INTERNAL_BASE + 8) /* free for tools/tests */
 #define FY_AM_ID_INTERNAL_N    16 /* internal ids: FY_AM_ID_INTERNAL_BASE + 0..15 */
 #define FY_AM_ID_TOTAL         (FY_AM_ID_INTERNAL_BASE + FY_AM_ID_INTERNAL_N)

@@ -40,9 +40,13 @@ static void pair_end(pair_t *p)
         done_t d = {0};
         ferry_request_t req = {.cb = req_cb, .user_data = &d};
         ferry_status_t st = ferry_ep_close(p->ep[i], FERRY_EP_CLOSE_FLUSH, &req);
-        FY_ASSERT(st == FERRY_OK || st == FERRY_INPROGRESS);
-        PROGRESS_UNTIL(p, st == FERRY_OK || d.calls == 1);
-        FY_ASSERT_OK(st == FERRY_OK ? st : d.st);
+        if (st == FERRY_INPROGRESS) {
+            PROGRESS_UNTIL(p, d.calls == 1);
+            st = d.st;
+        }
+        /* the second may have heard of the first's close already (one connection per pair) */
+        if (!(i == 1 && st == FERRY_ERR_CONNECTION_RESET))
+            FY_ASSERT_OK(st);
         p->ep[i] = NULL;
     }
     pair_close(p);

@@ -339,8 +339,8 @@ ferry_status_t ferry_am_recv_data(ferry_worker_t *w, ferry_am_desc_t *m, void *b
         fy_error("ferry_am_recv_data: a blocking call (no request) inside an AM handler");
         return FERRY_ERR_INVALID_PARAM;
     }
-    ferry_status_t st = m->failure;
-    if (st == FERRY_OK && m->ep == NULL)
+    ferry_status_t st = m->failure; /* every byte here: the endpoint may be gone, no matter */
+    if (st == FERRY_OK && m->ep == NULL && m->got < m->total)
         st = FERRY_ERR_NOT_CONNECTED;
     if (st != FERRY_OK || m->got == m->total) {
         if (st == FERRY_OK && dlen != 0)
@@ -395,9 +395,10 @@ void fy_rails_rndv_ep_gone(ferry_ep_t *ep, ferry_status_t st)
             continue;
         if (m->op != NULL || m->released) {
             desc_done(w, m, st);
-        } else { /* kept: recv_data will say so */
+        } else { /* kept: recv_data will say so, unless every byte had come */
             m->ep = NULL;
-            m->failure = st;
+            if (m->got < m->total)
+                m->failure = st;
         }
     }
 }

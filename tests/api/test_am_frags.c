@@ -253,5 +253,43 @@ static void bad_fragments(void)
     pair_close(&p);
 }
 
+/* The receiver's endpoint goes while data is due: a pending recv_data completes with the
+ * endpoint's status, a kept descriptor reports it, a kept one whose bytes had all come still
+ * gives them. */
+static void ep_gone(void)
+{
+    pair_t p;
+    wire_t wi;
+    rx_t rx;
+    setup(&p, &wi, &rx);
+    frag(&wi, 7, 20, 21, 0, 0); /* kept, data due */
+    ferry_am_desc_t *due = rx.kept;
+    frag(&wi, 7, 22, 23, 0, 0); /* kept, then complete */
+    ferry_am_desc_t *full = rx.kept;
+    for (unsigned k = 1; k < NFRAGS; k++)
+        frag(&wi, 7, 22, 23, k, 0);
+    rx.recv_now = 1;
+    frag(&wi, 7, 24, 25, 0, 0); /* placed, data due */
+    FY_ASSERT_EQ(rx.recv_st, FERRY_INPROGRESS);
+    FY_ASSERT(due != NULL && full != NULL && due != full);
+    FY_ASSERT_OK(ferry_ep_close(p.ep[1], FERRY_EP_CLOSE_FORCE, NULL));
+    p.ep[1] = NULL;
+    for (int i = 0; i < 10; i++)
+        pair_progress(&p);
+    FY_ASSERT_EQ(rx.done.calls, 1);
+    FY_ASSERT(rx.done.st < 0);
+    static char buf[MSG_LEN];
+    done_t d = {0};
+    ferry_request_t req = {.cb = req_cb, .user_data = &d};
+    ferry_status_t st = ferry_am_recv_data(p.w[1], due, buf, sizeof(buf), &req);
+    FY_ASSERT(st < 0 && st != FERRY_ERR_MESSAGE_TRUNCATED && st != FERRY_ERR_INVALID_PARAM);
+    FY_ASSERT_EQ(d.calls, 0);
+    FY_ASSERT_OK(ferry_am_recv_data(p.w[1], full, buf, sizeof(buf), NULL));
+    FY_ASSERT_MSG(check_pattern(buf, MSG_LEN, 23), "complete data lost with its endpoint");
+    FY_ASSERT_OK(ferry_ep_close(p.ep[0], FERRY_EP_CLOSE_FORCE, NULL));
+    p.ep[0] = NULL;
+    pair_close(&p);
+}
+
 FYTEST_MAIN(FYTEST_CASE(anchor_last), FYTEST_CASE(anchor_first), FYTEST_CASE(kept_and_plain_order),
-            FYTEST_CASE(bad_fragments))
+            FYTEST_CASE(bad_fragments), FYTEST_CASE(ep_gone))

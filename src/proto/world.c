@@ -137,7 +137,8 @@ static void ag_take(ferry_world_t *w, uint32_t src, const void *data, size_t len
         w->ag_err = FERRY_ERR_MESSAGE_TRUNCATED;
         return;
     }
-    memcpy(w->ag_out + (size_t)src * len, data, len);
+    if (len != 0) /* len 0: out may be NULL */
+        memcpy(w->ag_out + (size_t)src * len, data, len);
 }
 
 static ferry_status_t world_ag_handler(void *arg, const void *header, size_t header_len,

@@ -270,6 +270,41 @@ FERRY_API ferry_status_t ferry_worker_get_address(ferry_worker_t *worker, void *
  */
 FERRY_API ferry_status_t ferry_worker_flush(ferry_worker_t *worker, ferry_request_t *req);
 
+/** One interface a worker has open. */
+#define FERRY_WORKER_MAX_IFACES 16
+typedef struct ferry_worker_iface_attr {
+    const char *transport; /* static strings, valid as long as the worker */
+    const char *device;
+    size_t max_short, max_bcopy, max_zcopy; /* one AM operation, by copy mode */
+    double latency_ns, bandwidth;           /* bytes/s */
+} ferry_worker_iface_attr_t;
+
+enum ferry_worker_attr_field {
+    FERRY_WORKER_ATTR_FIELD_NAME = 1u << 0,     /* name, uuid */
+    FERRY_WORKER_ATTR_FIELD_IFACES = 1u << 1,   /* ifaces, nifaces */
+    FERRY_WORKER_ATTR_FIELD_COUNTERS = 1u << 2, /* neps .. drops_malformed */
+    FERRY_WORKER_ATTR_FIELD_AM_SIZES = 1u << 3, /* am_id_max, am_header_max, am_rx_max */
+};
+
+typedef struct ferry_worker_attr {
+    uint64_t field_mask; /* in: the fields wanted (ferry_worker_attr_field bits) */
+    char name[64];       /* "<context name> worker <uuid in hex>" */
+    uint64_t uuid;
+    unsigned nifaces;
+    ferry_worker_iface_attr_t ifaces[FERRY_WORKER_MAX_IFACES];
+    unsigned neps;                                         /* endpoints open */
+    uint64_t tx_msgs, tx_bytes, rx_msgs, rx_bytes, errors; /* summed over open endpoints */
+    uint64_t drops_no_handler, drops_unknown_ep, drops_malformed;
+    unsigned am_id_max;   /* FERRY_AM_ID_MAX */
+    size_t am_header_max; /* FERRY_AM_HEADER_MAX */
+    size_t am_rx_max;     /* the largest AM data this worker has received */
+} ferry_worker_attr_t;
+
+/** Describe a worker: the fields attr->field_mask asks for (unknown bits:
+ *  FERRY_ERR_INVALID_PARAM). */
+FERRY_API ferry_status_t ferry_worker_query(const ferry_worker_t *worker,
+                                            ferry_worker_attr_t *attr);
+
 /** Print a worker's interfaces and per-endpoint lanes and statistics. */
 FERRY_API void ferry_worker_print_info(const ferry_worker_t *worker, void *file /* FILE * */);
 
@@ -346,16 +381,62 @@ FERRY_API ferry_status_t ferry_ep_fence(ferry_ep_t *ep);
 FERRY_API void *ferry_ep_get_user_data(const ferry_ep_t *ep);
 FERRY_API ferry_worker_t *ferry_ep_get_worker(const ferry_ep_t *ep);
 
-/** Per-endpoint counters (every transport fills what it has; the rest stays 0). */
+/**
+ * Per-endpoint counters.  Filled on every transport: tx/rx messages and bytes (what proto
+ * handed to and received from its lanes: every AM, fragment, tagged or emulated-RMA message,
+ * headers included), errors (operations of this endpoint that completed with an error, and
+ * the endpoint's failure), resends (the transport's retransmissions; 0 on transports that
+ * never resend: self, shm, tcp).  The transport's own counters (udp: dup_acks..window_max)
+ * stay 0 where it has none.
+ */
 typedef struct ferry_ep_stats {
     uint64_t tx_msgs, tx_bytes, rx_msgs, rx_bytes;
     uint64_t retransmits, dup_acks, fast_retransmits, timeouts;
     uint64_t drops_bad_key, drops_malformed, drops_duplicate, drops_unknown_ep;
     uint64_t rtt_ns, rto_ns; /* current estimates (reliable transports) */
     uint64_t window_used, window_max;
+    uint64_t errors; /* operations completed with an error, and the endpoint's failure */
 } ferry_ep_stats_t;
 
 FERRY_API ferry_status_t ferry_ep_get_stats(const ferry_ep_t *ep, ferry_ep_stats_t *stats);
+
+/** Lanes: which transport and device carry an endpoint's operations of one class. */
+#define FERRY_EP_MAX_LANES 8
+typedef struct ferry_ep_lane_attr {
+    const char *op_class;  /* "am", "rma", "amo", or "rail" (an extra multi-rail lane) */
+    const char *transport; /* "shm", "tcp"...; static strings, valid as long as the worker */
+    const char *device;
+    int emulated; /* rma/amo: done over AM at the target, not by the transport */
+} ferry_ep_lane_attr_t;
+
+enum ferry_ep_attr_field {
+    FERRY_EP_ATTR_FIELD_PEER_NAME = 1u << 0, /* peer_name, peer_uuid */
+    FERRY_EP_ATTR_FIELD_LANES = 1u << 1,     /* lanes, nlanes */
+    FERRY_EP_ATTR_FIELD_AM_SIZES = 1u << 2,  /* am_header_max, am_eager_max, am_max */
+    FERRY_EP_ATTR_FIELD_STATS = 1u << 3,     /* stats (as ferry_ep_get_stats) */
+    FERRY_EP_ATTR_FIELD_STATE = 1u << 4,     /* state */
+};
+
+typedef struct ferry_ep_attr {
+    uint64_t field_mask; /* in: the fields wanted (ferry_ep_attr_field bits) */
+    char peer_name[64];  /* the peer worker, "worker <uuid in hex>" */
+    uint64_t peer_uuid;
+    unsigned nlanes; /* lanes[0..nlanes): am, rma, amo, then the extra rails */
+    ferry_ep_lane_attr_t lanes[FERRY_EP_MAX_LANES];
+    size_t am_header_max; /* FERRY_AM_HEADER_MAX */
+    size_t am_eager_max;  /* the most header + data one AM operation carries on the AM lane;
+                           * larger ones go as fragments (a rendezvous handler is told of
+                           * them before their data); 0 while the lane is not chosen yet */
+    size_t am_max;        /* the largest AM ferry_am_send accepts: SIZE_MAX (fragments; the
+                           * receiver's memory is the bound for a handler that is not a
+                           * rendezvous one, which gets the whole message in one buffer) */
+    ferry_ep_stats_t stats;
+    ferry_status_t state; /* FERRY_OK (connected or connecting), or why it failed/closed */
+} ferry_ep_attr_t;
+
+/** Describe an endpoint: the fields attr->field_mask asks for (unknown bits:
+ *  FERRY_ERR_INVALID_PARAM). */
+FERRY_API ferry_status_t ferry_ep_query(const ferry_ep_t *ep, ferry_ep_attr_t *attr);
 
 /* ---------------------------------------------------------------------------------------- */
 /* Listener: accept endpoints by ip:port (client/server programs with no launcher)            */
@@ -414,8 +495,9 @@ FERRY_API ferry_status_t ferry_conn_request_peer(const ferry_conn_request_t *con
 /* Active messages                                                                            */
 /* ---------------------------------------------------------------------------------------- */
 
-/** Active message ids: 0 .. FERRY_AM_ID_MAX. */
-#define FERRY_AM_ID_MAX 255
+/** Active message ids: 0 .. FERRY_AM_ID_MAX (16 bits on the wire; a worker's handler table
+ *  grows to the highest id registered, so large ids cost nothing until used). */
+#define FERRY_AM_ID_MAX 65535
 /** The largest user header an AM may carry. */
 #define FERRY_AM_HEADER_MAX 1024
 
@@ -431,6 +513,51 @@ typedef ferry_status_t (*ferry_am_cb_t)(void *arg, const void *header, size_t he
 /** Register (cb != NULL) or remove (cb == NULL) the handler of an AM id. */
 FERRY_API ferry_status_t ferry_worker_set_am_handler(ferry_worker_t *worker, unsigned id,
                                                      ferry_am_cb_t cb, void *arg);
+
+/** A large AM whose data has not arrived yet (see ferry_am_rndv_cb_t). */
+typedef struct ferry_am_desc ferry_am_desc_t;
+
+/**
+ * An AM rendezvous handler: like ferry_am_cb_t, but a message larger than one operation of
+ * its lane (ferry_ep_query's am_eager_max: it travels as fragments) is announced as soon as
+ * its header has arrived, with desc != NULL, data == NULL and data_len the size of the data
+ * still to come.  The handler (or later code on the worker's thread) then chooses one of:
+ *
+ *   ferry_am_recv_data(worker, desc, buf, len, req)  place the data in buf: the fragments
+ *                                                    are written straight into it as they
+ *                                                    arrive (no reassembly buffer);
+ *   ferry_am_data_release(worker, desc)              drop the data;
+ *   nothing yet                                      keep desc and decide later (fragments
+ *                                                    arriving meanwhile are kept by ferry).
+ *
+ * Each desc must get exactly one recv_data or release; an endpoint failing meanwhile does not
+ * free it (recv_data then reports the endpoint's error).  A message that arrives whole (one
+ * operation, or every fragment before its turn) comes with desc == NULL and its data, as for
+ * ferry_am_cb_t.  header is valid only during the call.  Return FERRY_OK.
+ */
+typedef ferry_status_t (*ferry_am_rndv_cb_t)(void *arg, const void *header, size_t header_len,
+                                             const void *data, size_t data_len,
+                                             ferry_am_desc_t *desc, ferry_ep_t *reply_ep);
+
+/** Register (cb != NULL) or remove (cb == NULL) a rendezvous handler for an AM id (it replaces
+ *  a handler set by ferry_worker_set_am_handler, and the other way round). */
+FERRY_API ferry_status_t ferry_worker_set_am_handler_rndv(ferry_worker_t *worker, unsigned id,
+                                                          ferry_am_rndv_cb_t cb, void *arg);
+
+/**
+ * Place the data of an announced AM in buf (len >= the data_len the handler was given, else
+ * FERRY_ERR_MESSAGE_TRUNCATED and desc stays valid).  Nonblocking contract: FERRY_OK when
+ * every byte had arrived (copied now); FERRY_INPROGRESS and req's callback once the last
+ * fragment is in buf (req->length = data length); an error (the endpoint failed: its status)
+ * and desc is consumed.  With req == NULL the call blocks, progressing the worker, until the
+ * data is in buf; that is refused (FERRY_ERR_INVALID_PARAM) inside a rendezvous handler.
+ * desc is consumed by any answer but MESSAGE_TRUNCATED or INVALID_PARAM.
+ */
+FERRY_API ferry_status_t ferry_am_recv_data(ferry_worker_t *worker, ferry_am_desc_t *desc,
+                                            void *buf, size_t len, ferry_request_t *req);
+
+/** Drop the data of an announced AM: fragments still to come are discarded.  Consumes desc. */
+FERRY_API ferry_status_t ferry_am_data_release(ferry_worker_t *worker, ferry_am_desc_t *desc);
 
 /**
  * Send an active message: a header (up to FERRY_AM_HEADER_MAX bytes) and data, contiguous.
@@ -650,6 +777,18 @@ FERRY_API int ferry_world_local_size(const ferry_world_t *world);
 FERRY_API ferry_status_t ferry_world_ep(ferry_world_t *world, int rank, ferry_ep_t **ep_p);
 /** Block (progressing the worker) until every rank has called it. */
 FERRY_API ferry_status_t ferry_world_barrier(ferry_world_t *world);
+/**
+ * Allgather small blobs: every rank gives len bytes (the same len on every rank) and gets
+ * every rank's, in rank order, in out (size x len bytes; out[rank] is its own in).  For
+ * runtimes building their own tables (rkeys, addresses, ids).  Collective and blocking, up
+ * to FERRY_BOOT_TIMEOUT, progressing the worker (like ferry_world_barrier: handlers run and
+ * earlier sends move meanwhile).  Each rank sends its blob to every other one over the
+ * world's endpoints (creating those not made yet), so it suits setup and small blobs, not a
+ * hot path.  A rank whose blob has another length makes every rank that receives it fail with
+ * FERRY_ERR_MESSAGE_TRUNCATED; a rank whose endpoint fails makes it fail with that error.
+ */
+FERRY_API ferry_status_t ferry_world_allgather(ferry_world_t *world, const void *in, size_t len,
+                                               void *out);
 /** The bootstrap backend's name: "builtin", "pmix", "pmi1" or "singleton". */
 FERRY_API const char *ferry_world_backend(const ferry_world_t *world);
 

@@ -36,14 +36,19 @@ static void am_comp_cb(fy_tl_comp_t *comp, ferry_status_t st)
 static inline size_t am_proto_hdr(ferry_ep_t *ep, unsigned id, size_t header_len, uint8_t *buf)
 {
     fy_am_hdr_t h;
-    h.header_len = (uint16_t)header_len;
+    unsigned f = (unsigned)header_len;
+    if (FY_UNLIKELY(id >= FY_AM_ID_INTERNAL_BASE)) { /* ferry's own: its own id space */
+        id -= FY_AM_ID_INTERNAL_BASE;
+        f |= FY_AM_F_INT;
+    }
+    h.id = (uint16_t)id;
     if (FY_LIKELY(ep->state == FY_EP_CONNECTED)) {
-        h.id_flags = (uint16_t)id;
+        h.len_flags = (uint16_t)f;
         h.ep_id = ep->remote_id;
         memcpy(buf, &h, sizeof(h));
         return sizeof(h);
     }
-    h.id_flags = (uint16_t)(id | FY_AM_F_SRC);
+    h.len_flags = (uint16_t)(f | FY_AM_F_SRC);
     h.ep_id = ep->id;
     memcpy(buf, &h, sizeof(h));
     memcpy(buf + sizeof(h), &ep->worker->uuid, 8);
@@ -130,7 +135,7 @@ static inline ferry_status_t am_send_fast(ferry_ep_t *ep, unsigned id, const voi
     uint8_t ph[16];
     size_t plen = am_proto_hdr(ep, id, header_len, ph);
     size_t total = plen + header_len + dlen;
-    if (total > attr->max_bcopy)
+    if (total > attr->max_bcopy || FY_UNLIKELY(total > ep->worker->ctx->opts.am_eager_max))
         return FERRY_ERR_NO_RESOURCE;
     struct iovec iov[FY_MAX_IOV + 2];
     size_t n = 0;
@@ -199,8 +204,9 @@ static size_t iov_slice(const struct iovec *iov, size_t n, size_t off, size_t le
     return k;
 }
 
-/* The most one AM on ep's lane carries, proto header included (0: cannot tell yet). */
-static size_t am_lane_max(const ferry_ep_t *ep)
+/* The most one AM on ep's lane carries, proto header included, at most FERRY_AM_EAGER_MAX
+ * (0: cannot tell yet). */
+size_t fy_am_eager_max(const ferry_ep_t *ep)
 {
     const fy_lane_t *lane = &ep->lanes[FY_LANE_AM];
     if (lane->iface == NULL)
@@ -209,7 +215,8 @@ static size_t am_lane_max(const ferry_ep_t *ep)
     size_t m = (attr->caps & FY_TL_CAP_AM_ZCOPY) ? attr->max_zcopy : 0;
     if ((attr->caps & FY_TL_CAP_AM_BCOPY) && attr->max_bcopy > m)
         m = attr->max_bcopy;
-    return m;
+    size_t cap = ep->worker->ctx->opts.am_eager_max;
+    return m < cap ? m : cap;
 }
 
 /*
@@ -262,7 +269,7 @@ static ferry_status_t am_send_frags(ferry_ep_t *ep, unsigned id, const void *hea
         }
         fy_am_frag_hdr_t fh = {.total = total,
                                .offset = off,
-                               .id = (uint16_t)id,
+                               .id = (uint32_t)id,
                                .user_hdr_len = (uint16_t)header_len,
                                .seq = tag};
         op->rail = rail;
@@ -286,7 +293,7 @@ static ferry_status_t am_send_slow(ferry_ep_t *ep, unsigned id, const void *head
     if ((id < FY_AM_ID_INTERNAL_BASE || id == FY_AM_ID_TAG) &&
         fy_ep_queue_full(ep, header_len + dlen))
         return FERRY_ERR_NO_RESOURCE;
-    size_t max = am_lane_max(ep);
+    size_t max = fy_am_eager_max(ep);
     if (FY_UNLIKELY(max > 16 + 2 * sizeof(fy_am_frag_hdr_t) &&
                     (16 + header_len + dlen > max || fy_rails_stripe(ep, header_len + dlen))))
         return am_send_frags(ep, id, header, header_len, data, iovcnt, dlen, req, max);
@@ -346,13 +353,36 @@ ferry_status_t ferry_am_sendv(ferry_ep_t *ep, unsigned id, const void *header, s
     return fy_am_send(ep, id, header, header_len, iov, iovcnt, req);
 }
 
+/* Set id's entry, growing the user table to hold it (a power of two, at least 64 entries).
+ * Removing a handler never shrinks it. */
+static ferry_status_t am_set(ferry_worker_t *w, unsigned id, ferry_am_cb_t cb,
+                             ferry_am_rndv_cb_t rndv_cb, void *arg)
+{
+    if (id <= FERRY_AM_ID_MAX && id >= w->am_user_cap) {
+        if (cb == NULL && rndv_cb == NULL)
+            return FERRY_OK; /* nothing registered there */
+        unsigned cap = w->am_user_cap != 0 ? w->am_user_cap : 64;
+        while (cap <= id)
+            cap *= 2;
+        fy_am_entry_t *t = realloc(w->am_user, cap * sizeof(*t));
+        if (t == NULL)
+            return FERRY_ERR_NO_MEMORY;
+        memset(t + w->am_user_cap, 0, (cap - w->am_user_cap) * sizeof(*t));
+        w->am_user = t;
+        w->am_user_cap = cap;
+    }
+    fy_am_entry_t *e = fy_am_entry(w, id);
+    e->cb = cb;
+    e->rndv_cb = rndv_cb;
+    e->arg = arg;
+    return FERRY_OK;
+}
+
 ferry_status_t fy_am_set_handler(ferry_worker_t *w, unsigned id, ferry_am_cb_t cb, void *arg)
 {
     if (w == NULL || id >= FY_AM_ID_TOTAL)
         return FERRY_ERR_INVALID_PARAM;
-    w->am[id].cb = cb;
-    w->am[id].arg = arg;
-    return FERRY_OK;
+    return am_set(w, id, cb, NULL, arg);
 }
 
 ferry_status_t ferry_worker_set_am_handler(ferry_worker_t *w, unsigned id, ferry_am_cb_t cb,
@@ -364,7 +394,27 @@ ferry_status_t ferry_worker_set_am_handler(ferry_worker_t *w, unsigned id, ferry
             fy_error("AM id %u is out of range (0..%d)", id, FERRY_AM_ID_MAX);
         return FERRY_ERR_INVALID_PARAM;
     }
-    return fy_am_set_handler(w, id, cb, arg);
+    return am_set(w, id, cb, NULL, arg);
+}
+
+ferry_status_t ferry_worker_set_am_handler_rndv(ferry_worker_t *w, unsigned id,
+                                                ferry_am_rndv_cb_t cb, void *arg)
+{
+    FY_WORKER_GUARD(w);
+    if (w == NULL || id > FERRY_AM_ID_MAX) {
+        if (w != NULL)
+            fy_error("AM id %u is out of range (0..%d)", id, FERRY_AM_ID_MAX);
+        return FERRY_ERR_INVALID_PARAM;
+    }
+    return am_set(w, id, NULL, cb, arg);
+}
+
+void fy_am_cleanup_worker(ferry_worker_t *w)
+{
+    fy_rails_rndv_free_all(w);
+    free(w->am_user);
+    w->am_user = NULL;
+    w->am_user_cap = 0;
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -392,9 +442,10 @@ void fy_am_recv_cb(void *arg, uint8_t am_id, const void *data, size_t len)
     memcpy(&h, data, sizeof(h));
     const uint8_t *p = (const uint8_t *)data + sizeof(h);
     size_t rest = len - sizeof(h);
-    unsigned id = h.id_flags & FY_AM_ID_MASK;
+    unsigned id = h.id + (h.len_flags & FY_AM_F_INT ? FY_AM_ID_INTERNAL_BASE : 0);
+    unsigned header_len = h.len_flags & FY_AM_HLEN_MASK;
     ferry_ep_t *ep;
-    if (FY_LIKELY(!(h.id_flags & FY_AM_F_SRC))) {
+    if (FY_LIKELY(!(h.len_flags & FY_AM_F_SRC))) {
         ep = fy_worker_ep_lookup(w, h.ep_id);
     } else {
         uint64_t uuid;
@@ -412,28 +463,34 @@ void fy_am_recv_cb(void *arg, uint8_t am_id, const void *data, size_t len)
             fy_warn("dropping a message for an unknown endpoint (id %u)", h.ep_id);
         return;
     }
-    if (FY_UNLIKELY(h.header_len > rest || h.header_len > FERRY_AM_HEADER_MAX ||
+    if (FY_UNLIKELY(header_len > rest || header_len > FERRY_AM_HEADER_MAX ||
                     id >= FY_AM_ID_TOTAL)) {
         if (w->drops_malformed++ == 0)
-            fy_warn("dropping a malformed message (header_len %u of %zu bytes, id %u)",
-                    h.header_len, rest, id);
+            fy_warn("dropping a malformed message (header_len %u of %zu bytes, id %u)", header_len,
+                    rest, id);
         return;
     }
-    fy_am_entry_t *e = &w->am[id];
+    fy_am_entry_t *e = fy_am_entry(w, id);
     ep->stats.rx_msgs++;
     ep->stats.rx_bytes += len;
-    if (FY_UNLIKELY(e->cb == NULL)) {
+    if (FY_UNLIKELY(e == NULL || (e->cb == NULL && e->rndv_cb == NULL))) {
         if (id == FY_AM_ID_FRAG) {
-            fy_rails_frag_recv(w, ep, p, h.header_len, p + h.header_len, rest - h.header_len);
+            fy_rails_frag_recv(w, ep, p, header_len, p + header_len, rest - header_len);
             return;
         }
-        if (w->drops_no_handler++ < 8)
+        w->drops_no_handler++;
+        if (w->drops_no_handler <= 8)
             fy_warn("dropping an active message with id %u: no handler is registered", id);
         return;
     }
     /* behind a message still being gathered from its rails: wait for it (rails.c) */
     if (FY_UNLIKELY(ep->frag_rx != NULL) &&
-        fy_rails_hold(w, ep, id, p, h.header_len, p + h.header_len, rest - h.header_len))
+        fy_rails_hold(w, ep, id, p, header_len, p + header_len, rest - header_len))
         return;
-    e->cb(e->arg, p, h.header_len, p + h.header_len, rest - h.header_len, ep);
+    if (FY_UNLIKELY(rest - header_len > w->am_rx_max))
+        w->am_rx_max = rest - header_len;
+    if (FY_LIKELY(e->cb != NULL))
+        e->cb(e->arg, p, header_len, p + header_len, rest - header_len, ep);
+    else
+        e->rndv_cb(e->arg, p, header_len, p + header_len, rest - header_len, NULL, ep);
 }

@@ -104,6 +104,12 @@ static const fy_config_field_t ctx_fields[] = {
                     "parameters say: several threads may then call on one worker at once, each "
                     "call under the worker's lock.",
                     FY_CFG_BOOL, fy_ctx_opts_t, thread_multi),
+    FY_CONFIG_FIELD("AM_EAGER_MAX", "inf",
+                    "Active messages larger than this (proto header, header and data) go as "
+                    "fragments even where the lane carries them in one operation, so a "
+                    "rendezvous handler is told of them before their data arrives; inf: the "
+                    "lane's own maximum.  At least 4k (smaller values count as 4k).",
+                    FY_CFG_SIZE, fy_ctx_opts_t, am_eager_max),
 };
 
 const fy_config_table_t fy_ctx_config_table = {"context", "", ctx_fields,
@@ -182,6 +188,8 @@ ferry_status_t ferry_context_create(const ferry_context_params_t *params,
     st = fy_cm_set_init(&ctx->cms, &ctx->opts.cms);
     if (st != FERRY_OK)
         goto err_opts;
+    if (ctx->opts.am_eager_max < 4096)
+        ctx->opts.am_eager_max = 4096; /* a fragment must hold a whole user header */
     ctx->opts.tag_rndv_thresh = FY_TAG_THRESH_AUTO;
     if (strcasecmp(ctx->opts.tag_rndv_thresh_str, "auto") != 0 &&
         fy_config_parse_size(ctx->opts.tag_rndv_thresh_str, &ctx->opts.tag_rndv_thresh) !=

@@ -113,21 +113,26 @@ ferry_status_t ferry_ep_get_stats(const ferry_ep_t *ep, ferry_ep_stats_t *stats)
     if (ep == NULL || stats == NULL)
         return FERRY_ERR_INVALID_PARAM;
     *stats = ep->stats;
-    /* Transport counters (retransmissions, RTT...) of the AM lane add to proto's. */
-    const fy_lane_t *lane = &ep->lanes[FY_LANE_AM];
-    if (lane->iface != NULL && lane->iface->tl->ops->ep_get_stats != NULL &&
-        ep->state != FY_EP_CLOSED) {
+    if (ep->state == FY_EP_CLOSED)
+        return FERRY_OK;
+    /* The transports' counters add to proto's: resends and drops summed over every transport
+     * endpoint of this one (its lanes and rails); the estimates (RTT, window) of the AM lane. */
+    for (unsigned i = 0; i < ep->ntl_eps; i++) {
+        fy_tl_ep_t *te = ep->tl_eps[i];
+        const fy_tl_ops_t *ops = te->iface->component->ops;
         ferry_ep_stats_t t;
         memset(&t, 0, sizeof(t));
-        if (lane->iface->tl->ops->ep_get_stats(lane->tl_ep, &t) == FERRY_OK) {
-            stats->retransmits = t.retransmits;
-            stats->dup_acks = t.dup_acks;
-            stats->fast_retransmits = t.fast_retransmits;
-            stats->timeouts = t.timeouts;
-            stats->drops_bad_key = t.drops_bad_key;
-            stats->drops_malformed = t.drops_malformed;
-            stats->drops_duplicate = t.drops_duplicate;
-            stats->drops_unknown_ep = t.drops_unknown_ep;
+        if (ops->ep_get_stats == NULL || ops->ep_get_stats(te, &t) != FERRY_OK)
+            continue;
+        stats->retransmits += t.retransmits;
+        stats->dup_acks += t.dup_acks;
+        stats->fast_retransmits += t.fast_retransmits;
+        stats->timeouts += t.timeouts;
+        stats->drops_bad_key += t.drops_bad_key;
+        stats->drops_malformed += t.drops_malformed;
+        stats->drops_duplicate += t.drops_duplicate;
+        stats->drops_unknown_ep += t.drops_unknown_ep;
+        if (te == ep->lanes[FY_LANE_AM].tl_ep) {
             stats->rtt_ns = t.rtt_ns;
             stats->rto_ns = t.rto_ns;
             stats->window_used = t.window_used;
@@ -538,6 +543,7 @@ void fy_ep_destroy_now(ferry_ep_t *ep)
         }
     }
     fy_rails_rx_free(ep); /* fragmented AMs never finished */
+    fy_rails_rndv_ep_gone(ep, ep->state == FY_EP_FAILED ? ep->failure : FERRY_ERR_CANCELED);
     fy_worker_ep_free(w, ep);
 }
 
@@ -562,6 +568,9 @@ void fy_ep_fail(ferry_ep_t *ep, ferry_status_t st)
         fy_tag_ep_closing(ep); /* closed on this side: the peer can still hear it */
     ep->state = FY_EP_FAILED;
     ep->failure = st;
+    if (st != FERRY_ERR_CANCELED)
+        ep->stats.errors++;
+    fy_rails_rndv_ep_gone(ep, st); /* AM data still to come will not */
     fy_op_t *pop;
     while ((pop = fy_ep_pop_pending(ep)) != NULL)
         fy_worker_complete_later(w, pop, st);

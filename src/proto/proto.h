@@ -9,13 +9,15 @@
 
 #include "ferry.h"
 
-#define FY_AM_ID_INTERNAL_BASE (FERRY_AM_ID_MAX + 1)        /* 256 */
+#define FY_AM_ID_INTERNAL_BASE (FERRY_AM_ID_MAX + 1)        /* 65536 */
 #define FY_AM_ID_WORLD         (FY_AM_ID_INTERNAL_BASE + 0) /* world barrier */
 #define FY_AM_ID_RMA           (FY_AM_ID_INTERNAL_BASE + 1) /* emulated put/get/atomics */
 #define FY_AM_ID_TAG           (FY_AM_ID_INTERNAL_BASE + 2) /* tagged messages, eager */
 #define FY_AM_ID_TAG_RNDV      (FY_AM_ID_INTERNAL_BASE + 3) /* tagged messages, rendezvous */
+#define FY_AM_ID_WORLD_AG      (FY_AM_ID_INTERNAL_BASE + 5) /* world allgather */
 #define FY_AM_ID_USER_INTERNAL (FY_AM_ID_INTERNAL_BASE + 8) /* free for tools/tests */
-#define FY_AM_ID_TOTAL         (FY_AM_ID_INTERNAL_BASE + 16)
+#define FY_AM_ID_INTERNAL_N    16 /* internal ids: FY_AM_ID_INTERNAL_BASE + 0..15 */
+#define FY_AM_ID_TOTAL         (FY_AM_ID_INTERNAL_BASE + FY_AM_ID_INTERNAL_N)
 
 /* Like ferry_worker_set_am_handler / ferry_am_send, for any id below FY_AM_ID_TOTAL. */
 ferry_status_t fy_am_set_handler(ferry_worker_t *worker, unsigned id, ferry_am_cb_t cb, void *arg);

@@ -46,25 +46,28 @@ enum {
  * The proto header, in front of every FY_TLAM_MSG (8 bytes, host order: peers run the same
  * build on hosts of one byte order):
  *
- *   0               16              32                              63
- *   +---------------+---------------+-------------------------------+
- *   | id:9 flags:7  | header_len    |  ep id (receiver's, or the    |
- *   |               |               |  sender's with FY_AM_F_SRC)   |
- *   +---------------+---------------+-------------------------------+
+ *   0               16          27  28  29  32                              63
+ *   +---------------+-----------+---+---+---+-------------------------------+
+ *   | AM id         | hdr_len   |SRC|INT| 0 |  ep id (receiver's, or the    |
+ *   | (16 bits)     | (11 bits) |   |   |   |  sender's with FY_AM_F_SRC)   |
+ *   +---------------+-----------+---+---+---+-------------------------------+
  *   [ src worker uuid: 8 bytes, only with FY_AM_F_SRC ]
- *   user header (header_len bytes) | data
+ *   user header (hdr_len bytes) | data
  *
- * Before the receiver's answer to wireup arrives, the sender does not know its ep id there;
- * it then names itself (uuid, its own ep id) and the receiver finds the ep in a hash map.
+ * The AM id is a user's (0..FERRY_AM_ID_MAX), or with FY_AM_F_INT one of ferry's own
+ * protocols (FY_AM_ID_INTERNAL_BASE + id).  Before the receiver's answer to wireup arrives,
+ * the sender does not know its ep id there; it then names itself (uuid, its own ep id) and
+ * the receiver finds the ep in a hash map.
  */
 typedef struct fy_am_hdr {
-    uint16_t id_flags;
-    uint16_t header_len;
+    uint16_t id;
+    uint16_t len_flags; /* header_len | FY_AM_F_* */
     uint32_t ep_id;
 } fy_am_hdr_t;
 
-#define FY_AM_ID_MASK 0x1ffu
-#define FY_AM_F_SRC   (1u << 9)
+#define FY_AM_HLEN_MASK 0x7ffu
+#define FY_AM_F_SRC     (1u << 11)
+#define FY_AM_F_INT     (1u << 12)
 
 /*
  * An AM larger than its lane carries in one transport operation, or above
@@ -82,18 +85,23 @@ typedef struct fy_am_hdr {
  *   +-------------------------------+
  *   | offset of this fragment's     |
  *   | data in (user header + data)  |
- *   +---------------+---------------+-------------------------------+
- *   | id            | user hdr len  |  anchor:1 (bit 31) message:31 |
- *   +---------------+---------------+-------------------------------+
+ *   +-------------------------------+---------------+---------------+
+ *   | id (ferry's numbering: user   | user hdr len  | 0             |
+ *   | ids, then internal ones)      |               |               |
+ *   +-------------------------------+---------------+---------------+
+ *   | anchor:1 (bit 31) message:31  | 0                             |
+ *   +-------------------------------+-------------------------------+
  *   fragment bytes (the first fragment starts with the user header)
  */
 #define FY_AM_ID_FRAG (FY_AM_ID_INTERNAL_BASE + 4)
 typedef struct fy_am_frag_hdr {
     uint64_t total;
     uint64_t offset;
-    uint16_t id;
+    uint32_t id;
     uint16_t user_hdr_len;
+    uint16_t reserved;
     uint32_t seq; /* the message's number on the ep, | FY_AM_FRAG_ANCHOR at offset 0 */
+    uint32_t reserved2;
 } fy_am_frag_hdr_t;
 #define FY_AM_FRAG_ANCHOR   0x80000000u
 #define FY_AM_FRAG_SEQ_MASK 0x7fffffffu
@@ -133,6 +141,7 @@ typedef struct fy_ctx_opts {
     int progress_thread;        /* FERRY_PROGRESS_THREAD: FY_PT_OFF, FY_PT_ON, FY_PT_AUTO */
     uint64_t pt_interval_ns;    /* FERRY_PROGRESS_THREAD_INTERVAL: its longest sleep */
     int thread_multi;           /* FERRY_WORKER_THREAD_MULTI: every worker multi-threaded */
+    size_t am_eager_max;        /* FERRY_AM_EAGER_MAX: larger AMs go as fragments (0: lane's) */
 } fy_ctx_opts_t;
 
 /* FERRY_PROGRESS_THREAD (index into off, on, auto) */
@@ -225,8 +234,11 @@ struct ferry_ep {
     uint32_t rail_weight[FY_MAX_RAILS];
 };
 
+/* An AM id's handler: cb (the whole message), or rndv_cb (told when the data of a message
+ * that came in fragments is still on its way: ferry_worker_set_am_handler_rndv). */
 typedef struct fy_am_entry {
     ferry_am_cb_t cb;
+    ferry_am_rndv_cb_t rndv_cb;
     void *arg;
 } fy_am_entry_t;
 
@@ -254,7 +266,14 @@ struct ferry_worker {
     int epfd;
     int sigfd;
     int can_sleep; /* every iface has an event fd */
-    fy_am_entry_t am[FY_AM_ID_TOTAL];
+    /* AM handlers: ferry's own ids in a fixed table, the user's in one grown on demand up to
+     * the highest id registered (am.c): 16-bit ids cost nothing until used. */
+    fy_am_entry_t am_int[FY_AM_ID_INTERNAL_N];
+    fy_am_entry_t *am_user;
+    unsigned am_user_cap;
+    struct ferry_am_desc *am_descs; /* messages handed to rndv handlers, data due (rails.c) */
+    unsigned am_in_rndv_cb;         /* inside a rndv handler: no blocking recv_data */
+    size_t am_rx_max;               /* the largest AM received (header + data) */
     ferry_ep_t **eps;
     uint32_t eps_cap;
     uint32_t *free_ids; /* stack of free slots of eps (nfree of them) */
@@ -521,6 +540,16 @@ ferry_status_t fy_ep_flush_start(fy_op_t *op);
 void fy_op_child_done(fy_op_t *op, ferry_status_t st); /* op->parent learns op's outcome */
 void fy_ep_flush_sub_done(fy_op_t *op, ferry_status_t st);
 /* am.c */
+static inline fy_am_entry_t *fy_am_entry(ferry_worker_t *w, unsigned id)
+{
+    if (FY_LIKELY(id < w->am_user_cap))
+        return &w->am_user[id];
+    if (id - FY_AM_ID_INTERNAL_BASE < FY_AM_ID_INTERNAL_N)
+        return &w->am_int[id - FY_AM_ID_INTERNAL_BASE];
+    return NULL; /* a user id never registered */
+}
+void fy_am_cleanup_worker(ferry_worker_t *w); /* the handler table and unclaimed descriptors */
+size_t fy_am_eager_max(const ferry_ep_t *ep); /* the most one AM operation carries on ep */
 void fy_am_recv_cb(void *arg, uint8_t am_id, const void *data, size_t len);
 ferry_status_t fy_am_op_start(fy_op_t *op); /* start of an FY_OP_AM */
 unsigned fy_worker_progress_pending(ferry_worker_t *w);
@@ -576,6 +605,10 @@ void fy_rails_frag_recv(ferry_worker_t *w, ferry_ep_t *ep, const uint8_t *hdr, s
 int fy_rails_hold(ferry_worker_t *w, ferry_ep_t *ep, unsigned id, const uint8_t *hdr,
                   size_t hdr_len, const uint8_t *data, size_t len);
 void fy_rails_rx_free(ferry_ep_t *ep);
+/* AM rendezvous: ep failed or is going away: requests placing its messages' data complete
+ * with st, kept descriptors report it */
+void fy_rails_rndv_ep_gone(ferry_ep_t *ep, ferry_status_t st);
+void fy_rails_rndv_free_all(ferry_worker_t *w);
 /* wireup: the plan's extra rails got the lanes lanes[0..n) (rails 1..n) */
 void fy_rails_set(ferry_ep_t *ep, const fy_lane_plan_t *plan, const fy_lane_t *lanes, unsigned n);
 int fy_rails_tl_failed(ferry_ep_t *ep, fy_tl_ep_t *tl_ep); /* 1: a rail alone, dropped */

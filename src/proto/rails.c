@@ -36,15 +36,27 @@
 
 #define FY_RAILS_MAX_MSGS 64
 
-typedef struct fy_rails_msg {
-    struct fy_rails_msg *next;
+/* A message being gathered or held; for a rendezvous handler's id, also the descriptor the
+ * handler is given (ferry_am_desc_t) once the header is in, until its data is placed. */
+typedef struct ferry_am_desc fy_rails_msg_t;
+struct ferry_am_desc {
+    fy_rails_msg_t *next;
     int held;     /* a whole message waiting for its turn (a copy), else a reassembly */
     int anchored; /* has its place in the endpoint's order */
     uint32_t seq;
     unsigned id, hdr_len;
     uint64_t total, got;
-    uint8_t *buf;
-} fy_rails_msg_t;
+    uint8_t *buf; /* header + data; with rndv, the header alone */
+    /* rendezvous: the id had a rendezvous handler when the first fragment came */
+    int rndv;
+    int released;           /* ferry_am_data_release: later fragments are dropped */
+    unsigned hdr_got;       /* header bytes arrived */
+    uint8_t *stage;         /* data that came before the handler gave a buffer */
+    uint8_t *ubuf;          /* the handler's buffer (ferry_am_recv_data) */
+    fy_op_t *op;            /* recv_data's request, completed when the last byte is in */
+    ferry_ep_t *ep;         /* announced: its endpoint (NULL once it failed) */
+    ferry_status_t failure; /* why the data will not come */
+};
 
 struct fy_rails_rx {
     fy_rails_msg_t *head, *tail; /* the endpoint's order: anchored and held messages */
@@ -54,14 +66,15 @@ struct fy_rails_rx {
 
 /* ---- sending ------------------------------------------------------------------------------ */
 
-/* The most one AM on a lane carries, proto header included. */
-static size_t lane_max(const fy_lane_t *lane)
+/* The most one AM on a lane carries, proto header included (at most FERRY_AM_EAGER_MAX). */
+static size_t lane_max(const ferry_ep_t *ep, const fy_lane_t *lane)
 {
     const fy_tl_iface_attr_t *attr = &lane->iface->attr;
     size_t m = (attr->caps & FY_TL_CAP_AM_ZCOPY) ? attr->max_zcopy : 0;
     if ((attr->caps & FY_TL_CAP_AM_BCOPY) && attr->max_bcopy > m)
         m = attr->max_bcopy;
-    return m;
+    size_t cap = ep->worker->ctx->opts.am_eager_max;
+    return m < cap ? m : cap;
 }
 
 int fy_rails_stripe(const ferry_ep_t *ep, size_t total)
@@ -84,7 +97,7 @@ void fy_rails_begin(ferry_ep_t *ep, size_t total, size_t room, fy_rails_cursor_t
         sum += ep->rail_weight[r];
     size_t start = 0;
     for (unsigned r = 0; r < ep->nrails && sum != 0; r++) {
-        size_t m = r == 0 ? room + 16 + sizeof(fy_am_frag_hdr_t) : lane_max(&ep->rails[r]);
+        size_t m = r == 0 ? room + 16 + sizeof(fy_am_frag_hdr_t) : lane_max(ep, &ep->rails[r]);
         if (m <= 16 + 2 * sizeof(fy_am_frag_hdr_t))
             continue;
         size_t share = r + 1 == ep->nrails
@@ -182,6 +195,7 @@ void fy_rails_begin_rma(ferry_ep_t *ep, const ferry_rkey_t *rkey, size_t len, si
 static void msg_free(fy_rails_msg_t *m)
 {
     free(m->buf);
+    free(m->stage);
     free(m);
 }
 
@@ -218,15 +232,196 @@ static void append(fy_rails_rx_t *rx, fy_rails_msg_t *m)
     rx->tail = m;
 }
 
-static void deliver(ferry_worker_t *w, ferry_ep_t *ep, fy_rails_msg_t *m)
+/* ---- rendezvous: messages announced to a rendezvous handler -------------------------------- */
+
+static void desc_unlink(ferry_worker_t *w, fy_rails_msg_t *m)
 {
-    fy_am_entry_t *e = &w->am[m->id];
-    if (e->cb == NULL) {
-        if (w->drops_no_handler++ < 8)
-            fy_warn("dropping an active message with id %u: no handler is registered", m->id);
+    for (fy_rails_msg_t **l = &w->am_descs; *l != NULL; l = &(*l)->next)
+        if (*l == m) {
+            *l = m->next;
+            return;
+        }
+}
+
+/* An announced message is done (its data placed, dropped, or never to come): answer whoever
+ * waits for it and free it. */
+static void desc_done(ferry_worker_t *w, fy_rails_msg_t *m, ferry_status_t st)
+{
+    desc_unlink(w, m);
+    if (m->op != NULL) {
+        if (m->op->req != NULL)
+            m->op->req->length = st == FERRY_OK ? m->total - m->hdr_len : 0;
+        fy_worker_complete_later(w, m->op, st);
+    }
+    msg_free(m);
+}
+
+/* Bytes [off, off + len) of a message's header + data arrived: put them where they belong. */
+static void place(fy_rails_msg_t *m, uint64_t off, const uint8_t *data, size_t len)
+{
+    m->got += len;
+    if (!m->rndv) {
+        memcpy(m->buf + off, data, len);
         return;
     }
-    e->cb(e->arg, m->buf, m->hdr_len, m->buf + m->hdr_len, m->total - m->hdr_len, ep);
+    if (off < m->hdr_len) {
+        size_t h = m->hdr_len - off < len ? m->hdr_len - off : len;
+        memcpy(m->buf + off, data, h);
+        m->hdr_got += (unsigned)h;
+        off += h;
+        data += h;
+        len -= h;
+    }
+    if (len == 0)
+        return;
+    size_t doff = off - m->hdr_len;
+    if (m->ubuf != NULL) {
+        memcpy(m->ubuf + doff, data, len);
+    } else if (!m->released && m->failure == FERRY_OK) {
+        if (m->stage == NULL && (m->stage = malloc(m->total - m->hdr_len)) == NULL) {
+            fy_warn("an active message of %llu bytes: no memory to keep its data",
+                    (unsigned long long)m->total);
+            m->failure = FERRY_ERR_NO_MEMORY;
+            return;
+        }
+        memcpy(m->stage + doff, data, len);
+    }
+}
+
+/* Run a message's handler.  Returns 1 when a rendezvous handler was given the message as a
+ * descriptor (it now lives on the worker's list), 0 when the caller frees it. */
+static int deliver(ferry_worker_t *w, ferry_ep_t *ep, fy_rails_msg_t *m)
+{
+    fy_am_entry_t *e = fy_am_entry(w, m->id);
+    size_t dlen = m->total - m->hdr_len;
+    if (dlen > w->am_rx_max)
+        w->am_rx_max = dlen;
+    if (e != NULL && m->rndv && e->rndv_cb == NULL)
+        e = NULL; /* its handler changed while it arrived: no whole copy to give the new one */
+    if (e == NULL || (e->cb == NULL && e->rndv_cb == NULL)) {
+        if (w->drops_no_handler++ < 8)
+            fy_warn("dropping an active message with id %u: no handler is registered", m->id);
+        return 0;
+    }
+    if (!m->rndv) {
+        if (e->cb != NULL)
+            e->cb(e->arg, m->buf, m->hdr_len, m->buf + m->hdr_len, dlen, ep);
+        else
+            e->rndv_cb(e->arg, m->buf, m->hdr_len, m->buf + m->hdr_len, dlen, NULL, ep);
+        return 0;
+    }
+    if (m->got == m->total && m->failure == FERRY_OK) { /* all here before its turn */
+        e->rndv_cb(e->arg, m->buf, m->hdr_len, m->stage, dlen, NULL, ep);
+        return 0;
+    }
+    m->ep = ep;
+    m->next = w->am_descs;
+    w->am_descs = m;
+    w->am_in_rndv_cb++;
+    e->rndv_cb(e->arg, m->buf, m->hdr_len, NULL, dlen, m, ep);
+    w->am_in_rndv_cb--;
+    return 1;
+}
+
+ferry_status_t ferry_am_recv_data(ferry_worker_t *w, ferry_am_desc_t *m, void *buf, size_t len,
+                                  ferry_request_t *req)
+{
+    FY_WORKER_GUARD(w);
+    if (w == NULL || m == NULL || m->ubuf != NULL || m->released)
+        return FERRY_ERR_INVALID_PARAM;
+    size_t dlen = m->total - m->hdr_len;
+    if (buf == NULL && len != 0)
+        return FERRY_ERR_INVALID_PARAM;
+    if (len < dlen) {
+        fy_error("ferry_am_recv_data: a buffer of %zu bytes for %zu bytes of data", len, dlen);
+        return FERRY_ERR_MESSAGE_TRUNCATED;
+    }
+    if (req == NULL && w->am_in_rndv_cb != 0 && m->got < m->total && m->ep != NULL) {
+        fy_error("ferry_am_recv_data: a blocking call (no request) inside an AM handler");
+        return FERRY_ERR_INVALID_PARAM;
+    }
+    ferry_status_t st = m->failure; /* every byte here: the endpoint may be gone, no matter */
+    if (st == FERRY_OK && m->ep == NULL && m->got < m->total)
+        st = FERRY_ERR_NOT_CONNECTED;
+    if (st != FERRY_OK || m->got == m->total) {
+        if (st == FERRY_OK && dlen != 0)
+            memcpy(buf, m->stage, dlen);
+        if (req != NULL) {
+            req->status = st;
+            req->length = st == FERRY_OK ? dlen : 0;
+        }
+        desc_done(w, m, st);
+        return st;
+    }
+    if (m->stage != NULL) { /* what came before: the rest goes straight to buf */
+        memcpy(buf, m->stage, dlen);
+        free(m->stage);
+        m->stage = NULL;
+    }
+    ferry_request_t own; /* no request: block on one of our own */
+    memset(&own, 0, sizeof(own));
+    m->op = fy_op_get(w, NULL, FY_OP_AM, req != NULL ? req : &own);
+    if (m->op == NULL)
+        return FERRY_ERR_NO_MEMORY;
+    m->ubuf = buf;
+    if (req != NULL)
+        return FERRY_INPROGRESS;
+    while (own.status == FERRY_INPROGRESS) /* desc_done completes it */
+        if (ferry_worker_progress(w) == 0)
+            ferry_worker_wait(w, 100);
+    return own.status;
+}
+
+ferry_status_t ferry_am_data_release(ferry_worker_t *w, ferry_am_desc_t *m)
+{
+    FY_WORKER_GUARD(w);
+    if (w == NULL || m == NULL || m->ubuf != NULL || m->released)
+        return FERRY_ERR_INVALID_PARAM;
+    if (m->ep == NULL || m->got == m->total) {
+        desc_done(w, m, FERRY_OK);
+        return FERRY_OK;
+    }
+    m->released = 1; /* freed when its last fragment has come (or its endpoint goes) */
+    free(m->stage);
+    m->stage = NULL;
+    return FERRY_OK;
+}
+
+void fy_rails_rndv_ep_gone(ferry_ep_t *ep, ferry_status_t st)
+{
+    ferry_worker_t *w = ep->worker;
+    fy_rails_msg_t *m = w->am_descs, *next;
+    for (; m != NULL; m = next) {
+        next = m->next;
+        if (m->ep != ep)
+            continue;
+        if (m->op != NULL || m->released) {
+            desc_done(w, m, st);
+        } else { /* kept: recv_data will say so, unless every byte had come */
+            m->ep = NULL;
+            if (m->got < m->total)
+                m->failure = st;
+        }
+    }
+}
+
+void fy_rails_rndv_free_all(ferry_worker_t *w)
+{
+    while (w->am_descs != NULL) {
+        fy_rails_msg_t *m = w->am_descs;
+        w->am_descs = m->next;
+        if (m->op != NULL)
+            fy_op_put(m->op);
+        msg_free(m);
+    }
+}
+
+/* ---- gathering ---------------------------------------------------------------------------- */
+
+/* Is the message at the head of the order ready for its handler? */
+static int ready(const fy_rails_msg_t *m)
+{
+    return m->held || (m->rndv ? m->hdr_got == m->hdr_len : m->got >= m->total);
 }
 
 /* Run the handlers of the complete messages at the head of the endpoint's order. */
@@ -238,14 +433,14 @@ static void drain(ferry_worker_t *w, ferry_ep_t *ep)
         if (rx == NULL || rx->head == NULL)
             return;
         fy_rails_msg_t *m = rx->head;
-        if (!m->held && m->got < m->total)
+        if (!ready(m))
             return;
         rx->head = m->next;
         if (rx->head == NULL)
             rx->tail = NULL;
         rx->count--;
-        deliver(w, ep, m);
-        msg_free(m);
+        if (!deliver(w, ep, m))
+            msg_free(m);
         /* the handler may have closed the endpoint */
         if (fy_worker_ep_lookup(w, id) != ep || ep->state == FY_EP_CLOSED)
             return;
@@ -308,12 +503,25 @@ void fy_rails_frag_recv(ferry_worker_t *w, ferry_ep_t *ep, const uint8_t *hdr, s
     int anchor = (fh.seq & FY_AM_FRAG_ANCHOR) != 0;
     if (anchor && fh.offset != 0)
         goto drop;
+    fy_rails_msg_t *prev, *m;
+    for (m = w->am_descs; m != NULL; m = m->next) /* announced to a rendezvous handler */
+        if (m->ep == ep && m->seq == seq)
+            break;
+    if (m != NULL) {
+        if (anchor || m->total != fh.total || m->id != fh.id || m->hdr_len != fh.user_hdr_len ||
+            m->got + len > m->total)
+            goto drop;
+        place(m, fh.offset, data, len);
+        if (m->got == m->total && (m->ubuf != NULL || m->released))
+            desc_done(w, m, FERRY_OK);
+        return;
+    }
     fy_rails_rx_t *rx = rx_of(ep);
     if (rx == NULL) {
         why = "out of memory";
         goto drop;
     }
-    fy_rails_msg_t *prev, *m = find(rx->head, seq, &prev);
+    m = find(rx->head, seq, &prev);
     if (m == NULL && (m = find(rx->loose, seq, &prev)) != NULL && anchor) {
         /* its anchor: the message takes its place in the endpoint's order */
         if (prev != NULL)
@@ -328,7 +536,11 @@ void fy_rails_frag_recv(ferry_worker_t *w, ferry_ep_t *ep, const uint8_t *hdr, s
             goto drop;
         }
         m = calloc(1, sizeof(*m));
-        if (m == NULL || (m->buf = malloc(fh.total != 0 ? fh.total : 1)) == NULL) {
+        fy_am_entry_t *e = fy_am_entry(w, fh.id);
+        int rndv = e != NULL && e->rndv_cb != NULL; /* gather the header alone */
+        if (m == NULL || (m->buf = malloc(rndv            ? fh.user_hdr_len + 1u
+                                          : fh.total != 0 ? fh.total
+                                                          : 1)) == NULL) {
             free(m);
             fy_warn("dropping an active message of %llu bytes: out of memory",
                     (unsigned long long)fh.total);
@@ -336,6 +548,7 @@ void fy_rails_frag_recv(ferry_worker_t *w, ferry_ep_t *ep, const uint8_t *hdr, s
             return;
         }
         m->seq = seq;
+        m->rndv = rndv;
         m->id = fh.id;
         m->hdr_len = fh.user_hdr_len;
         m->total = fh.total;
@@ -351,8 +564,7 @@ void fy_rails_frag_recv(ferry_worker_t *w, ferry_ep_t *ep, const uint8_t *hdr, s
         goto drop;
     }
     if (len != 0)
-        memcpy(m->buf + fh.offset, data, len);
-    m->got += len;
+        place(m, fh.offset, data, len);
     drain(w, ep);
     return;
 drop:

@@ -213,6 +213,7 @@ void ferry_worker_destroy(ferry_worker_t *w)
         fy_op_t *op = fy_container_of(e, fy_op_t, q);
         fy_op_finish(op, op->status);
     }
+    fy_am_cleanup_worker(w); /* AM handlers, descriptors nobody answered */
     pthread_mutex_lock(&w->ctx->lock);
     w->ctx->nworkers--;
     pthread_mutex_unlock(&w->ctx->lock);
@@ -334,6 +335,8 @@ void fy_op_finish(fy_op_t *op, ferry_status_t st)
     }
     /* A refused put, or a failed operation nobody waits for: the flush covering it reports it
      * (noted before the count drops, which may complete that flush). */
+    if (ep != NULL && st < 0 && st != FERRY_ERR_CANCELED)
+        ep->stats.errors++; /* ferry_ep_get_stats */
     if (counted && ep != NULL && st < 0 && (req == NULL || op->type == FY_OP_PUT))
         fy_ep_note_error(ep, st);
     if (FY_UNLIKELY(op->parent != NULL))

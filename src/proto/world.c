@@ -18,6 +18,15 @@
  * for instead of spinning against it.  When the endpoint to the rank it signals or the one it
  * waits for fails (the peer died, or no lane reaches it), the barrier returns that error at
  * once instead of waiting for FERRY_BOOT_TIMEOUT.
+ *
+ * The allgather of small blobs goes over the world's endpoints (FY_AM_ID_WORLD_AG): each
+ * rank sends its blob to every other rank and progresses, like the barrier, until it has
+ * every other rank's.  Not through the bootstrap: its fence blocks without progressing, so a
+ * rank inside it would stop moving the data a peer still waits for before it can join.  Each
+ * message names its call (every rank numbers its calls alike, the call being collective).  A
+ * rank can be at most one call ahead of another (finishing call k takes every rank's blob of
+ * k, sent when it entered k, after finishing k - 1), so a blob of a later call that lands
+ * while this one runs is kept for it.
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -59,7 +68,37 @@ struct ferry_world {
     unsigned rounds;                       /* ceil(log2(size)) */
     uint32_t epoch;                        /* barriers completed */
     uint32_t arrived[2][WORLD_MAX_ROUNDS]; /* messages received, per epoch parity and round */
+    /* allgather: the call running (ag_active) or the next one; blobs of that call
+     * arrived (ag_seen per rank); blobs of a later call, kept for it */
+    uint32_t ag_call;
+    int ag_active;
+    uint8_t *ag_out;
+    size_t ag_len;
+    int ag_got;
+    uint8_t *ag_seen;
+    ferry_status_t ag_err;
+    struct world_ag_early *ag_early;
 };
+
+/*
+ * The allgather message: this header, then the blob.
+ *
+ *   0               4               8
+ *   +---------------+---------------+
+ *   | call          | sender rank   |
+ *   +---------------+---------------+
+ */
+typedef struct world_ag_msg {
+    uint32_t call;
+    uint32_t src;
+} world_ag_msg_t;
+
+typedef struct world_ag_early {
+    struct world_ag_early *next;
+    world_ag_msg_t m;
+    size_t len;
+    uint8_t data[];
+} world_ag_early_t;
 
 static ferry_status_t world_am_handler(void *arg, const void *header, size_t header_len,
                                        const void *data, size_t data_len, ferry_ep_t *reply_ep)
@@ -80,6 +119,66 @@ static ferry_status_t world_am_handler(void *arg, const void *header, size_t hea
         return FERRY_OK;
     }
     w->arrived[m.epoch & 1][m.round]++;
+    return FERRY_OK;
+}
+
+/* One rank's blob of the running call: into its place in out. */
+static void ag_take(ferry_world_t *w, uint32_t src, const void *data, size_t len)
+{
+    if (w->ag_seen[src]) {
+        fy_warn("world allgather %u: a second blob from rank %u dropped", w->ag_call, src);
+        return;
+    }
+    w->ag_seen[src] = 1;
+    w->ag_got++;
+    if (len != w->ag_len) {
+        fy_error("world allgather %u: rank %u gave %zu bytes, this rank %zu (every rank must "
+                 "give the same length)",
+                 w->ag_call, src, len, w->ag_len);
+        w->ag_err = FERRY_ERR_MESSAGE_TRUNCATED;
+        return;
+    }
+    if (len != 0) /* len 0: out may be NULL */
+        memcpy(w->ag_out + (size_t)src * len, data, len);
+}
+
+static ferry_status_t world_ag_handler(void *arg, const void *header, size_t header_len,
+                                       const void *data, size_t data_len, ferry_ep_t *reply_ep)
+{
+    (void)reply_ep;
+    ferry_world_t *w = arg;
+    world_ag_msg_t m;
+    if (header_len != sizeof(m)) {
+        fy_warn("world allgather: dropped a message with a %zu-byte header", header_len);
+        return FERRY_OK;
+    }
+    memcpy(&m, header, sizeof(m));
+    if (m.src >= (uint32_t)w->info.size || m.src == (uint32_t)w->info.rank) {
+        fy_warn("world allgather: dropped a message from rank %u", m.src);
+        return FERRY_OK;
+    }
+    if (w->ag_active && m.call == w->ag_call) {
+        ag_take(w, m.src, data, data_len);
+        return FERRY_OK;
+    }
+    /* a later call than the running one, or the next one when none runs: keep it */
+    uint32_t ahead = m.call - w->ag_call;
+    if (ahead > 1 || (ahead == 0 && w->ag_active) || (ahead == 1 && !w->ag_active)) {
+        fy_warn("world allgather: dropped rank %u's blob of call %u (this rank is at %u)", m.src,
+                m.call, w->ag_call);
+        return FERRY_OK;
+    }
+    world_ag_early_t *e = malloc(sizeof(*e) + data_len);
+    if (e == NULL) {
+        fy_error("world allgather: no memory to keep rank %u's blob of %zu bytes", m.src, data_len);
+        return FERRY_OK;
+    }
+    e->m = m;
+    e->len = data_len;
+    if (data_len != 0)
+        memcpy(e->data, data, data_len);
+    e->next = w->ag_early;
+    w->ag_early = e;
     return FERRY_OK;
 }
 
@@ -117,7 +216,8 @@ ferry_status_t ferry_world_create(ferry_worker_t *worker, ferry_world_t **world_
         w->rounds++;
     w->eps = calloc((size_t)w->info.size, sizeof(*w->eps));
     w->ep_failed = calloc((size_t)w->info.size, sizeof(*w->ep_failed));
-    if (w->eps == NULL || w->ep_failed == NULL) {
+    w->ag_seen = calloc((size_t)w->info.size, 1);
+    if (w->eps == NULL || w->ep_failed == NULL || w->ag_seen == NULL) {
         st = FERRY_ERR_NO_MEMORY;
         goto fail;
     }
@@ -136,6 +236,8 @@ ferry_status_t ferry_world_create(ferry_worker_t *worker, ferry_world_t **world_
         goto fail;
     /* the handler is in place before the fence: no peer sends before its fence completes */
     st = fy_am_set_handler(worker, FY_AM_ID_WORLD, world_am_handler, w);
+    if (st == FERRY_OK)
+        st = fy_am_set_handler(worker, FY_AM_ID_WORLD_AG, world_ag_handler, w);
     if (st != FERRY_OK)
         goto fail;
     st = fy_boot_put(w->boot, WORLD_ADDR_KEY, addr, len);
@@ -143,6 +245,7 @@ ferry_status_t ferry_world_create(ferry_worker_t *worker, ferry_world_t **world_
         st = fy_boot_fence(w->boot);
     if (st != FERRY_OK) {
         fy_am_set_handler(worker, FY_AM_ID_WORLD, NULL, NULL);
+        fy_am_set_handler(worker, FY_AM_ID_WORLD_AG, NULL, NULL);
         goto fail;
     }
     free(addr);
@@ -154,6 +257,7 @@ fail:
     free(addr);
     free(w->eps);
     free(w->ep_failed);
+    free(w->ag_seen);
     fy_boot_finalize(w->boot);
     free(w);
     return st;
@@ -201,6 +305,13 @@ void ferry_world_destroy(ferry_world_t *w)
         if (w->eps[r] != NULL)
             ferry_ep_close(w->eps[r], FERRY_EP_CLOSE_FORCE, NULL);
     fy_am_set_handler(w->worker, FY_AM_ID_WORLD, NULL, NULL);
+    fy_am_set_handler(w->worker, FY_AM_ID_WORLD_AG, NULL, NULL);
+    while (w->ag_early != NULL) {
+        world_ag_early_t *e = w->ag_early;
+        w->ag_early = e->next;
+        free(e);
+    }
+    free(w->ag_seen);
     free(w->eps);
     free(w->ep_failed);
     fy_boot_finalize(w->boot);
@@ -343,4 +454,98 @@ ferry_status_t ferry_world_barrier(ferry_world_t *w)
     }
     w->epoch++;
     return FERRY_OK;
+}
+
+/* Send this rank's blob of the running call to `to`, retrying while the transport pushes back. */
+static ferry_status_t ag_send(ferry_world_t *w, int to, const void *in, size_t len,
+                              uint64_t deadline)
+{
+    ferry_ep_t *ep;
+    ferry_status_t st = ferry_world_ep(w, to, &ep);
+    if (st != FERRY_OK)
+        return st;
+    world_ag_msg_t m = {.call = w->ag_call, .src = (uint32_t)w->info.rank};
+    struct iovec iov = {(void *)in, len};
+    while ((st = fy_am_send(ep, FY_AM_ID_WORLD_AG, &m, sizeof(m), &iov, len != 0, NULL)) ==
+           FERRY_ERR_NO_RESOURCE) {
+        if (fy_time_ns() >= deadline)
+            return FERRY_ERR_TIMED_OUT;
+        ferry_worker_wait(w->worker, 1);
+    }
+    if (st != FERRY_OK && st != FERRY_INPROGRESS) {
+        fy_error("world allgather %u: sending to rank %d failed: %s", w->ag_call, to,
+                 ferry_status_string(st));
+        return st;
+    }
+    return FERRY_OK;
+}
+
+ferry_status_t ferry_world_allgather(ferry_world_t *w, const void *in, size_t len, void *out)
+{
+    FY_WORKER_GUARD(w != NULL ? w->worker : NULL);
+    if (w == NULL || ((in == NULL || out == NULL) && len != 0) || w->ag_active) {
+        if (w != NULL)
+            fy_error("ferry_world_allgather: %s", w->ag_active ? "called from a handler "
+                                                                 "during an allgather"
+                                                               : "a NULL buffer");
+        return FERRY_ERR_INVALID_PARAM;
+    }
+    const int size = w->info.size, rank = w->info.rank;
+    if (len != 0)
+        memcpy((uint8_t *)out + (size_t)rank * len, in, len);
+    if (size == 1)
+        return FERRY_OK;
+    uint64_t timeout = fy_boot_timeout_ns(w->boot);
+    uint64_t deadline = fy_time_ns() + timeout;
+    if (deadline < timeout)
+        deadline = UINT64_MAX;
+    /* the call starts: blobs that came early for it first */
+    w->ag_active = 1;
+    w->ag_out = out;
+    w->ag_len = len;
+    w->ag_got = 0;
+    w->ag_err = FERRY_OK;
+    memset(w->ag_seen, 0, (size_t)size);
+    for (world_ag_early_t **p = &w->ag_early; *p != NULL;) {
+        world_ag_early_t *e = *p;
+        if (e->m.call != w->ag_call) {
+            p = &e->next;
+            continue;
+        }
+        *p = e->next;
+        ag_take(w, e->m.src, e->data, e->len);
+        free(e);
+    }
+    ferry_status_t st = FERRY_OK;
+    for (int k = 1; k < size && st == FERRY_OK; k++)
+        st = ag_send(w, (rank + k) % size, in, len, deadline);
+    while (st == FERRY_OK && w->ag_got < size - 1) {
+        if (ferry_worker_progress(w->worker) != 0)
+            continue;
+        for (int r = 0; r < size; r++)
+            if (!w->ag_seen[r] && r != rank && w->ep_failed[r] != FERRY_OK) {
+                fy_error("world allgather %u: the endpoint to rank %d failed (%s)", w->ag_call, r,
+                         ferry_status_string(w->ep_failed[r]));
+                st = w->ep_failed[r];
+                break;
+            }
+        uint64_t now = fy_time_ns();
+        if (st == FERRY_OK && now >= deadline) {
+            fy_error("world allgather %u timed out after %.3g s (FERRY_BOOT_TIMEOUT): %d of %d "
+                     "ranks' blobs came",
+                     w->ag_call, (double)timeout / 1e9, w->ag_got + 1, size);
+            st = FERRY_ERR_TIMED_OUT;
+        }
+        if (st == FERRY_OK) {
+            uint64_t left_ms = (deadline - now) / FY_NSEC_PER_MSEC + 1;
+            ferry_worker_wait(w->worker,
+                              left_ms < WORLD_WAIT_SLICE_MS ? (int)left_ms : WORLD_WAIT_SLICE_MS);
+        }
+    }
+    if (st == FERRY_OK)
+        st = w->ag_err;
+    w->ag_active = 0;
+    w->ag_out = NULL;
+    w->ag_call++;
+    return st;
 }

@@ -156,7 +156,7 @@ static fy_op_t *unqueue_first_msg(fy_op_t *sop)
             continue;
         fy_am_hdr_t h;
         memcpy(&h, op->hdr, sizeof(h));
-        unsigned id = h.id_flags & FY_AM_ID_MASK;
+        unsigned id = h.id + (h.len_flags & FY_AM_F_INT ? FY_AM_ID_INTERNAL_BASE : 0u);
         const uint8_t *uh = op->hdr + op->proto_len;
         size_t ulen = op->hdr_len - op->proto_len;
         uint64_t wait_id = 0;

@@ -16,12 +16,14 @@
 #ifndef FY_TL_OFI_H
 #define FY_TL_OFI_H
 
+#include <pthread.h>
 #include <stdint.h>
 #include <sys/types.h>
 
 #include "tl/ofi/ofi_mr.h"
 #include "tl/tl.h"
 #include "util/list.h"
+#include "util/rcache.h"
 
 #define FY_OFI_NAME_MAX  56    /* bytes of an endpoint name carried in the iface address */
 #define FY_OFI_MSG_MAX   65536 /* largest AM on the wire, header included (receive slot) */
@@ -72,6 +74,8 @@ typedef struct fy_ofi_config {
     int multi_recv;       /* use FI_MULTI_RECV where offered */
     int delivery;         /* use FI_DELIVERY_COMPLETE where offered */
     int atomics;          /* use the provider's atomics where valid */
+    int wait_fd;          /* ask the CQ for a wait fd (FI_WAIT_FD) */
+    uint64_t wait_poll;   /* no wait fd: how often a sleeping worker wakes to progress */
     double latency_ns, bandwidth;
 } fy_ofi_config_t;
 extern const fy_config_table_t fy_ofi_config_table;
@@ -92,6 +96,11 @@ typedef struct fy_ofi_md {
     uint64_t host_id;
     uint64_t prov_hash;
     unsigned amo_mask[2]; /* [0]: 32-bit, [1]: 64-bit; bit per ferry_atomic_op_t */
+    /* the registration cache of rendezvous buffers (mem_reg_cached), made on first use;
+     * rc_lock guards its creation (workers of several threads share the md) */
+    pthread_mutex_t rc_lock;
+    fy_rcache_t *rcache;
+    int rc_failed; /* creating it failed: register without it */
 } fy_ofi_md_t;
 
 /* ---- ops ---------------------------------------------------------------------------------- */
@@ -174,6 +183,9 @@ struct fy_ofi_iface {
     fy_list_t free;
     unsigned inflight, nops;
     unsigned in_progress;
+    int wait_fd;  /* the CQ's wait fd (FI_WAIT_FD, fi_control FI_GETWAIT), or -1 */
+    int timer_fd; /* one-shot timer armed before sleeping (polling, liveness) */
+    int event_fd; /* epoll of both: what the worker sleeps on */
     uint64_t next_check_ns;
     uint64_t rx_dropped, cq_errors, eagain;
 };
@@ -192,6 +204,8 @@ int fy_ofi_iface_is_reachable(fy_tl_iface_t *iface, const void *dev_addr, const 
 void fy_ofi_iface_unreachable_why(fy_tl_iface_t *iface, const void *dev_addr,
                                   const void *iface_addr, char *buf, size_t len);
 unsigned fy_ofi_iface_progress(fy_tl_iface_t *iface);
+int fy_ofi_iface_event_fd(fy_tl_iface_t *iface);
+ferry_status_t fy_ofi_iface_event_arm(fy_tl_iface_t *iface);
 void fy_ofi_iface_print(fy_tl_iface_t *iface, FILE *f);
 fy_ofi_op_t *fy_ofi_op_get(fy_ofi_iface_t *iface, fy_ofi_ep_t *ep, int kind, fy_tl_comp_t *comp);
 void fy_ofi_op_put(fy_ofi_iface_t *iface, fy_ofi_op_t *op);

@@ -21,6 +21,8 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
+#include <sys/timerfd.h>
 #include <unistd.h>
 
 #include "tl/ofi/ofi.h"
@@ -380,6 +382,67 @@ unsigned fy_ofi_iface_progress(fy_tl_iface_t *super)
     return events;
 }
 
+/* ---- sleeping ------------------------------------------------------------------------------ *
+ * The iface's event fd is an epoll set of the CQ's wait fd (where the provider gives one) and a
+ * one-shot timer.  Before the worker sleeps, arm asks libfabric with fi_trywait whether it may
+ * (-FI_EAGAIN: completions are pending, progress first) and sets the timer: without a wait fd
+ * to FERRY_OFI_WAIT_POLL (a sleeper naps, then progresses: that much latency, and one wake-up
+ * per period); with one, while the iface has endpoints, to FERRY_OFI_PEER_CHECK, so the
+ * liveness check (which the providers do not do for us) still runs in a sleeping worker. */
+
+static int open_event_fd(fy_ofi_iface_t *iface)
+{
+    iface->timer_fd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+    iface->event_fd = epoll_create1(EPOLL_CLOEXEC);
+    if (iface->timer_fd < 0 || iface->event_fd < 0)
+        return -FI_EMFILE;
+    struct epoll_event ev = {.events = EPOLLIN, .data.u32 = 0};
+    if (epoll_ctl(iface->event_fd, EPOLL_CTL_ADD, iface->timer_fd, &ev) != 0)
+        return -FI_EIO;
+    if (iface->wait_fd >= 0 &&
+        epoll_ctl(iface->event_fd, EPOLL_CTL_ADD, iface->wait_fd, &ev) != 0) {
+        fy_debug("ofi: the completion queue's wait fd cannot be watched (%m): sleepers poll");
+        iface->wait_fd = -1;
+    }
+    return 0;
+}
+
+int fy_ofi_iface_event_fd(fy_tl_iface_t *super)
+{
+    return ((fy_ofi_iface_t *)super)->event_fd;
+}
+
+static void set_timer(fy_ofi_iface_t *iface, uint64_t ns)
+{
+    struct itimerspec t;
+    memset(&t, 0, sizeof(t));
+    t.it_value.tv_sec = (time_t)(ns / 1000000000ull);
+    t.it_value.tv_nsec = (long)(ns % 1000000000ull);
+    timerfd_settime(iface->timer_fd, 0, &t, NULL); /* 0: disarmed */
+}
+
+ferry_status_t fy_ofi_iface_event_arm(fy_tl_iface_t *super)
+{
+    fy_ofi_iface_t *iface = (fy_ofi_iface_t *)super;
+    uint64_t expirations;
+    while (read(iface->timer_fd, &expirations, sizeof(expirations)) > 0) {
+    }
+    if (iface->eagain)
+        return FERRY_ERR_BUSY; /* posts to retry: progress does them */
+    uint64_t period = iface->md->cfg.wait_poll;
+    if (iface->wait_fd >= 0) {
+        struct fid *f = &iface->cq->fid;
+        int ret = fi_trywait(iface->md->fabric, &f, 1);
+        if (ret == -FI_EAGAIN)
+            return FERRY_ERR_BUSY;
+        if (ret == 0)
+            period = fy_list_is_empty(&iface->eps) ? 0 : iface->md->cfg.peer_check;
+        /* any other answer: nap as without a wait fd */
+    }
+    set_timer(iface, period);
+    return FERRY_OK;
+}
+
 /* ---- open / close ------------------------------------------------------------------------- */
 
 static const enum fi_op amo_fi_op[] = {FI_SUM, FI_BAND, FI_BOR, FI_BXOR, FI_ATOMIC_WRITE, FI_CSWAP};
@@ -446,11 +509,33 @@ ferry_status_t fy_ofi_iface_open(fy_tl_md_t *super_md, const fy_tl_iface_params_
     }
     const char *what = "";
     int ret;
-    struct fi_cq_attr cqa = {.format = FI_CQ_FORMAT_DATA, .size = 0, .wait_obj = FI_WAIT_NONE};
+    iface->wait_fd = iface->timer_fd = iface->event_fd = -1;
+    struct fi_cq_attr cqa = {.format = FI_CQ_FORMAT_DATA,
+                             .size = 0,
+                             .wait_obj = md->cfg.wait_fd ? FI_WAIT_FD : FI_WAIT_NONE};
     struct fi_av_attr ava = {.type = FI_AV_TABLE};
     ret = fi_cq_open(md->domain, &cqa, &iface->cq, NULL);
+    if (ret != 0 && cqa.wait_obj != FI_WAIT_NONE) {
+        fy_debug("ofi: %s: no completion queue with a wait fd (%s): sleeping workers poll",
+                 md->info->fabric_attr->prov_name, fi_strerror(-ret));
+        cqa.wait_obj = FI_WAIT_NONE;
+        ret = fi_cq_open(md->domain, &cqa, &iface->cq, NULL);
+    }
     if (ret != 0) {
         what = "fi_cq_open";
+        goto err;
+    }
+    if (cqa.wait_obj == FI_WAIT_FD) {
+        int fd = -1;
+        if (fi_control(&iface->cq->fid, FI_GETWAIT, &fd) == 0 && fd >= 0)
+            iface->wait_fd = fd;
+        else
+            fy_debug("ofi: %s: the completion queue gives no wait fd: sleeping workers poll",
+                     md->info->fabric_attr->prov_name);
+    }
+    ret = open_event_fd(iface);
+    if (ret != 0) {
+        what = "the event fd";
         goto err;
     }
     ret = fi_av_open(md->domain, &ava, &iface->av, NULL);
@@ -571,8 +656,12 @@ void fy_ofi_iface_close(fy_tl_iface_t *super)
     fy_ofi_mr_dereg(&iface->flush_mr);
     if (iface->av != NULL)
         fi_close(&iface->av->fid);
+    if (iface->event_fd >= 0)
+        close(iface->event_fd);
+    if (iface->timer_fd >= 0)
+        close(iface->timer_fd);
     if (iface->cq != NULL)
-        fi_close(&iface->cq->fid);
+        fi_close(&iface->cq->fid); /* closes wait_fd, the provider's */
     for (unsigned i = 0; iface->rx != NULL && i < iface->nrx; i++)
         free(iface->rx[i].buf);
     free(iface->rx);
@@ -587,7 +676,8 @@ void fy_ofi_iface_query(fy_tl_iface_t *super, fy_tl_iface_attr_t *attr)
     fy_ofi_md_t *md = iface->md;
     memset(attr, 0, sizeof(*attr));
     attr->caps = FY_TL_CAP_AM_SHORT | FY_TL_CAP_AM_BCOPY | FY_TL_CAP_AM_ZCOPY | FY_TL_CAP_PUT |
-                 FY_TL_CAP_GET | FY_TL_CAP_AM_ORDERED | FY_TL_CAP_CONNECT_TO_IFACE;
+                 FY_TL_CAP_GET | FY_TL_CAP_AM_ORDERED | FY_TL_CAP_CONNECT_TO_IFACE |
+                 FY_TL_CAP_EVENT_FD;
     /* per op and width, as fi_atomicvalid said (query_atomics); proto emulates a width that
      * lacks any op as a whole (rma.c) */
     if (md->amo_mask[0] != 0)
@@ -675,11 +765,21 @@ void fy_ofi_iface_print(fy_tl_iface_t *super, FILE *f)
     fy_ofi_md_t *md = iface->md;
     fprintf(f,
             "ofi %s (%s, domain %s): mr_mode 0x%llx, delivery complete %s, multi-recv %s, "
-            "atomics 32-bit 0x%x 64-bit 0x%x\n"
+            "atomics 32-bit 0x%x 64-bit 0x%x, sleeps on %s\n"
             "  ops %u (in flight %u), receive drops %llu, completion errors %llu\n",
             md->dev_name, md->info->fabric_attr->prov_name, md->info->domain_attr->name,
             (unsigned long long)md->mr_mode, md->delivery ? "yes" : "no",
-            iface->multi ? "yes" : "no", md->amo_mask[0], md->amo_mask[1], iface->nops,
+            iface->multi ? "yes" : "no", md->amo_mask[0], md->amo_mask[1],
+            iface->wait_fd >= 0 ? "the completion queue's wait fd" : "a timer (polls)", iface->nops,
             iface->inflight, (unsigned long long)iface->rx_dropped,
             (unsigned long long)iface->cq_errors);
+    /* registrations of the whole md (every worker's): a buffer sent again and again through
+     * the cache adds one (tests/ofi/test_ofi_rndv.c counts them here) */
+    fprintf(f, "  memory registrations %llu\n", (unsigned long long)atomic_load(&md->mrdom.nregs));
+    pthread_mutex_lock(&md->rc_lock);
+    if (md->rcache != NULL) {
+        fprintf(f, "  ");
+        fy_rcache_print(md->rcache, f);
+    }
+    pthread_mutex_unlock(&md->rc_lock);
 }

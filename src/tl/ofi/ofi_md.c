@@ -60,6 +60,15 @@ static const fy_config_field_t ofi_config_fields[] = {
                     "Use the provider's atomics where fi_atomicvalid says so; n: proto "
                     "emulates every atomic over active messages.",
                     FY_CFG_BOOL, fy_ofi_config_t, atomics),
+    FY_CONFIG_FIELD("WAIT_FD", "y",
+                    "Give the completion queue a wait fd (FI_WAIT_FD) so a worker can sleep "
+                    "until the provider has work; n, or a provider without one: sleep in "
+                    "naps of FERRY_OFI_WAIT_POLL.",
+                    FY_CFG_BOOL, fy_ofi_config_t, wait_fd),
+    FY_CONFIG_FIELD("WAIT_POLL", "1ms",
+                    "Where the provider gives no wait fd: how long a sleeping worker sleeps "
+                    "before it progresses again (the latency a sleeper may add).",
+                    FY_CFG_TIME, fy_ofi_config_t, wait_poll),
     FY_CONFIG_FIELD("LATENCY", "0",
                     "One-way latency in ns reported to lane selection; 0 = built-in estimate.",
                     FY_CFG_DOUBLE, fy_ofi_config_t, latency_ns),
@@ -315,14 +324,21 @@ static ferry_status_t ofi_md_open(const fy_tl_component_t *tl, fy_tl_md_t **md_p
     if (md == NULL)
         return FERRY_ERR_NO_MEMORY;
     md->super.component = tl;
+    pthread_mutex_init(&md->rc_lock, NULL);
     if (fy_ofi_dl_load() != 0) {
         fy_debug("ofi: %s", fy_ofi_dl_error());
+        pthread_mutex_destroy(&md->rc_lock);
         free(md);
         return FERRY_ERR_UNSUPPORTED;
     }
     ferry_status_t st = fy_config_read(&fy_ofi_config_table, &md->cfg);
     if (st != FERRY_OK)
         goto err_free;
+    if (md->cfg.wait_poll < 1000 || md->cfg.wait_poll > 10 * 1000000000ull) {
+        fy_error("FERRY_OFI_WAIT_POLL is out of range: use 1us to 10s");
+        st = FERRY_ERR_BAD_CONFIG;
+        goto err_cfg;
+    }
     if (md->cfg.tx_ops < 4 || md->cfg.tx_ops > 65536) {
         fy_error("FERRY_OFI_TX_OPS=%lu is out of range: use 4 to 65536", md->cfg.tx_ops);
         st = FERRY_ERR_BAD_CONFIG;
@@ -397,6 +413,7 @@ static ferry_status_t ofi_md_open(const fy_tl_component_t *tl, fy_tl_md_t **md_p
 err_cfg:
     fy_config_release(&fy_ofi_config_table, &md->cfg);
 err_free:
+    pthread_mutex_destroy(&md->rc_lock);
     free(md);
     return st;
 }
@@ -406,6 +423,8 @@ static void ofi_md_close(fy_tl_md_t *super)
     fy_ofi_md_t *md = (fy_ofi_md_t *)super;
     if (md == NULL)
         return;
+    fy_rcache_destroy(md->rcache); /* registrations first: they belong to the domain */
+    pthread_mutex_destroy(&md->rc_lock);
     if (md->domain != NULL)
         fi_close(&md->domain->fid);
     if (md->fabric != NULL)
@@ -441,10 +460,65 @@ static ferry_status_t ofi_mem_reg(fy_tl_md_t *super, void *addr, size_t len, uns
     return fy_ofi_mr_reg(&md->mrdom, NULL, addr, len, access, 0, mr);
 }
 
+/* The md's registration cache, created on first use (a memory monitor subscription: no
+ * process that never sends a rendezvous pays for it).  NULL when it cannot be made. */
+static fy_rcache_t *md_rcache(fy_ofi_md_t *md)
+{
+    pthread_mutex_lock(&md->rc_lock);
+    if (md->rcache == NULL && !md->rc_failed) {
+        fy_rcache_params_t p = {.name = "ofi",
+                                .memh_size = sizeof(fy_ofi_mr_t),
+                                .reg = fy_ofi_mr_rcache_reg,
+                                .dereg = fy_ofi_mr_rcache_dereg,
+                                .arg = &md->mrdom,
+                                .opts = NULL};
+        ferry_status_t st = fy_rcache_create(&p, &md->rcache);
+        if (st != FERRY_OK) {
+            fy_warn("ofi: no registration cache (%s): every rendezvous registers its buffer",
+                    ferry_status_string(st));
+            md->rc_failed = 1;
+            md->rcache = NULL;
+        }
+    }
+    fy_rcache_t *rc = md->rcache;
+    pthread_mutex_unlock(&md->rc_lock);
+    return rc;
+}
+
+/* A rendezvous buffer: through the registration cache, so a buffer sent again and again is
+ * registered once (FERRY_RCACHE=n: the cache registers and deregisters every time).  memh
+ * is a copy of the cached registration (whole pages, registered for local use too) that
+ * remembers its region; ofi_mem_dereg gives the region back to the cache. */
+static ferry_status_t ofi_mem_reg_cached(fy_tl_md_t *super, void *addr, size_t len, unsigned access,
+                                         void *memh)
+{
+    fy_ofi_md_t *md = (fy_ofi_md_t *)super;
+    fy_ofi_mr_t *mr = memh;
+    memset(mr, 0, sizeof(*mr));
+    if (md->domain == NULL)
+        return FERRY_ERR_NO_DEVICE;
+    fy_rcache_t *rc = len > 0 ? md_rcache(md) : NULL;
+    if (rc == NULL)
+        return fy_ofi_mr_reg(&md->mrdom, NULL, addr, len, access, 0, mr);
+    fy_rcache_region_t *region;
+    ferry_status_t st = fy_rcache_get(rc, addr, len, access, &region);
+    if (st != FERRY_OK)
+        return st;
+    *mr = *(const fy_ofi_mr_t *)fy_rcache_region_memh(region);
+    mr->cached = region;
+    return FERRY_OK;
+}
+
 static void ofi_mem_dereg(fy_tl_md_t *super, void *memh)
 {
-    (void)super;
-    fy_ofi_mr_dereg(memh);
+    fy_ofi_md_t *md = (fy_ofi_md_t *)super;
+    fy_ofi_mr_t *mr = memh;
+    if (mr->cached != NULL) {
+        fy_rcache_put(md->rcache, mr->cached);
+        memset(mr, 0, sizeof(*mr));
+        return;
+    }
+    fy_ofi_mr_dereg(mr);
 }
 
 static ferry_status_t ofi_rkey_pack(fy_tl_md_t *super, const void *memh, void *buf)
@@ -469,18 +543,13 @@ static void ofi_rkey_release(fy_tl_md_t *md, void *rkey)
     (void)md, (void)rkey;
 }
 
-static int ofi_iface_event_fd(fy_tl_iface_t *iface)
-{
-    (void)iface;
-    return -1;
-}
-
 static const fy_tl_ops_t ofi_ops = {
     .md_open = ofi_md_open,
     .md_close = ofi_md_close,
     .query_devices = ofi_query_devices,
     .mem_reg = ofi_mem_reg,
     .mem_dereg = ofi_mem_dereg,
+    .mem_reg_cached = ofi_mem_reg_cached,
     .rkey_pack = ofi_rkey_pack,
     .rkey_unpack = ofi_rkey_unpack,
     .rkey_release = ofi_rkey_release,
@@ -491,7 +560,8 @@ static const fy_tl_ops_t ofi_ops = {
     .iface_is_reachable = fy_ofi_iface_is_reachable,
     .iface_unreachable_why = fy_ofi_iface_unreachable_why,
     .iface_progress = fy_ofi_iface_progress,
-    .iface_event_fd = ofi_iface_event_fd,
+    .iface_event_fd = fy_ofi_iface_event_fd,
+    .iface_event_arm = fy_ofi_iface_event_arm,
     .iface_print = fy_ofi_iface_print,
     .ep_create = fy_ofi_ep_create,
     .ep_destroy = fy_ofi_ep_destroy,

@@ -68,14 +68,15 @@ typedef struct fy_ofi_iface_addr {
 
 /* ---- configuration ---------------------------------------------------------------------- */
 typedef struct fy_ofi_config {
-    char *provider;       /* FERRY_OFI_PROVIDER: include / exclude list */
-    unsigned long tx_ops; /* operations in flight per iface before NO_RESOURCE */
-    uint64_t peer_check;  /* liveness check period */
-    int multi_recv;       /* use FI_MULTI_RECV where offered */
-    int delivery;         /* use FI_DELIVERY_COMPLETE where offered */
-    int atomics;          /* use the provider's atomics where valid */
-    int wait_fd;          /* ask the CQ for a wait fd (FI_WAIT_FD) */
-    uint64_t wait_poll;   /* no wait fd: how often a sleeping worker wakes to progress */
+    char *provider;         /* FERRY_OFI_PROVIDER: include / exclude list */
+    unsigned long tx_ops;   /* operations in flight per iface before NO_RESOURCE */
+    unsigned long contexts; /* FERRY_OFI_CONTEXTS: ifaces (workers) the md serves */
+    uint64_t peer_check;    /* liveness check period */
+    int multi_recv;         /* use FI_MULTI_RECV where offered */
+    int delivery;           /* use FI_DELIVERY_COMPLETE where offered */
+    int atomics;            /* use the provider's atomics where valid */
+    int wait_fd;            /* ask the CQ for a wait fd (FI_WAIT_FD) */
+    uint64_t wait_poll;     /* no wait fd: how often a sleeping worker wakes to progress */
     double latency_ns, bandwidth;
 } fy_ofi_config_t;
 extern const fy_config_table_t fy_ofi_config_table;
@@ -101,6 +102,11 @@ typedef struct fy_ofi_md {
     pthread_mutex_t rc_lock;
     fy_rcache_t *rcache;
     int rc_failed; /* creating it failed: register without it */
+    /* contexts: one per iface (worker), each its own endpoint, CQ and AV; rc_lock guards
+     * ctx_busy too */
+    int thread_safe;         /* the domain is FI_THREAD_SAFE */
+    unsigned ncontexts;      /* FERRY_OFI_CONTEXTS, or 1 without FI_THREAD_SAFE */
+    unsigned char *ctx_busy; /* ncontexts flags */
 } fy_ofi_md_t;
 
 /* ---- ops ---------------------------------------------------------------------------------- */
@@ -183,9 +189,10 @@ struct fy_ofi_iface {
     fy_list_t free;
     unsigned inflight, nops;
     unsigned in_progress;
-    int wait_fd;  /* the CQ's wait fd (FI_WAIT_FD, fi_control FI_GETWAIT), or -1 */
-    int timer_fd; /* one-shot timer armed before sleeping (polling, liveness) */
-    int event_fd; /* epoll of both: what the worker sleeps on */
+    int ctx_index; /* the md's context this iface holds, or -1 */
+    int wait_fd;   /* the CQ's wait fd (FI_WAIT_FD, fi_control FI_GETWAIT), or -1 */
+    int timer_fd;  /* one-shot timer armed before sleeping (polling, liveness) */
+    int event_fd;  /* epoll of both: what the worker sleeps on */
     uint64_t next_check_ns;
     uint64_t rx_dropped, cq_errors, eagain;
 };

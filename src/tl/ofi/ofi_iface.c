@@ -483,9 +483,29 @@ ferry_status_t fy_ofi_iface_open(fy_tl_md_t *super_md, const fy_tl_iface_params_
     fy_ofi_md_t *md = (fy_ofi_md_t *)super_md;
     if (md->domain == NULL || params->device == NULL || strcmp(params->device, md->dev_name) != 0)
         return FERRY_ERR_NO_DEVICE;
+    /* a context of the md: this worker's own endpoint, CQ and AV */
+    int ctx = -1;
+    pthread_mutex_lock(&md->rc_lock);
+    for (unsigned i = 0; i < md->ncontexts && ctx < 0; i++)
+        if (!md->ctx_busy[i]) {
+            md->ctx_busy[i] = 1;
+            ctx = (int)i;
+        }
+    pthread_mutex_unlock(&md->rc_lock);
+    if (ctx < 0) {
+        fy_warn("ofi: all %u contexts are taken by other workers (FERRY_OFI_CONTEXTS%s): this "
+                "worker gets no ofi interface",
+                md->ncontexts, md->thread_safe ? "" : "; the domain is not thread-safe");
+        return FERRY_ERR_NO_DEVICE;
+    }
     fy_ofi_iface_t *iface = calloc(1, sizeof(*iface));
-    if (iface == NULL)
+    if (iface == NULL) {
+        pthread_mutex_lock(&md->rc_lock);
+        md->ctx_busy[ctx] = 0;
+        pthread_mutex_unlock(&md->rc_lock);
         return FERRY_ERR_NO_MEMORY;
+    }
+    iface->ctx_index = ctx;
     fy_tl_iface_base_init(&iface->super, md->super.component, &md->super, params);
     iface->md = md;
     iface->info = md->info;
@@ -667,6 +687,9 @@ void fy_ofi_iface_close(fy_tl_iface_t *super)
     free(iface->rx);
     op_free_all(&iface->orphans);
     op_free_all(&iface->free);
+    pthread_mutex_lock(&iface->md->rc_lock);
+    iface->md->ctx_busy[iface->ctx_index] = 0;
+    pthread_mutex_unlock(&iface->md->rc_lock);
     free(iface);
 }
 
@@ -765,14 +788,15 @@ void fy_ofi_iface_print(fy_tl_iface_t *super, FILE *f)
     fy_ofi_md_t *md = iface->md;
     fprintf(f,
             "ofi %s (%s, domain %s): mr_mode 0x%llx, delivery complete %s, multi-recv %s, "
-            "atomics 32-bit 0x%x 64-bit 0x%x, sleeps on %s\n"
+            "atomics 32-bit 0x%x 64-bit 0x%x, sleeps on %s, context %d of %u (%s)\n"
             "  ops %u (in flight %u), receive drops %llu, completion errors %llu\n",
             md->dev_name, md->info->fabric_attr->prov_name, md->info->domain_attr->name,
             (unsigned long long)md->mr_mode, md->delivery ? "yes" : "no",
             iface->multi ? "yes" : "no", md->amo_mask[0], md->amo_mask[1],
-            iface->wait_fd >= 0 ? "the completion queue's wait fd" : "a timer (polls)", iface->nops,
-            iface->inflight, (unsigned long long)iface->rx_dropped,
-            (unsigned long long)iface->cq_errors);
+            iface->wait_fd >= 0 ? "the completion queue's wait fd" : "a timer (polls)",
+            iface->ctx_index, md->ncontexts,
+            md->thread_safe ? "FI_THREAD_SAFE" : "FI_THREAD_DOMAIN", iface->nops, iface->inflight,
+            (unsigned long long)iface->rx_dropped, (unsigned long long)iface->cq_errors);
     /* registrations of the whole md (every worker's): a buffer sent again and again through
      * the cache adds one (tests/ofi/test_ofi_rndv.c counts them here) */
     fprintf(f, "  memory registrations %llu\n", (unsigned long long)atomic_load(&md->mrdom.nregs));

@@ -60,6 +60,12 @@ static const fy_config_field_t ofi_config_fields[] = {
                     "Use the provider's atomics where fi_atomicvalid says so; n: proto "
                     "emulates every atomic over active messages.",
                     FY_CFG_BOOL, fy_ofi_config_t, atomics),
+    FY_CONFIG_FIELD("CONTEXTS", "16",
+                    "Contexts of the provider's domain, one per worker that uses ofi (each its "
+                    "own endpoint and completion queue, so the workers of one process run in "
+                    "parallel); a worker past them gets no ofi interface.  Above 1 the domain "
+                    "is FI_THREAD_SAFE.",
+                    FY_CFG_UINT, fy_ofi_config_t, contexts),
     FY_CONFIG_FIELD("WAIT_FD", "y",
                     "Give the completion queue a wait fd (FI_WAIT_FD) so a worker can sleep "
                     "until the provider has work; n, or a provider without one: sleep in "
@@ -155,7 +161,8 @@ static int prov_rank(const char *prov)
     return 0;
 }
 
-static struct fi_info *base_hints(const char *prov, uint64_t caps, int delivery, int raw)
+static struct fi_info *base_hints(const char *prov, uint64_t caps, int delivery, int raw,
+                                  enum fi_threading threading)
 {
     struct fi_info *h = fi_allocinfo();
     if (h == NULL)
@@ -166,7 +173,7 @@ static struct fi_info *base_hints(const char *prov, uint64_t caps, int delivery,
     /* the modes ofi_mr serves, but FI_MR_LOCAL and FI_MR_ENDPOINT: the data path does not
      * pass descriptors nor bind registrations to the endpoint yet */
     h->domain_attr->mr_mode = fy_ofi_mr_mode_hints() & ~(uint64_t)(FI_MR_LOCAL | FI_MR_ENDPOINT);
-    h->domain_attr->threading = FI_THREAD_DOMAIN;
+    h->domain_attr->threading = threading;
     uint64_t order = FI_ORDER_SAS | (raw ? FI_ORDER_RAW | FI_ORDER_RAS : 0);
     h->tx_attr->msg_order = order;
     h->rx_attr->msg_order = order;
@@ -178,9 +185,10 @@ static struct fi_info *base_hints(const char *prov, uint64_t caps, int delivery,
 }
 
 /* The fi_info for one provider, bound to 127.0.0.1 where it takes an IP address. */
-static struct fi_info *provider_info(const char *prov, uint64_t caps, int delivery, int raw)
+static struct fi_info *provider_info(const char *prov, uint64_t caps, int delivery, int raw,
+                                     enum fi_threading threading)
 {
-    struct fi_info *h = base_hints(prov, caps, delivery, raw), *info = NULL;
+    struct fi_info *h = base_hints(prov, caps, delivery, raw, threading), *info = NULL;
     if (h == NULL)
         return NULL;
     int ret = fi_getinfo(FY_OFI_API, NULL, NULL, 0, h, &info);
@@ -215,7 +223,7 @@ static unsigned list_providers(const char *filter, prov_cand_t *out, unsigned ma
             return 0;
         lp = &list;
     }
-    struct fi_info *h = base_hints(NULL, FI_MSG | FI_RMA, 0, 0), *info = NULL;
+    struct fi_info *h = base_hints(NULL, FI_MSG | FI_RMA, 0, 0, FI_THREAD_DOMAIN), *info = NULL;
     unsigned n = 0;
     if (h != NULL && fi_getinfo(FY_OFI_API, NULL, NULL, 0, h, &info) == 0) {
         for (struct fi_info *i = info; i != NULL; i = i->next) {
@@ -260,13 +268,14 @@ static unsigned list_providers(const char *filter, prov_cand_t *out, unsigned ma
 
 /* The best info for one provider: reads ordered after sends and writes (the flush's read)
  * first, else delivery completion; atomics where it has them with that. */
-static struct fi_info *best_info(const char *prov, int want_delivery, int *delivery)
+static struct fi_info *best_info(const char *prov, int want_delivery, int *delivery,
+                                 enum fi_threading threading)
 {
     static const uint64_t caps[] = {FI_MSG | FI_RMA | FI_ATOMIC, FI_MSG | FI_RMA};
     for (int raw = 1; raw >= 0; raw--)
         for (size_t c = 0; c < 2; c++)
             for (int d = want_delivery && !raw ? 1 : 0; d >= 0; d--) {
-                struct fi_info *i = provider_info(prov, caps[c], d, raw);
+                struct fi_info *i = provider_info(prov, caps[c], d, raw, threading);
                 uint64_t ras = FI_ORDER_RAW | FI_ORDER_RAS;
                 if (i != NULL && raw && (i->tx_attr->msg_order & ras) != ras) {
                     fi_freeinfo(i); /* it did not promise the order asked for */
@@ -291,7 +300,7 @@ void fy_ofi_print_providers(FILE *f)
             FI_MAJOR(fi_version()), FI_MINOR(fi_version()), n, n == 1 ? "" : "s");
     for (unsigned i = 0; i < n; i++) {
         int d = 0;
-        struct fi_info *info = best_info(c[i].name, 1, &d);
+        struct fi_info *info = best_info(c[i].name, 1, &d, FI_THREAD_DOMAIN);
         char sn[32], mb[160];
         short_name(c[i].name, sn, sizeof(sn));
         if (info == NULL) {
@@ -339,6 +348,11 @@ static ferry_status_t ofi_md_open(const fy_tl_component_t *tl, fy_tl_md_t **md_p
         st = FERRY_ERR_BAD_CONFIG;
         goto err_cfg;
     }
+    if (md->cfg.contexts < 1 || md->cfg.contexts > 1024) {
+        fy_error("FERRY_OFI_CONTEXTS=%lu is out of range: use 1 to 1024", md->cfg.contexts);
+        st = FERRY_ERR_BAD_CONFIG;
+        goto err_cfg;
+    }
     if (md->cfg.tx_ops < 4 || md->cfg.tx_ops > 65536) {
         fy_error("FERRY_OFI_TX_OPS=%lu is out of range: use 4 to 65536", md->cfg.tx_ops);
         st = FERRY_ERR_BAD_CONFIG;
@@ -360,9 +374,31 @@ static ferry_status_t ofi_md_open(const fy_tl_component_t *tl, fy_tl_md_t **md_p
      * (shm, rxm, rxd, sockets) never beat ferry's own transports on one host, and an iface
      * costs a receive pool and has no wakeup fd (ferry_worker_get_fd needs every iface's). */
     int named = md->cfg.provider != NULL && md->cfg.provider[0] != '\0';
-    for (unsigned i = 0; i < n && md->info == NULL; i++)
-        if (named || c[i].rank == 0)
-            md->info = best_info(c[i].name, md->cfg.delivery, &md->delivery);
+    /* Several contexts (FERRY_OFI_CONTEXTS > 1) are several workers' endpoints on one domain,
+     * driven from their own threads, and the registration cache registers from any thread:
+     * FI_THREAD_SAFE.  A provider that cannot: FI_THREAD_DOMAIN and one context. */
+    for (unsigned i = 0; i < n && md->info == NULL; i++) {
+        if (!named && c[i].rank != 0)
+            continue;
+        md->thread_safe = md->cfg.contexts > 1;
+        if (md->thread_safe)
+            md->info = best_info(c[i].name, md->cfg.delivery, &md->delivery, FI_THREAD_SAFE);
+        if (md->info == NULL) {
+            md->thread_safe = 0;
+            md->info = best_info(c[i].name, md->cfg.delivery, &md->delivery, FI_THREAD_DOMAIN);
+            if (md->info != NULL && md->cfg.contexts > 1)
+                fy_info("ofi: %s: no FI_THREAD_SAFE domain: one context (one worker) only",
+                        c[i].name);
+        }
+    }
+    md->ncontexts = md->thread_safe ? (unsigned)md->cfg.contexts : 1;
+    md->ctx_busy = calloc(md->ncontexts, 1);
+    if (md->ctx_busy == NULL) {
+        st = FERRY_ERR_NO_MEMORY;
+        if (md->info != NULL)
+            fi_freeinfo(md->info);
+        goto err_cfg;
+    }
     if (md->info == NULL) {
         /* no device: the md opens with none, like tcp with no interface */
         fy_debug("ofi: no usable provider (FERRY_OFI_PROVIDER='%s')",
@@ -404,9 +440,10 @@ static ferry_status_t ofi_md_open(const fy_tl_component_t *tl, fy_tl_md_t **md_p
     md->prov_hash = 14695981039346656037ull; /* FNV-1a of the provider's name */
     for (const char *ch = md->info->fabric_attr->prov_name; *ch; ch++)
         md->prov_hash = (md->prov_hash ^ (uint8_t)*ch) * 1099511628211ull;
-    fy_debug("ofi: provider %s, domain %s, mr_mode 0x%llx, delivery complete %s",
+    fy_debug("ofi: provider %s, domain %s, mr_mode 0x%llx, delivery complete %s, %u context%s",
              md->info->fabric_attr->prov_name, md->info->domain_attr->name,
-             (unsigned long long)md->mr_mode, md->delivery ? "yes" : "no");
+             (unsigned long long)md->mr_mode, md->delivery ? "yes" : "no", md->ncontexts,
+             md->ncontexts == 1 ? "" : "s");
     *md_p = &md->super;
     return FERRY_OK;
 
@@ -425,6 +462,7 @@ static void ofi_md_close(fy_tl_md_t *super)
         return;
     fy_rcache_destroy(md->rcache); /* registrations first: they belong to the domain */
     pthread_mutex_destroy(&md->rc_lock);
+    free(md->ctx_busy);
     if (md->domain != NULL)
         fi_close(&md->domain->fid);
     if (md->fabric != NULL)

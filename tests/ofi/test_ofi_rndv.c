@@ -30,7 +30,7 @@ static int cache_wanted(void)
 /* The ofi iface's counters as printed: registrations made, and the rcache line's. */
 typedef struct counts {
     unsigned long long regs, hits, misses, invalidations;
-    int have_cache, cache_on;
+    int have_cache, cache_on, local;
 } counts_t;
 
 static counts_t counts(pair_t *p)
@@ -46,6 +46,7 @@ static counts_t counts(pair_t *p)
     const char *r = strstr(text, "memory registrations ");
     FY_ASSERT_MSG(r != NULL, "no ofi registration count in:\n%s", text);
     FY_ASSERT_EQ(sscanf(r, "memory registrations %llu", &c.regs), 1);
+    c.local = strstr(r, "local descriptors yes") != NULL;
     const char *rc = strstr(text, "rcache ofi: ");
     if (rc != NULL) {
         size_t ent, bytes;
@@ -118,7 +119,13 @@ static void repeat(void)
         send_check(&p, buf, 100 + i, dst);
     }
     counts_t c1 = counts(&p);
-    if (cache_wanted()) {
+    if (c1.local) {
+        /* FERRY_OFI_MR_FORCE=local: every local buffer needs a descriptor too; the receive
+         * buffer and the copy buffers of the pooled ops are registered once as well, so the
+         * count stays below one registration per message */
+        printf("FI_MR_LOCAL forced: %llu registrations for %u messages\n", c1.regs - c0.regs, n);
+        FY_ASSERT_LT(c1.regs - c0.regs, n);
+    } else if (cache_wanted()) {
         FY_ASSERT_MSG(c1.have_cache && c1.cache_on, "the registration cache is not on");
         FY_ASSERT_EQ(c1.regs - c0.regs, 1);
         FY_ASSERT_EQ(c1.misses, 1);
@@ -137,6 +144,10 @@ static void remap(void)
         return;
     pair_t p;
     pair_open(&p);
+    if (counts(&p).local) {
+        pair_close(&p); /* local registrations would blur the counts */
+        return;
+    }
     char *dst = malloc(LEN);
     char *buf = mmap(NULL, LEN, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     FY_ASSERT(buf != MAP_FAILED);

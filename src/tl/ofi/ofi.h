@@ -77,6 +77,7 @@ typedef struct fy_ofi_config {
     int atomics;            /* use the provider's atomics where valid */
     int wait_fd;            /* ask the CQ for a wait fd (FI_WAIT_FD) */
     uint64_t wait_poll;     /* no wait fd: how often a sleeping worker wakes to progress */
+    char *mr_force;         /* FERRY_OFI_MR_FORCE: MR mode bits acted on though not asked */
     double latency_ns, bandwidth;
 } fy_ofi_config_t;
 extern const fy_config_table_t fy_ofi_config_table;
@@ -139,6 +140,14 @@ typedef struct fy_ofi_op {
     void *result_dst;
     size_t amo_size;
     void *bbuf; /* copy buffer (FY_OFI_MSG_MAX), kept with the op across reuse */
+    /* FI_MR_LOCAL: registrations kept with the op across reuse (its bbuf; the op itself, for
+     * the atomics' operand, compare and result and the flush's read), the descriptors of a
+     * send's gather list, and the cache regions of the caller's buffers it holds until it
+     * goes back to the pool */
+    fy_ofi_mr_t bbuf_mr, self_mr;
+    void *desc[8];
+    void *regions[8];
+    uint8_t nregions;
 } fy_ofi_op_t;
 
 struct fy_ofi_ep {
@@ -161,6 +170,7 @@ struct fy_ofi_ep {
 
 typedef struct fy_ofi_rx {
     fy_ofi_op_t op; /* kind RECV; ctx routes the completion */
+    fy_ofi_mr_t mr; /* FI_MR_LOCAL: buf's registration */
     void *buf;
     size_t len;
     int needs_post;
@@ -199,6 +209,7 @@ struct fy_ofi_iface {
 
 /* ofi_md.c */
 int fy_ofi_virt(const fy_ofi_md_t *md);
+fy_rcache_t *fy_ofi_md_rcache(fy_ofi_md_t *md);
 ferry_status_t fy_ofi_status(int fi_err);
 
 /* ofi_iface.c */
@@ -221,6 +232,10 @@ void fy_ofi_ep_fail(fy_ofi_ep_t *ep, ferry_status_t st);
 void fy_ofi_ep_drain(fy_ofi_ep_t *ep);
 int fy_ofi_post_flush_read(fy_ofi_iface_t *iface, fy_ofi_op_t *op);
 int fy_ofi_ep_retry(fy_ofi_ep_t *ep);
+ferry_status_t fy_ofi_op_local_mr(fy_ofi_iface_t *iface, fy_ofi_op_t *op, void *buf, size_t len,
+                                  fy_ofi_mr_t *mr);
+ferry_status_t fy_ofi_op_descs(fy_ofi_iface_t *iface, fy_ofi_op_t *op, const struct iovec *v,
+                               size_t first, size_t n);
 
 /* ofi_ep.c */
 ferry_status_t fy_ofi_ep_create(fy_tl_iface_t *iface, const void *dev_addr, const void *iface_addr,

@@ -47,8 +47,11 @@ fy_ofi_op_t *fy_ofi_op_get(fy_ofi_iface_t *iface, fy_ofi_ep_t *ep, int kind, fy_
         iface->nops++;
     }
     void *bbuf = op->bbuf;
+    fy_ofi_mr_t bbuf_mr = op->bbuf_mr, self_mr = op->self_mr;
     memset(op, 0, sizeof(*op));
     op->bbuf = bbuf;
+    op->bbuf_mr = bbuf_mr;
+    op->self_mr = self_mr;
     op->ep = ep;
     op->kind = (uint8_t)kind;
     op->comp = comp;
@@ -59,8 +62,51 @@ fy_ofi_op_t *fy_ofi_op_get(fy_ofi_iface_t *iface, fy_ofi_ep_t *ep, int kind, fy_
     return op;
 }
 
+/* FI_MR_LOCAL: the cache regions of the caller's buffers an op held, given back */
+static void op_release_regions(fy_ofi_iface_t *iface, fy_ofi_op_t *op)
+{
+    for (unsigned i = 0; i < op->nregions; i++)
+        fy_rcache_put(iface->md->rcache, op->regions[i]);
+    op->nregions = 0;
+}
+
+/* FI_MR_LOCAL: register [buf, +len) for local use into mr (bound to the iface's endpoint
+ * under FI_MR_ENDPOINT), once: an op keeps it across reuse. */
+ferry_status_t fy_ofi_op_local_mr(fy_ofi_iface_t *iface, fy_ofi_op_t *op, void *buf, size_t len,
+                                  fy_ofi_mr_t *mr)
+{
+    (void)op;
+    if (!iface->md->mrdom.mode.local || mr->mr != NULL)
+        return FERRY_OK;
+    return fy_ofi_mr_reg(&iface->md->mrdom, iface->ep, buf, len, 0, 1, mr);
+}
+
+/* FI_MR_LOCAL: op->desc[first..n) for the caller's buffers v[first..n), from the md's
+ * registration cache; the op holds the regions until it goes back to the pool (a buffer sent
+ * again is registered once).  Without FI_MR_LOCAL the descriptors stay NULL. */
+ferry_status_t fy_ofi_op_descs(fy_ofi_iface_t *iface, fy_ofi_op_t *op, const struct iovec *v,
+                               size_t first, size_t n)
+{
+    if (!iface->md->mrdom.mode.local)
+        return FERRY_OK;
+    fy_rcache_t *rc = fy_ofi_md_rcache(iface->md);
+    if (rc == NULL)
+        return FERRY_ERR_NO_MEMORY;
+    for (size_t i = first; i < n; i++) {
+        fy_rcache_region_t *r;
+        ferry_status_t st = fy_rcache_get(rc, v[i].iov_base, v[i].iov_len, 0, &r);
+        if (st != FERRY_OK)
+            return st; /* the regions taken so far go back with the op */
+        op->regions[op->nregions++] = r;
+        op->desc[i] = fy_ofi_mr_desc(fy_rcache_region_memh(r));
+    }
+    return FERRY_OK;
+}
+
 void fy_ofi_op_put(fy_ofi_iface_t *iface, fy_ofi_op_t *op)
 {
+    if (op->nregions > 0)
+        op_release_regions(iface, op);
     if (fy_list_is_linked(&op->elem))
         fy_list_del(&op->elem);
     if (op->counted)
@@ -70,10 +116,13 @@ void fy_ofi_op_put(fy_ofi_iface_t *iface, fy_ofi_op_t *op)
     fy_list_add_head(&iface->free, &op->elem);
 }
 
-static void op_free_all(fy_list_t *head)
+static void op_free_all(fy_ofi_iface_t *iface, fy_list_t *head)
 {
     while (!fy_list_is_empty(head)) {
         fy_ofi_op_t *op = fy_container_of(fy_list_pop_head(head), fy_ofi_op_t, elem);
+        op_release_regions(iface, op);
+        fy_ofi_mr_dereg(&op->bbuf_mr);
+        fy_ofi_mr_dereg(&op->self_mr);
         free(op->bbuf);
         free(op);
     }
@@ -208,13 +257,17 @@ void fy_ofi_ep_fail(fy_ofi_ep_t *ep, ferry_status_t st)
 static int rx_post(fy_ofi_iface_t *iface, fy_ofi_rx_t *rx)
 {
     ssize_t ret;
+    void *desc = fy_ofi_mr_desc(&rx->mr);
     if (iface->multi) {
         struct iovec v = {rx->buf, rx->len};
-        struct fi_msg m = {
-            .msg_iov = &v, .iov_count = 1, .addr = FI_ADDR_UNSPEC, .context = &rx->op.ctx};
+        struct fi_msg m = {.msg_iov = &v,
+                           .desc = &desc,
+                           .iov_count = 1,
+                           .addr = FI_ADDR_UNSPEC,
+                           .context = &rx->op.ctx};
         ret = fi_recvmsg(iface->ep, &m, FI_MULTI_RECV);
     } else {
-        ret = fi_recv(iface->ep, rx->buf, rx->len, NULL, FI_ADDR_UNSPEC, &rx->op.ctx);
+        ret = fi_recv(iface->ep, rx->buf, rx->len, desc, FI_ADDR_UNSPEC, &rx->op.ctx);
     }
     rx->needs_post = ret != 0;
     if (ret != 0 && ret != -FI_EAGAIN)
@@ -619,6 +672,9 @@ ferry_status_t fy_ofi_iface_open(fy_tl_md_t *super_md, const fy_tl_iface_params_
         goto err;
     }
     iface->name_len = nlen;
+    /* FI_MR_ENDPOINT (one context): every registration binds to this endpoint */
+    if (md->mrdom.mode.endpoint)
+        md->mrdom.ep = iface->ep;
     /* the word a flush reads after writes */
     if (fy_ofi_mr_reg(&md->mrdom, iface->ep, &iface->flush_word, sizeof(iface->flush_word),
                       FERRY_MEM_REMOTE_READ, 0, &iface->flush_mr) != FERRY_OK) {
@@ -643,6 +699,11 @@ ferry_status_t fy_ofi_iface_open(fy_tl_md_t *super_md, const fy_tl_iface_params_
         if (rx->buf == NULL) {
             ret = -FI_ENOMEM;
             what = "receive buffers";
+            goto err;
+        }
+        if (fy_ofi_op_local_mr(iface, &rx->op, rx->buf, rx->len, &rx->mr) != FERRY_OK) {
+            ret = -FI_EINVAL;
+            what = "registering a receive buffer";
             goto err;
         }
         ret = rx_post(iface, rx);
@@ -671,6 +732,23 @@ void fy_ofi_iface_close(fy_tl_iface_t *super)
         fy_ofi_ep_t *ep = fy_container_of(iface->eps.next, fy_ofi_ep_t, elem);
         fy_ofi_ep_destroy(&ep->super);
     }
+    if (iface->md->mrdom.mode.endpoint && iface->ep != NULL) {
+        /* the cached registrations are bound to this endpoint: they go with it */
+        pthread_mutex_lock(&iface->md->rc_lock);
+        fy_rcache_t *rc = iface->md->rcache;
+        iface->md->rcache = NULL;
+        iface->md->mrdom.ep = NULL;
+        pthread_mutex_unlock(&iface->md->rc_lock);
+        fy_list_t *e;
+        fy_list_for_each(e, &iface->orphans) /* their regions first (pooled ops hold none) */
+        {
+            fy_ofi_op_t *op = fy_container_of(e, fy_ofi_op_t, elem);
+            for (unsigned i = 0; i < op->nregions; i++)
+                fy_rcache_put(rc, op->regions[i]);
+            op->nregions = 0;
+        }
+        fy_rcache_destroy(rc);
+    }
     if (iface->ep != NULL)
         fi_close(&iface->ep->fid);
     fy_ofi_mr_dereg(&iface->flush_mr);
@@ -682,11 +760,13 @@ void fy_ofi_iface_close(fy_tl_iface_t *super)
         close(iface->timer_fd);
     if (iface->cq != NULL)
         fi_close(&iface->cq->fid); /* closes wait_fd, the provider's */
-    for (unsigned i = 0; iface->rx != NULL && i < iface->nrx; i++)
+    for (unsigned i = 0; iface->rx != NULL && i < iface->nrx; i++) {
+        fy_ofi_mr_dereg(&iface->rx[i].mr);
         free(iface->rx[i].buf);
+    }
     free(iface->rx);
-    op_free_all(&iface->orphans);
-    op_free_all(&iface->free);
+    op_free_all(iface, &iface->orphans);
+    op_free_all(iface, &iface->free);
     pthread_mutex_lock(&iface->md->rc_lock);
     iface->md->ctx_busy[iface->ctx_index] = 0;
     pthread_mutex_unlock(&iface->md->rc_lock);
@@ -799,7 +879,9 @@ void fy_ofi_iface_print(fy_tl_iface_t *super, FILE *f)
             (unsigned long long)iface->rx_dropped, (unsigned long long)iface->cq_errors);
     /* registrations of the whole md (every worker's): a buffer sent again and again through
      * the cache adds one (tests/ofi/test_ofi_rndv.c counts them here) */
-    fprintf(f, "  memory registrations %llu\n", (unsigned long long)atomic_load(&md->mrdom.nregs));
+    fprintf(f, "  memory registrations %llu, local descriptors %s, bound to the endpoint %s\n",
+            (unsigned long long)atomic_load(&md->mrdom.nregs), md->mrdom.mode.local ? "yes" : "no",
+            md->mrdom.mode.endpoint ? "yes" : "no");
     pthread_mutex_lock(&md->rc_lock);
     if (md->rcache != NULL) {
         fprintf(f, "  ");

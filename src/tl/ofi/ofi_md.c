@@ -16,7 +16,9 @@
  * the peer's process has seen it, so the read is preferred.  Elsewhere (shm) every operation
  * is posted with FI_DELIVERY_COMPLETE, where offered.
  *
- * MEMORY.  The hints accept FI_MR_VIRT_ADDR, FI_MR_ALLOCATED and FI_MR_PROV_KEY: without
+ * MEMORY.  The hints accept FI_MR_VIRT_ADDR, FI_MR_ALLOCATED, FI_MR_PROV_KEY, FI_MR_LOCAL
+ * (descriptors for every local buffer, ofi_iface.c) and FI_MR_ENDPOINT (one context, whose
+ * endpoint every registration binds to); FERRY_OFI_MR_FORCE acts on them unasked: without
  * VIRT_ADDR a remote address is an offset from the registration's base; without PROV_KEY
  * ferry requests its own keys (a counter per domain).  The rkey carries base, length, key and
  * rights, so the initiator refuses an access outside the region or without the right at once
@@ -75,6 +77,11 @@ static const fy_config_field_t ofi_config_fields[] = {
                     "Where the provider gives no wait fd: how long a sleeping worker sleeps "
                     "before it progresses again (the latency a sleeper may add).",
                     FY_CFG_TIME, fy_ofi_config_t, wait_poll),
+    FY_CONFIG_FIELD("MR_FORCE", "",
+                    "Memory registration modes to act on even where the provider does not ask "
+                    "for them (local: descriptors for every local buffer; endpoint: "
+                    "registrations bound to the endpoint; allocated): for tests.",
+                    FY_CFG_STRING, fy_ofi_config_t, mr_force),
     FY_CONFIG_FIELD("LATENCY", "0",
                     "One-way latency in ns reported to lane selection; 0 = built-in estimate.",
                     FY_CFG_DOUBLE, fy_ofi_config_t, latency_ns),
@@ -170,9 +177,9 @@ static struct fi_info *base_hints(const char *prov, uint64_t caps, int delivery,
     h->caps = caps;
     h->mode = FI_CONTEXT | FI_CONTEXT2;
     h->ep_attr->type = FI_EP_RDM;
-    /* the modes ofi_mr serves, but FI_MR_LOCAL and FI_MR_ENDPOINT: the data path does not
-     * pass descriptors nor bind registrations to the endpoint yet */
-    h->domain_attr->mr_mode = fy_ofi_mr_mode_hints() & ~(uint64_t)(FI_MR_LOCAL | FI_MR_ENDPOINT);
+    /* the modes ofi_mr serves, FI_MR_LOCAL and FI_MR_ENDPOINT included: the data path passes
+     * descriptors for local buffers and binds registrations to the (one) endpoint */
+    h->domain_attr->mr_mode = fy_ofi_mr_mode_hints();
     h->domain_attr->threading = threading;
     uint64_t order = FI_ORDER_SAS | (raw ? FI_ORDER_RAW | FI_ORDER_RAS : 0);
     h->tx_attr->msg_order = order;
@@ -433,6 +440,33 @@ static ferry_status_t ofi_md_open(const fy_tl_component_t *tl, fy_tl_md_t **md_p
         *md_p = &md->super;
         return FERRY_OK;
     }
+    if (md->cfg.mr_force != NULL && md->cfg.mr_force[0] != '\0') {
+        fy_config_list_t l;
+        if (fy_config_parse_list(md->cfg.mr_force, &l) == FERRY_OK) {
+            int ok = 1;
+            for (unsigned i = 0; i < l.count; i++) {
+                const char *b = l.names[i];
+                if (strcmp(b, "local") == 0)
+                    mode.local = 1;
+                else if (strcmp(b, "endpoint") == 0)
+                    mode.endpoint = 1;
+                else if (strcmp(b, "allocated") == 0)
+                    mode.allocated = 1;
+                else
+                    ok = 0;
+            }
+            fy_config_list_release(&l);
+            if (!ok)
+                fy_warn("FERRY_OFI_MR_FORCE=%s: only local, endpoint and allocated are known",
+                        md->cfg.mr_force);
+        }
+    }
+    /* FI_MR_ENDPOINT binds each registration to one endpoint, and a key is the md's: one
+     * context, whose endpoint every registration binds to (iface_open sets mrdom.ep) */
+    if (mode.endpoint && md->ncontexts > 1) {
+        fy_info("ofi: FI_MR_ENDPOINT: one context (one worker) only");
+        md->ncontexts = 1;
+    }
     fy_ofi_mr_dom_init(&md->mrdom, md->domain, &mode);
     md->mr_mode = mode.mr_mode;
     md->multi_recv = md->cfg.multi_recv && (md->info->caps & FI_MULTI_RECV) != 0;
@@ -500,7 +534,7 @@ static ferry_status_t ofi_mem_reg(fy_tl_md_t *super, void *addr, size_t len, uns
 
 /* The md's registration cache, created on first use (a memory monitor subscription: no
  * process that never sends a rendezvous pays for it).  NULL when it cannot be made. */
-static fy_rcache_t *md_rcache(fy_ofi_md_t *md)
+fy_rcache_t *fy_ofi_md_rcache(fy_ofi_md_t *md)
 {
     pthread_mutex_lock(&md->rc_lock);
     if (md->rcache == NULL && !md->rc_failed) {
@@ -535,7 +569,7 @@ static ferry_status_t ofi_mem_reg_cached(fy_tl_md_t *super, void *addr, size_t l
     memset(mr, 0, sizeof(*mr));
     if (md->domain == NULL)
         return FERRY_ERR_NO_DEVICE;
-    fy_rcache_t *rc = len > 0 ? md_rcache(md) : NULL;
+    fy_rcache_t *rc = len > 0 ? fy_ofi_md_rcache(md) : NULL;
     if (rc == NULL)
         return fy_ofi_mr_reg(&md->mrdom, NULL, addr, len, access, 0, mr);
     fy_rcache_region_t *region;

@@ -600,11 +600,21 @@ ferry_status_t fy_ofi_iface_open(fy_tl_md_t *super_md, const fy_tl_iface_params_
     }
     if (cqa.wait_obj == FI_WAIT_FD) {
         int fd = -1;
-        if (fi_control(&iface->cq->fid, FI_GETWAIT, &fd) == 0 && fd >= 0)
+        if (fi_control(&iface->cq->fid, FI_GETWAIT, &fd) == 0 && fd >= 0) {
             iface->wait_fd = fd;
-        else
+        } else {
+            /* a wait object nobody can sleep on would only cost its signalling: without */
             fy_debug("ofi: %s: the completion queue gives no wait fd: sleeping workers poll",
                      md->info->fabric_attr->prov_name);
+            fi_close(&iface->cq->fid);
+            iface->cq = NULL;
+            cqa.wait_obj = FI_WAIT_NONE;
+            ret = fi_cq_open(md->domain, &cqa, &iface->cq, NULL);
+            if (ret != 0) {
+                what = "fi_cq_open";
+                goto err;
+            }
+        }
     }
     ret = open_event_fd(iface);
     if (ret != 0) {

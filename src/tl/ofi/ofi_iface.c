@@ -317,9 +317,11 @@ static void handle_entry(fy_ofi_iface_t *iface, void *ctx, uint64_t flags, void 
         fy_ofi_op_put(iface, op);
         return;
     }
-    if (st != FERRY_OK && op->kind == FY_OFI_OP_SEND) {
+    if (st != FERRY_OK && (op->kind == FY_OFI_OP_SEND || st == FERRY_ERR_CANCELED)) {
         /* a message the provider could not deliver: the peer is unreachable; the op ends
-         * with the ep's failure, like the rest of its ops */
+         * with the ep's failure, like the rest of its ops.  Any op the provider cancels
+         * (ferry cancels none: a destroyed ep's ops become orphans) means the same: rxm
+         * cancels the reads and writes of a connection that broke. */
         fy_ofi_ep_fail(ep, st == FERRY_ERR_CANCELED ? FERRY_ERR_CONNECTION_RESET : st);
         return;
     }

@@ -5,7 +5,10 @@
 #   1 MiB put        ferry_perf put_bw -s 1m                 vs ofi_floor write (the raw fi_write floor)
 # and ferry's own shm, tcp and udp transports for the same figures.  Prints the rows of the
 # "ofi" section of bench/RESULTS.md.
-#   Usage: bench/ofi.sh [build]     (ITERS=2000 small, 200 at 1 MiB)
+#   Usage: bench/ofi.sh [build]     (ITERS=2000 small, ITERS_BIG=200 at 1 MiB)
+# Every program is pinned as ferry_perf pins its ranks (-C 0,1): fi_pingpong's server on CPU 0
+# and its client on CPU 1, ofi_floor (a parent and its forked child) on CPUs 0-1, so on a
+# loaded machine the raw tools are not penalised by migrating where ferry is not.
 set -eu
 cd "$(dirname "$0")/.."
 build=${1:-build}
@@ -18,16 +21,18 @@ perf() { # FERRY_TLS provider test size iters -> csv line of ferry_perf
 }
 fipp() { # provider size iters -> "usec/xfer MB/s" of fi_pingpong
     port=$((port + 1))
-    timeout 120 fi_pingpong -p "$1" -e rdm -B $port -I "$3" -S "$2" > /dev/null 2>&1 &
+    timeout 120 taskset -c 0 fi_pingpong -p "$1" -e rdm -B $port -I "$3" -S "$2" > /dev/null 2>&1 &
     local spid=$! k
     for k in $(seq 100); do # until the server's control port listens
         ss -Hltn "sport = :$port" 2> /dev/null | grep -q . && break
         sleep 0.05
     done
-    timeout 120 fi_pingpong -p "$1" -e rdm -P $port -I "$3" -S "$2" 127.0.0.1 2> /dev/null |
-        awk '$1 ~ /^[0-9]+$/ {print $7, $6}' | tail -1
+    timeout 120 taskset -c 1 fi_pingpong -p "$1" -e rdm -P $port -I "$3" -S "$2" 127.0.0.1 2> /dev/null |
+        awk '$1 ~ /^[0-9]+[kmg]?$/ {print $7, $6}' | tail -1
     wait $spid 2> /dev/null || true
 }
+echo "Started $(date -u '+%Y-%m-%d %H:%M UTC'), load $(cut -d' ' -f1-3 /proc/loadavg)."
+echo
 echo "| provider | ferry am_lat 8 B p50 us | fi_pingpong 8 B us | ofi_floor 8 B us | ferry 1 MiB ping-pong MB/s | fi_pingpong 1 MiB MB/s | ferry put 1 MiB MB/s | ofi_floor fi_write 1 MiB MB/s |"
 echo "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
 for p in "tcp;ofi_rxm" "udp;ofi_rxd" shm; do
@@ -36,8 +41,8 @@ for p in "tcp;ofi_rxm" "udp;ofi_rxd" shm; do
     put=$(perf self,ofi "$p" put_bw 1048576 "$nb" | cut -d, -f12)
     f8=$(fipp "$p" 8 "$n" | cut -d' ' -f1)
     f1m=$(fipp "$p" 1048576 "$nb" | cut -d' ' -f2)
-    fl8=$("$build/bench/ofi_floor" "$p" pingpong 8 "$n" | awk '{print $(NF-3)}')
-    flw=$("$build/bench/ofi_floor" "$p" write 1048576 "$nb" | awk '{print $(NF-1)}')
+    fl8=$(timeout 120 taskset -c 0,1 "$build/bench/ofi_floor" "$p" pingpong 8 "$n" | awk '{print $(NF-3)}')
+    flw=$(timeout 120 taskset -c 0,1 "$build/bench/ofi_floor" "$p" write 1048576 "$nb" | awk '{print $(NF-1)}')
     echo "| $p | $lat | $f8 | $fl8 | $big | $f1m | $put | $flw |"
 done
 for t in shm tcp udp; do

@@ -45,8 +45,10 @@ size_t fy_tag_offer_get(ferry_ep_t *ep, fy_op_t *op, fy_tag_msg_t *m, uint8_t *k
     void *memh = calloc(1, tl->memh_size);
     if (memh == NULL)
         return 0;
+    /* a transport with a registration cache registers a buffer sent again and again once */
     ferry_status_t st =
-        tl->ops->mem_reg(fi->ctl->md, (void *)s->buf, s->len, FERRY_MEM_REMOTE_READ, memh);
+        (tl->ops->mem_reg_cached != NULL ? tl->ops->mem_reg_cached : tl->ops->mem_reg)(
+            fi->ctl->md, (void *)s->buf, s->len, FERRY_MEM_REMOTE_READ, memh);
     if (st != FERRY_OK) {
         fy_debug("%s cannot register %zu bytes at %p (%s): rendezvous by am", tl->name, s->len,
                  s->buf, ferry_status_string(st));

@@ -308,6 +308,12 @@ typedef struct fy_tl_ops {
                                   const void *iface_addr, char *buf, size_t len);
     /* optional: a remote interface's address for people ("10.0.0.2:41000") */
     void (*addr_str)(const void *dev_addr, const void *iface_addr, char *buf, size_t len);
+    /* optional: mem_reg for one transfer of a buffer the caller may send again (a rendezvous
+     * send): the transport may serve it from a registration cache, so the registration (and
+     * the key packed from it) may cover the whole pages around the buffer and outlive
+     * mem_dereg until the memory is unmapped.  Released with mem_dereg.  NULL: mem_reg. */
+    ferry_status_t (*mem_reg_cached)(fy_tl_md_t *md, void *addr, size_t len, unsigned access,
+                                     void *memh);
 } fy_tl_ops_t;
 
 struct fy_tl_component {

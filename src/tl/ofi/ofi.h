@@ -16,12 +16,14 @@
 #ifndef FY_TL_OFI_H
 #define FY_TL_OFI_H
 
+#include <pthread.h>
 #include <stdint.h>
 #include <sys/types.h>
 
 #include "tl/ofi/ofi_mr.h"
 #include "tl/tl.h"
 #include "util/list.h"
+#include "util/rcache.h"
 
 #define FY_OFI_NAME_MAX  56    /* bytes of an endpoint name carried in the iface address */
 #define FY_OFI_MSG_MAX   65536 /* largest AM on the wire, header included (receive slot) */
@@ -66,12 +68,16 @@ typedef struct fy_ofi_iface_addr {
 
 /* ---- configuration ---------------------------------------------------------------------- */
 typedef struct fy_ofi_config {
-    char *provider;       /* FERRY_OFI_PROVIDER: include / exclude list */
-    unsigned long tx_ops; /* operations in flight per iface before NO_RESOURCE */
-    uint64_t peer_check;  /* liveness check period */
-    int multi_recv;       /* use FI_MULTI_RECV where offered */
-    int delivery;         /* use FI_DELIVERY_COMPLETE where offered */
-    int atomics;          /* use the provider's atomics where valid */
+    char *provider;         /* FERRY_OFI_PROVIDER: include / exclude list */
+    unsigned long tx_ops;   /* operations in flight per iface before NO_RESOURCE */
+    unsigned long contexts; /* FERRY_OFI_CONTEXTS: ifaces (workers) the md serves */
+    uint64_t peer_check;    /* liveness check period */
+    int multi_recv;         /* use FI_MULTI_RECV where offered */
+    int delivery;           /* use FI_DELIVERY_COMPLETE where offered */
+    int atomics;            /* use the provider's atomics where valid */
+    int wait_fd;            /* ask the CQ for a wait fd (FI_WAIT_FD) */
+    uint64_t wait_poll;     /* no wait fd: how often a sleeping worker wakes to progress */
+    char *mr_force;         /* FERRY_OFI_MR_FORCE: MR mode bits acted on though not asked */
     double latency_ns, bandwidth;
 } fy_ofi_config_t;
 extern const fy_config_table_t fy_ofi_config_table;
@@ -92,6 +98,16 @@ typedef struct fy_ofi_md {
     uint64_t host_id;
     uint64_t prov_hash;
     unsigned amo_mask[2]; /* [0]: 32-bit, [1]: 64-bit; bit per ferry_atomic_op_t */
+    /* the registration cache of rendezvous buffers (mem_reg_cached), made on first use;
+     * rc_lock guards its creation (workers of several threads share the md) */
+    pthread_mutex_t rc_lock;
+    fy_rcache_t *rcache;
+    int rc_failed; /* creating it failed: register without it */
+    /* contexts: one per iface (worker), each its own endpoint, CQ and AV; rc_lock guards
+     * ctx_busy too */
+    int thread_safe;         /* the domain is FI_THREAD_SAFE */
+    unsigned ncontexts;      /* FERRY_OFI_CONTEXTS, or 1 without FI_THREAD_SAFE */
+    unsigned char *ctx_busy; /* ncontexts flags */
 } fy_ofi_md_t;
 
 /* ---- ops ---------------------------------------------------------------------------------- */
@@ -124,6 +140,14 @@ typedef struct fy_ofi_op {
     void *result_dst;
     size_t amo_size;
     void *bbuf; /* copy buffer (FY_OFI_MSG_MAX), kept with the op across reuse */
+    /* FI_MR_LOCAL: registrations kept with the op across reuse (its bbuf; the op itself, for
+     * the atomics' operand, compare and result and the flush's read), the descriptors of a
+     * send's gather list, and the cache regions of the caller's buffers it holds until it
+     * goes back to the pool */
+    fy_ofi_mr_t bbuf_mr, self_mr;
+    void *desc[8];
+    void *regions[8];
+    uint8_t nregions;
 } fy_ofi_op_t;
 
 struct fy_ofi_ep {
@@ -146,6 +170,7 @@ struct fy_ofi_ep {
 
 typedef struct fy_ofi_rx {
     fy_ofi_op_t op; /* kind RECV; ctx routes the completion */
+    fy_ofi_mr_t mr; /* FI_MR_LOCAL: buf's registration */
     void *buf;
     size_t len;
     int needs_post;
@@ -174,12 +199,17 @@ struct fy_ofi_iface {
     fy_list_t free;
     unsigned inflight, nops;
     unsigned in_progress;
+    int ctx_index; /* the md's context this iface holds, or -1 */
+    int wait_fd;   /* the CQ's wait fd (FI_WAIT_FD, fi_control FI_GETWAIT), or -1 */
+    int timer_fd;  /* one-shot timer armed before sleeping (polling, liveness) */
+    int event_fd;  /* epoll of both: what the worker sleeps on */
     uint64_t next_check_ns;
     uint64_t rx_dropped, cq_errors, eagain;
 };
 
 /* ofi_md.c */
 int fy_ofi_virt(const fy_ofi_md_t *md);
+fy_rcache_t *fy_ofi_md_rcache(fy_ofi_md_t *md);
 ferry_status_t fy_ofi_status(int fi_err);
 
 /* ofi_iface.c */
@@ -192,6 +222,8 @@ int fy_ofi_iface_is_reachable(fy_tl_iface_t *iface, const void *dev_addr, const 
 void fy_ofi_iface_unreachable_why(fy_tl_iface_t *iface, const void *dev_addr,
                                   const void *iface_addr, char *buf, size_t len);
 unsigned fy_ofi_iface_progress(fy_tl_iface_t *iface);
+int fy_ofi_iface_event_fd(fy_tl_iface_t *iface);
+ferry_status_t fy_ofi_iface_event_arm(fy_tl_iface_t *iface);
 void fy_ofi_iface_print(fy_tl_iface_t *iface, FILE *f);
 fy_ofi_op_t *fy_ofi_op_get(fy_ofi_iface_t *iface, fy_ofi_ep_t *ep, int kind, fy_tl_comp_t *comp);
 void fy_ofi_op_put(fy_ofi_iface_t *iface, fy_ofi_op_t *op);
@@ -200,6 +232,10 @@ void fy_ofi_ep_fail(fy_ofi_ep_t *ep, ferry_status_t st);
 void fy_ofi_ep_drain(fy_ofi_ep_t *ep);
 int fy_ofi_post_flush_read(fy_ofi_iface_t *iface, fy_ofi_op_t *op);
 int fy_ofi_ep_retry(fy_ofi_ep_t *ep);
+ferry_status_t fy_ofi_op_local_mr(fy_ofi_iface_t *iface, fy_ofi_op_t *op, void *buf, size_t len,
+                                  fy_ofi_mr_t *mr);
+ferry_status_t fy_ofi_op_descs(fy_ofi_iface_t *iface, fy_ofi_op_t *op, const struct iovec *v,
+                               size_t first, size_t n);
 
 /* ofi_ep.c */
 ferry_status_t fy_ofi_ep_create(fy_tl_iface_t *iface, const void *dev_addr, const void *iface_addr,

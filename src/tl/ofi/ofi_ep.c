@@ -16,6 +16,10 @@
  * the iface reports which ops are native per width (attr.amo_ops), and proto emulates a
  * width that lacks any of them over AM, as a whole (rma.c).
  *
+ * DESCRIPTORS.  Under FI_MR_LOCAL every post passes descriptors (fy_ofi_op_local_mr for the
+ * op's own buffers, registered once; fy_ofi_op_descs for the caller's, from the registration
+ * cache, held until the op returns to the pool); otherwise they are NULL.
+ *
  * FLUSH.  Operations are posted with FI_DELIVERY_COMPLETE where the provider accepts it, so
  * their completion already means remote completion, and a flush waits for the ops before it
  * (issue order, the ep's list).  Injected sends have no completion: a flush after them sends
@@ -128,8 +132,11 @@ static ferry_status_t posted_status(fy_ofi_iface_t *iface, fy_ofi_op_t *op, ssiz
 static ssize_t post_send(fy_ofi_ep_t *ep, fy_ofi_op_t *op, const struct iovec *v, size_t n)
 {
     fy_ofi_iface_t *iface = ep_iface(ep);
-    struct fi_msg m = {
-        .msg_iov = v, .desc = NULL, .iov_count = n, .addr = ep->addr, .context = &op->ctx};
+    struct fi_msg m = {.msg_iov = v,
+                       .desc = iface->md->mrdom.mode.local ? op->desc : NULL,
+                       .iov_count = n,
+                       .addr = ep->addr,
+                       .context = &op->ctx};
     return fi_sendmsg(iface->ep, &m, dc_flags(iface));
 }
 
@@ -189,11 +196,17 @@ int fy_ofi_ep_retry(fy_ofi_ep_t *ep)
     return 0;
 }
 
-static int bbuf(fy_ofi_op_t *op)
+/* The op's copy buffer (kept across reuse; registered once under FI_MR_LOCAL), its
+ * descriptor in op->desc[0]. */
+static int bbuf(fy_ofi_iface_t *iface, fy_ofi_op_t *op)
 {
     if (op->bbuf == NULL)
         op->bbuf = malloc(FY_OFI_BBUF);
-    return op->bbuf != NULL;
+    if (op->bbuf == NULL ||
+        fy_ofi_op_local_mr(iface, op, op->bbuf, FY_OFI_BBUF, &op->bbuf_mr) != FERRY_OK)
+        return 0;
+    op->desc[0] = fy_ofi_mr_desc(&op->bbuf_mr);
+    return 1;
 }
 
 static void put_hdr(fy_ofi_iface_t *iface, void *dst, uint8_t type, uint8_t id)
@@ -216,7 +229,7 @@ ferry_status_t fy_ofi_am_bcopy(fy_tl_ep_t *super, uint8_t id, const struct iovec
     fy_ofi_op_t *op = fy_ofi_op_get(iface, ep, FY_OFI_OP_SEND, NULL);
     if (op == NULL)
         return FERRY_ERR_NO_RESOURCE;
-    if (!bbuf(op)) {
+    if (!bbuf(iface, op)) {
         fy_ofi_op_put(iface, op);
         return FERRY_ERR_NO_MEMORY;
     }
@@ -276,7 +289,7 @@ ferry_status_t fy_ofi_am_zcopy(fy_tl_ep_t *super, uint8_t id, const void *hdr, s
     fy_ofi_op_t *op = fy_ofi_op_get(iface, ep, FY_OFI_OP_SEND, comp);
     if (op == NULL)
         return FERRY_ERR_NO_RESOURCE;
-    if (!bbuf(op)) {
+    if (!bbuf(iface, op)) {
         fy_ofi_op_put(iface, op);
         return FERRY_ERR_NO_MEMORY;
     }
@@ -289,7 +302,12 @@ ferry_status_t fy_ofi_am_zcopy(fy_tl_ep_t *super, uint8_t id, const void *hdr, s
     for (size_t i = 0; i < iovcnt; i++)
         if (iov[i].iov_len > 0)
             v[n++] = iov[i];
-    ferry_status_t st = send_iov(ep, op, v, n);
+    ferry_status_t st = fy_ofi_op_descs(iface, op, v, 1, n);
+    if (st != FERRY_OK) {
+        fy_ofi_op_put(iface, op);
+        return st;
+    }
+    st = send_iov(ep, op, v, n);
     if (st != FERRY_OK)
         return st;
     ep->tx_msgs++;
@@ -331,9 +349,14 @@ static ferry_status_t rma(fy_ofi_ep_t *ep, int write, const struct iovec *iov, s
     for (size_t i = 0; i < iovcnt; i++)
         if (iov[i].iov_len > 0)
             v[n++] = iov[i];
+    st = fy_ofi_op_descs(iface, op, v, 0, n);
+    if (st != FERRY_OK) {
+        fy_ofi_op_put(iface, op);
+        return st;
+    }
     struct fi_rma_iov r = {.addr = addr, .len = len, .key = ((const fy_ofi_mr_rkey_t *)rkey)->key};
     struct fi_msg_rma m = {.msg_iov = v,
-                           .desc = NULL,
+                           .desc = iface->md->mrdom.mode.local ? op->desc : NULL,
                            .iov_count = n,
                            .addr = ep->addr,
                            .rma_iov = &r,
@@ -395,11 +418,18 @@ ferry_status_t fy_ofi_atomic(fy_tl_ep_t *super, ferry_atomic_op_t aop, size_t si
     }
     op->amo_size = size;
     op->result_dst = result;
+    /* FI_MR_LOCAL: operand, compare and result live in the op, registered once */
+    st = fy_ofi_op_local_mr(iface, op, op, sizeof(*op), &op->self_mr);
+    if (st != FERRY_OK) {
+        fy_ofi_op_put(iface, op);
+        return st;
+    }
+    void *d = fy_ofi_mr_desc(&op->self_mr);
     uint64_t key = ((const fy_ofi_mr_rkey_t *)rkey)->key;
     struct fi_ioc ioc = {&op->operand, 1}, cmp = {&op->compare, 1}, res = {&op->result, 1};
     struct fi_rma_ioc rioc = {.addr = addr, .count = 1, .key = key};
     struct fi_msg_atomic m = {.msg_iov = &ioc,
-                              .desc = NULL,
+                              .desc = &d,
                               .iov_count = 1,
                               .addr = ep->addr,
                               .rma_iov = &rioc,
@@ -409,9 +439,9 @@ ferry_status_t fy_ofi_atomic(fy_tl_ep_t *super, ferry_atomic_op_t aop, size_t si
                               .context = &op->ctx};
     ssize_t ret;
     if (aop == FERRY_ATOMIC_CSWAP)
-        ret = fi_compare_atomicmsg(iface->ep, &m, &cmp, NULL, 1, &res, NULL, 1, FI_COMPLETION);
+        ret = fi_compare_atomicmsg(iface->ep, &m, &cmp, &d, 1, &res, &d, 1, FI_COMPLETION);
     else if (result != NULL)
-        ret = fi_fetch_atomicmsg(iface->ep, &m, &res, NULL, 1, FI_COMPLETION);
+        ret = fi_fetch_atomicmsg(iface->ep, &m, &res, &d, 1, FI_COMPLETION);
     else
         ret = fi_atomicmsg(iface->ep, &m, dc_flags(iface));
     st = posted_status(iface, op, ret);
@@ -429,8 +459,10 @@ ferry_status_t fy_ofi_atomic(fy_tl_ep_t *super, ferry_atomic_op_t aop, size_t si
 int fy_ofi_post_flush_read(fy_ofi_iface_t *iface, fy_ofi_op_t *op)
 {
     fy_ofi_ep_t *ep = op->ep;
-    ssize_t ret = fi_read(iface->ep, &op->result, sizeof(op->result), NULL, ep->addr,
-                          ep->flush_addr, ep->flush_key, &op->ctx);
+    ssize_t ret = -FI_EINVAL;
+    if (fy_ofi_op_local_mr(iface, op, op, sizeof(*op), &op->self_mr) == FERRY_OK)
+        ret = fi_read(iface->ep, &op->result, sizeof(op->result), fy_ofi_mr_desc(&op->self_mr),
+                      ep->addr, ep->flush_addr, ep->flush_key, &op->ctx);
     if (ret == 0) {
         op->posted = 1;
         op->need_read = 0;
@@ -454,7 +486,7 @@ static ferry_status_t post_probe(fy_ofi_ep_t *ep)
     fy_ofi_op_t *op = fy_ofi_op_get(iface, ep, FY_OFI_OP_SEND, NULL);
     if (op == NULL)
         return FERRY_ERR_NO_RESOURCE;
-    if (!bbuf(op)) {
+    if (!bbuf(iface, op)) {
         fy_ofi_op_put(iface, op);
         return FERRY_ERR_NO_MEMORY;
     }

@@ -21,6 +21,8 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
+#include <sys/timerfd.h>
 #include <unistd.h>
 
 #include "tl/ofi/ofi.h"
@@ -45,8 +47,11 @@ fy_ofi_op_t *fy_ofi_op_get(fy_ofi_iface_t *iface, fy_ofi_ep_t *ep, int kind, fy_
         iface->nops++;
     }
     void *bbuf = op->bbuf;
+    fy_ofi_mr_t bbuf_mr = op->bbuf_mr, self_mr = op->self_mr;
     memset(op, 0, sizeof(*op));
     op->bbuf = bbuf;
+    op->bbuf_mr = bbuf_mr;
+    op->self_mr = self_mr;
     op->ep = ep;
     op->kind = (uint8_t)kind;
     op->comp = comp;
@@ -57,8 +62,51 @@ fy_ofi_op_t *fy_ofi_op_get(fy_ofi_iface_t *iface, fy_ofi_ep_t *ep, int kind, fy_
     return op;
 }
 
+/* FI_MR_LOCAL: the cache regions of the caller's buffers an op held, given back */
+static void op_release_regions(fy_ofi_iface_t *iface, fy_ofi_op_t *op)
+{
+    for (unsigned i = 0; i < op->nregions; i++)
+        fy_rcache_put(iface->md->rcache, op->regions[i]);
+    op->nregions = 0;
+}
+
+/* FI_MR_LOCAL: register [buf, +len) for local use into mr (bound to the iface's endpoint
+ * under FI_MR_ENDPOINT), once: an op keeps it across reuse. */
+ferry_status_t fy_ofi_op_local_mr(fy_ofi_iface_t *iface, fy_ofi_op_t *op, void *buf, size_t len,
+                                  fy_ofi_mr_t *mr)
+{
+    (void)op;
+    if (!iface->md->mrdom.mode.local || mr->mr != NULL)
+        return FERRY_OK;
+    return fy_ofi_mr_reg(&iface->md->mrdom, iface->ep, buf, len, 0, 1, mr);
+}
+
+/* FI_MR_LOCAL: op->desc[first..n) for the caller's buffers v[first..n), from the md's
+ * registration cache; the op holds the regions until it goes back to the pool (a buffer sent
+ * again is registered once).  Without FI_MR_LOCAL the descriptors stay NULL. */
+ferry_status_t fy_ofi_op_descs(fy_ofi_iface_t *iface, fy_ofi_op_t *op, const struct iovec *v,
+                               size_t first, size_t n)
+{
+    if (!iface->md->mrdom.mode.local)
+        return FERRY_OK;
+    fy_rcache_t *rc = fy_ofi_md_rcache(iface->md);
+    if (rc == NULL)
+        return FERRY_ERR_NO_MEMORY;
+    for (size_t i = first; i < n; i++) {
+        fy_rcache_region_t *r;
+        ferry_status_t st = fy_rcache_get(rc, v[i].iov_base, v[i].iov_len, 0, &r);
+        if (st != FERRY_OK)
+            return st; /* the regions taken so far go back with the op */
+        op->regions[op->nregions++] = r;
+        op->desc[i] = fy_ofi_mr_desc(fy_rcache_region_memh(r));
+    }
+    return FERRY_OK;
+}
+
 void fy_ofi_op_put(fy_ofi_iface_t *iface, fy_ofi_op_t *op)
 {
+    if (op->nregions > 0)
+        op_release_regions(iface, op);
     if (fy_list_is_linked(&op->elem))
         fy_list_del(&op->elem);
     if (op->counted)
@@ -68,10 +116,13 @@ void fy_ofi_op_put(fy_ofi_iface_t *iface, fy_ofi_op_t *op)
     fy_list_add_head(&iface->free, &op->elem);
 }
 
-static void op_free_all(fy_list_t *head)
+static void op_free_all(fy_ofi_iface_t *iface, fy_list_t *head)
 {
     while (!fy_list_is_empty(head)) {
         fy_ofi_op_t *op = fy_container_of(fy_list_pop_head(head), fy_ofi_op_t, elem);
+        op_release_regions(iface, op);
+        fy_ofi_mr_dereg(&op->bbuf_mr);
+        fy_ofi_mr_dereg(&op->self_mr);
         free(op->bbuf);
         free(op);
     }
@@ -206,13 +257,17 @@ void fy_ofi_ep_fail(fy_ofi_ep_t *ep, ferry_status_t st)
 static int rx_post(fy_ofi_iface_t *iface, fy_ofi_rx_t *rx)
 {
     ssize_t ret;
+    void *desc = fy_ofi_mr_desc(&rx->mr);
     if (iface->multi) {
         struct iovec v = {rx->buf, rx->len};
-        struct fi_msg m = {
-            .msg_iov = &v, .iov_count = 1, .addr = FI_ADDR_UNSPEC, .context = &rx->op.ctx};
+        struct fi_msg m = {.msg_iov = &v,
+                           .desc = &desc,
+                           .iov_count = 1,
+                           .addr = FI_ADDR_UNSPEC,
+                           .context = &rx->op.ctx};
         ret = fi_recvmsg(iface->ep, &m, FI_MULTI_RECV);
     } else {
-        ret = fi_recv(iface->ep, rx->buf, rx->len, NULL, FI_ADDR_UNSPEC, &rx->op.ctx);
+        ret = fi_recv(iface->ep, rx->buf, rx->len, desc, FI_ADDR_UNSPEC, &rx->op.ctx);
     }
     rx->needs_post = ret != 0;
     if (ret != 0 && ret != -FI_EAGAIN)
@@ -262,9 +317,11 @@ static void handle_entry(fy_ofi_iface_t *iface, void *ctx, uint64_t flags, void 
         fy_ofi_op_put(iface, op);
         return;
     }
-    if (st != FERRY_OK && op->kind == FY_OFI_OP_SEND) {
+    if (st != FERRY_OK && (op->kind == FY_OFI_OP_SEND || st == FERRY_ERR_CANCELED)) {
         /* a message the provider could not deliver: the peer is unreachable; the op ends
-         * with the ep's failure, like the rest of its ops */
+         * with the ep's failure, like the rest of its ops.  Any op the provider cancels
+         * (ferry cancels none: a destroyed ep's ops become orphans) means the same: rxm
+         * cancels the reads and writes of a connection that broke. */
         fy_ofi_ep_fail(ep, st == FERRY_ERR_CANCELED ? FERRY_ERR_CONNECTION_RESET : st);
         return;
     }
@@ -380,6 +437,67 @@ unsigned fy_ofi_iface_progress(fy_tl_iface_t *super)
     return events;
 }
 
+/* ---- sleeping ------------------------------------------------------------------------------ *
+ * The iface's event fd is an epoll set of the CQ's wait fd (where the provider gives one) and a
+ * one-shot timer.  Before the worker sleeps, arm asks libfabric with fi_trywait whether it may
+ * (-FI_EAGAIN: completions are pending, progress first) and sets the timer: without a wait fd
+ * to FERRY_OFI_WAIT_POLL (a sleeper naps, then progresses: that much latency, and one wake-up
+ * per period); with one, while the iface has endpoints, to FERRY_OFI_PEER_CHECK, so the
+ * liveness check (which the providers do not do for us) still runs in a sleeping worker. */
+
+static int open_event_fd(fy_ofi_iface_t *iface)
+{
+    iface->timer_fd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+    iface->event_fd = epoll_create1(EPOLL_CLOEXEC);
+    if (iface->timer_fd < 0 || iface->event_fd < 0)
+        return -FI_EMFILE;
+    struct epoll_event ev = {.events = EPOLLIN, .data.u32 = 0};
+    if (epoll_ctl(iface->event_fd, EPOLL_CTL_ADD, iface->timer_fd, &ev) != 0)
+        return -FI_EIO;
+    if (iface->wait_fd >= 0 &&
+        epoll_ctl(iface->event_fd, EPOLL_CTL_ADD, iface->wait_fd, &ev) != 0) {
+        fy_debug("ofi: the completion queue's wait fd cannot be watched (%m): sleepers poll");
+        iface->wait_fd = -1;
+    }
+    return 0;
+}
+
+int fy_ofi_iface_event_fd(fy_tl_iface_t *super)
+{
+    return ((fy_ofi_iface_t *)super)->event_fd;
+}
+
+static void set_timer(fy_ofi_iface_t *iface, uint64_t ns)
+{
+    struct itimerspec t;
+    memset(&t, 0, sizeof(t));
+    t.it_value.tv_sec = (time_t)(ns / 1000000000ull);
+    t.it_value.tv_nsec = (long)(ns % 1000000000ull);
+    timerfd_settime(iface->timer_fd, 0, &t, NULL); /* 0: disarmed */
+}
+
+ferry_status_t fy_ofi_iface_event_arm(fy_tl_iface_t *super)
+{
+    fy_ofi_iface_t *iface = (fy_ofi_iface_t *)super;
+    uint64_t expirations;
+    while (read(iface->timer_fd, &expirations, sizeof(expirations)) > 0) {
+    }
+    if (iface->eagain)
+        return FERRY_ERR_BUSY; /* posts to retry: progress does them */
+    uint64_t period = iface->md->cfg.wait_poll;
+    if (iface->wait_fd >= 0) {
+        struct fid *f = &iface->cq->fid;
+        int ret = fi_trywait(iface->md->fabric, &f, 1);
+        if (ret == -FI_EAGAIN)
+            return FERRY_ERR_BUSY;
+        if (ret == 0)
+            period = fy_list_is_empty(&iface->eps) ? 0 : iface->md->cfg.peer_check;
+        /* any other answer: nap as without a wait fd */
+    }
+    set_timer(iface, period);
+    return FERRY_OK;
+}
+
 /* ---- open / close ------------------------------------------------------------------------- */
 
 static const enum fi_op amo_fi_op[] = {FI_SUM, FI_BAND, FI_BOR, FI_BXOR, FI_ATOMIC_WRITE, FI_CSWAP};
@@ -420,9 +538,29 @@ ferry_status_t fy_ofi_iface_open(fy_tl_md_t *super_md, const fy_tl_iface_params_
     fy_ofi_md_t *md = (fy_ofi_md_t *)super_md;
     if (md->domain == NULL || params->device == NULL || strcmp(params->device, md->dev_name) != 0)
         return FERRY_ERR_NO_DEVICE;
+    /* a context of the md: this worker's own endpoint, CQ and AV */
+    int ctx = -1;
+    pthread_mutex_lock(&md->rc_lock);
+    for (unsigned i = 0; i < md->ncontexts && ctx < 0; i++)
+        if (!md->ctx_busy[i]) {
+            md->ctx_busy[i] = 1;
+            ctx = (int)i;
+        }
+    pthread_mutex_unlock(&md->rc_lock);
+    if (ctx < 0) {
+        fy_warn("ofi: all %u contexts are taken by other workers (FERRY_OFI_CONTEXTS%s): this "
+                "worker gets no ofi interface",
+                md->ncontexts, md->thread_safe ? "" : "; the domain is not thread-safe");
+        return FERRY_ERR_NO_DEVICE;
+    }
     fy_ofi_iface_t *iface = calloc(1, sizeof(*iface));
-    if (iface == NULL)
+    if (iface == NULL) {
+        pthread_mutex_lock(&md->rc_lock);
+        md->ctx_busy[ctx] = 0;
+        pthread_mutex_unlock(&md->rc_lock);
         return FERRY_ERR_NO_MEMORY;
+    }
+    iface->ctx_index = ctx;
     fy_tl_iface_base_init(&iface->super, md->super.component, &md->super, params);
     iface->md = md;
     iface->info = md->info;
@@ -446,11 +584,43 @@ ferry_status_t fy_ofi_iface_open(fy_tl_md_t *super_md, const fy_tl_iface_params_
     }
     const char *what = "";
     int ret;
-    struct fi_cq_attr cqa = {.format = FI_CQ_FORMAT_DATA, .size = 0, .wait_obj = FI_WAIT_NONE};
+    iface->wait_fd = iface->timer_fd = iface->event_fd = -1;
+    struct fi_cq_attr cqa = {.format = FI_CQ_FORMAT_DATA,
+                             .size = 0,
+                             .wait_obj = md->cfg.wait_fd ? FI_WAIT_FD : FI_WAIT_NONE};
     struct fi_av_attr ava = {.type = FI_AV_TABLE};
     ret = fi_cq_open(md->domain, &cqa, &iface->cq, NULL);
+    if (ret != 0 && cqa.wait_obj != FI_WAIT_NONE) {
+        fy_debug("ofi: %s: no completion queue with a wait fd (%s): sleeping workers poll",
+                 md->info->fabric_attr->prov_name, fi_strerror(-ret));
+        cqa.wait_obj = FI_WAIT_NONE;
+        ret = fi_cq_open(md->domain, &cqa, &iface->cq, NULL);
+    }
     if (ret != 0) {
         what = "fi_cq_open";
+        goto err;
+    }
+    if (cqa.wait_obj == FI_WAIT_FD) {
+        int fd = -1;
+        if (fi_control(&iface->cq->fid, FI_GETWAIT, &fd) == 0 && fd >= 0) {
+            iface->wait_fd = fd;
+        } else {
+            /* a wait object nobody can sleep on would only cost its signalling: without */
+            fy_debug("ofi: %s: the completion queue gives no wait fd: sleeping workers poll",
+                     md->info->fabric_attr->prov_name);
+            fi_close(&iface->cq->fid);
+            iface->cq = NULL;
+            cqa.wait_obj = FI_WAIT_NONE;
+            ret = fi_cq_open(md->domain, &cqa, &iface->cq, NULL);
+            if (ret != 0) {
+                what = "fi_cq_open";
+                goto err;
+            }
+        }
+    }
+    ret = open_event_fd(iface);
+    if (ret != 0) {
+        what = "the event fd";
         goto err;
     }
     ret = fi_av_open(md->domain, &ava, &iface->av, NULL);
@@ -514,6 +684,9 @@ ferry_status_t fy_ofi_iface_open(fy_tl_md_t *super_md, const fy_tl_iface_params_
         goto err;
     }
     iface->name_len = nlen;
+    /* FI_MR_ENDPOINT (one context): every registration binds to this endpoint */
+    if (md->mrdom.mode.endpoint)
+        md->mrdom.ep = iface->ep;
     /* the word a flush reads after writes */
     if (fy_ofi_mr_reg(&md->mrdom, iface->ep, &iface->flush_word, sizeof(iface->flush_word),
                       FERRY_MEM_REMOTE_READ, 0, &iface->flush_mr) != FERRY_OK) {
@@ -538,6 +711,11 @@ ferry_status_t fy_ofi_iface_open(fy_tl_md_t *super_md, const fy_tl_iface_params_
         if (rx->buf == NULL) {
             ret = -FI_ENOMEM;
             what = "receive buffers";
+            goto err;
+        }
+        if (fy_ofi_op_local_mr(iface, &rx->op, rx->buf, rx->len, &rx->mr) != FERRY_OK) {
+            ret = -FI_EINVAL;
+            what = "registering a receive buffer";
             goto err;
         }
         ret = rx_post(iface, rx);
@@ -566,18 +744,44 @@ void fy_ofi_iface_close(fy_tl_iface_t *super)
         fy_ofi_ep_t *ep = fy_container_of(iface->eps.next, fy_ofi_ep_t, elem);
         fy_ofi_ep_destroy(&ep->super);
     }
+    if (iface->md->mrdom.mode.endpoint && iface->ep != NULL) {
+        /* the cached registrations are bound to this endpoint: they go with it */
+        pthread_mutex_lock(&iface->md->rc_lock);
+        fy_rcache_t *rc = iface->md->rcache;
+        iface->md->rcache = NULL;
+        iface->md->mrdom.ep = NULL;
+        pthread_mutex_unlock(&iface->md->rc_lock);
+        fy_list_t *e;
+        fy_list_for_each(e, &iface->orphans) /* their regions first (pooled ops hold none) */
+        {
+            fy_ofi_op_t *op = fy_container_of(e, fy_ofi_op_t, elem);
+            for (unsigned i = 0; i < op->nregions; i++)
+                fy_rcache_put(rc, op->regions[i]);
+            op->nregions = 0;
+        }
+        fy_rcache_destroy(rc);
+    }
     if (iface->ep != NULL)
         fi_close(&iface->ep->fid);
     fy_ofi_mr_dereg(&iface->flush_mr);
     if (iface->av != NULL)
         fi_close(&iface->av->fid);
+    if (iface->event_fd >= 0)
+        close(iface->event_fd);
+    if (iface->timer_fd >= 0)
+        close(iface->timer_fd);
     if (iface->cq != NULL)
-        fi_close(&iface->cq->fid);
-    for (unsigned i = 0; iface->rx != NULL && i < iface->nrx; i++)
+        fi_close(&iface->cq->fid); /* closes wait_fd, the provider's */
+    for (unsigned i = 0; iface->rx != NULL && i < iface->nrx; i++) {
+        fy_ofi_mr_dereg(&iface->rx[i].mr);
         free(iface->rx[i].buf);
+    }
     free(iface->rx);
-    op_free_all(&iface->orphans);
-    op_free_all(&iface->free);
+    op_free_all(iface, &iface->orphans);
+    op_free_all(iface, &iface->free);
+    pthread_mutex_lock(&iface->md->rc_lock);
+    iface->md->ctx_busy[iface->ctx_index] = 0;
+    pthread_mutex_unlock(&iface->md->rc_lock);
     free(iface);
 }
 
@@ -587,7 +791,8 @@ void fy_ofi_iface_query(fy_tl_iface_t *super, fy_tl_iface_attr_t *attr)
     fy_ofi_md_t *md = iface->md;
     memset(attr, 0, sizeof(*attr));
     attr->caps = FY_TL_CAP_AM_SHORT | FY_TL_CAP_AM_BCOPY | FY_TL_CAP_AM_ZCOPY | FY_TL_CAP_PUT |
-                 FY_TL_CAP_GET | FY_TL_CAP_AM_ORDERED | FY_TL_CAP_CONNECT_TO_IFACE;
+                 FY_TL_CAP_GET | FY_TL_CAP_AM_ORDERED | FY_TL_CAP_CONNECT_TO_IFACE |
+                 FY_TL_CAP_EVENT_FD;
     /* per op and width, as fi_atomicvalid said (query_atomics); proto emulates a width that
      * lacks any op as a whole (rma.c) */
     if (md->amo_mask[0] != 0)
@@ -675,11 +880,24 @@ void fy_ofi_iface_print(fy_tl_iface_t *super, FILE *f)
     fy_ofi_md_t *md = iface->md;
     fprintf(f,
             "ofi %s (%s, domain %s): mr_mode 0x%llx, delivery complete %s, multi-recv %s, "
-            "atomics 32-bit 0x%x 64-bit 0x%x\n"
+            "atomics 32-bit 0x%x 64-bit 0x%x, sleeps on %s, context %d of %u (%s)\n"
             "  ops %u (in flight %u), receive drops %llu, completion errors %llu\n",
             md->dev_name, md->info->fabric_attr->prov_name, md->info->domain_attr->name,
             (unsigned long long)md->mr_mode, md->delivery ? "yes" : "no",
-            iface->multi ? "yes" : "no", md->amo_mask[0], md->amo_mask[1], iface->nops,
-            iface->inflight, (unsigned long long)iface->rx_dropped,
-            (unsigned long long)iface->cq_errors);
+            iface->multi ? "yes" : "no", md->amo_mask[0], md->amo_mask[1],
+            iface->wait_fd >= 0 ? "the completion queue's wait fd" : "a timer (polls)",
+            iface->ctx_index, md->ncontexts,
+            md->thread_safe ? "FI_THREAD_SAFE" : "FI_THREAD_DOMAIN", iface->nops, iface->inflight,
+            (unsigned long long)iface->rx_dropped, (unsigned long long)iface->cq_errors);
+    /* registrations of the whole md (every worker's): a buffer sent again and again through
+     * the cache adds one (tests/ofi/test_ofi_rndv.c counts them here) */
+    fprintf(f, "  memory registrations %llu, local descriptors %s, bound to the endpoint %s\n",
+            (unsigned long long)atomic_load(&md->mrdom.nregs), md->mrdom.mode.local ? "yes" : "no",
+            md->mrdom.mode.endpoint ? "yes" : "no");
+    pthread_mutex_lock(&md->rc_lock);
+    if (md->rcache != NULL) {
+        fprintf(f, "  ");
+        fy_rcache_print(md->rcache, f);
+    }
+    pthread_mutex_unlock(&md->rc_lock);
 }

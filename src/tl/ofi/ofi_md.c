@@ -16,7 +16,9 @@
  * the peer's process has seen it, so the read is preferred.  Elsewhere (shm) every operation
  * is posted with FI_DELIVERY_COMPLETE, where offered.
  *
- * MEMORY.  The hints accept FI_MR_VIRT_ADDR, FI_MR_ALLOCATED and FI_MR_PROV_KEY: without
+ * MEMORY.  The hints accept FI_MR_VIRT_ADDR, FI_MR_ALLOCATED, FI_MR_PROV_KEY, FI_MR_LOCAL
+ * (descriptors for every local buffer, ofi_iface.c) and FI_MR_ENDPOINT (one context, whose
+ * endpoint every registration binds to); FERRY_OFI_MR_FORCE acts on them unasked: without
  * VIRT_ADDR a remote address is an offset from the registration's base; without PROV_KEY
  * ferry requests its own keys (a counter per domain).  The rkey carries base, length, key and
  * rights, so the initiator refuses an access outside the region or without the right at once
@@ -60,6 +62,26 @@ static const fy_config_field_t ofi_config_fields[] = {
                     "Use the provider's atomics where fi_atomicvalid says so; n: proto "
                     "emulates every atomic over active messages.",
                     FY_CFG_BOOL, fy_ofi_config_t, atomics),
+    FY_CONFIG_FIELD("CONTEXTS", "16",
+                    "Contexts of the provider's domain, one per worker that uses ofi (each its "
+                    "own endpoint and completion queue, so the workers of one process run in "
+                    "parallel); a worker past them gets no ofi interface.  Above 1 the domain "
+                    "is FI_THREAD_SAFE.",
+                    FY_CFG_UINT, fy_ofi_config_t, contexts),
+    FY_CONFIG_FIELD("WAIT_FD", "y",
+                    "Give the completion queue a wait fd (FI_WAIT_FD) so a worker can sleep "
+                    "until the provider has work; n, or a provider without one: sleep in "
+                    "naps of FERRY_OFI_WAIT_POLL.",
+                    FY_CFG_BOOL, fy_ofi_config_t, wait_fd),
+    FY_CONFIG_FIELD("WAIT_POLL", "1ms",
+                    "Where the provider gives no wait fd: how long a sleeping worker sleeps "
+                    "before it progresses again (the latency a sleeper may add).",
+                    FY_CFG_TIME, fy_ofi_config_t, wait_poll),
+    FY_CONFIG_FIELD("MR_FORCE", "",
+                    "Memory registration modes to act on even where the provider does not ask "
+                    "for them (local: descriptors for every local buffer; endpoint: "
+                    "registrations bound to the endpoint; allocated): for tests.",
+                    FY_CFG_STRING, fy_ofi_config_t, mr_force),
     FY_CONFIG_FIELD("LATENCY", "0",
                     "One-way latency in ns reported to lane selection; 0 = built-in estimate.",
                     FY_CFG_DOUBLE, fy_ofi_config_t, latency_ns),
@@ -148,7 +170,8 @@ static int prov_rank(const char *prov)
     return 0;
 }
 
-static struct fi_info *base_hints(const char *prov, uint64_t caps, int delivery, int raw)
+static struct fi_info *base_hints(const char *prov, uint64_t caps, int delivery, int raw,
+                                  enum fi_threading threading)
 {
     struct fi_info *h = fi_allocinfo();
     if (h == NULL)
@@ -156,10 +179,10 @@ static struct fi_info *base_hints(const char *prov, uint64_t caps, int delivery,
     h->caps = caps;
     h->mode = FI_CONTEXT | FI_CONTEXT2;
     h->ep_attr->type = FI_EP_RDM;
-    /* the modes ofi_mr serves, but FI_MR_LOCAL and FI_MR_ENDPOINT: the data path does not
-     * pass descriptors nor bind registrations to the endpoint yet */
-    h->domain_attr->mr_mode = fy_ofi_mr_mode_hints() & ~(uint64_t)(FI_MR_LOCAL | FI_MR_ENDPOINT);
-    h->domain_attr->threading = FI_THREAD_DOMAIN;
+    /* the modes ofi_mr serves, FI_MR_LOCAL and FI_MR_ENDPOINT included: the data path passes
+     * descriptors for local buffers and binds registrations to the (one) endpoint */
+    h->domain_attr->mr_mode = fy_ofi_mr_mode_hints();
+    h->domain_attr->threading = threading;
     uint64_t order = FI_ORDER_SAS | (raw ? FI_ORDER_RAW | FI_ORDER_RAS : 0);
     h->tx_attr->msg_order = order;
     h->rx_attr->msg_order = order;
@@ -171,9 +194,10 @@ static struct fi_info *base_hints(const char *prov, uint64_t caps, int delivery,
 }
 
 /* The fi_info for one provider, bound to 127.0.0.1 where it takes an IP address. */
-static struct fi_info *provider_info(const char *prov, uint64_t caps, int delivery, int raw)
+static struct fi_info *provider_info(const char *prov, uint64_t caps, int delivery, int raw,
+                                     enum fi_threading threading)
 {
-    struct fi_info *h = base_hints(prov, caps, delivery, raw), *info = NULL;
+    struct fi_info *h = base_hints(prov, caps, delivery, raw, threading), *info = NULL;
     if (h == NULL)
         return NULL;
     int ret = fi_getinfo(FY_OFI_API, NULL, NULL, 0, h, &info);
@@ -208,7 +232,7 @@ static unsigned list_providers(const char *filter, prov_cand_t *out, unsigned ma
             return 0;
         lp = &list;
     }
-    struct fi_info *h = base_hints(NULL, FI_MSG | FI_RMA, 0, 0), *info = NULL;
+    struct fi_info *h = base_hints(NULL, FI_MSG | FI_RMA, 0, 0, FI_THREAD_DOMAIN), *info = NULL;
     unsigned n = 0;
     if (h != NULL && fi_getinfo(FY_OFI_API, NULL, NULL, 0, h, &info) == 0) {
         for (struct fi_info *i = info; i != NULL; i = i->next) {
@@ -253,13 +277,14 @@ static unsigned list_providers(const char *filter, prov_cand_t *out, unsigned ma
 
 /* The best info for one provider: reads ordered after sends and writes (the flush's read)
  * first, else delivery completion; atomics where it has them with that. */
-static struct fi_info *best_info(const char *prov, int want_delivery, int *delivery)
+static struct fi_info *best_info(const char *prov, int want_delivery, int *delivery,
+                                 enum fi_threading threading)
 {
     static const uint64_t caps[] = {FI_MSG | FI_RMA | FI_ATOMIC, FI_MSG | FI_RMA};
     for (int raw = 1; raw >= 0; raw--)
         for (size_t c = 0; c < 2; c++)
             for (int d = want_delivery && !raw ? 1 : 0; d >= 0; d--) {
-                struct fi_info *i = provider_info(prov, caps[c], d, raw);
+                struct fi_info *i = provider_info(prov, caps[c], d, raw, threading);
                 uint64_t ras = FI_ORDER_RAW | FI_ORDER_RAS;
                 if (i != NULL && raw && (i->tx_attr->msg_order & ras) != ras) {
                     fi_freeinfo(i); /* it did not promise the order asked for */
@@ -284,7 +309,7 @@ void fy_ofi_print_providers(FILE *f)
             FI_MAJOR(fi_version()), FI_MINOR(fi_version()), n, n == 1 ? "" : "s");
     for (unsigned i = 0; i < n; i++) {
         int d = 0;
-        struct fi_info *info = best_info(c[i].name, 1, &d);
+        struct fi_info *info = best_info(c[i].name, 1, &d, FI_THREAD_DOMAIN);
         char sn[32], mb[160];
         short_name(c[i].name, sn, sizeof(sn));
         if (info == NULL) {
@@ -317,14 +342,26 @@ static ferry_status_t ofi_md_open(const fy_tl_component_t *tl, fy_tl_md_t **md_p
     if (md == NULL)
         return FERRY_ERR_NO_MEMORY;
     md->super.component = tl;
+    pthread_mutex_init(&md->rc_lock, NULL);
     if (fy_ofi_dl_load() != 0) {
         fy_debug("ofi: %s", fy_ofi_dl_error());
+        pthread_mutex_destroy(&md->rc_lock);
         free(md);
         return FERRY_ERR_UNSUPPORTED;
     }
     ferry_status_t st = fy_config_read(&fy_ofi_config_table, &md->cfg);
     if (st != FERRY_OK)
         goto err_free;
+    if (md->cfg.wait_poll < 1000 || md->cfg.wait_poll > 10 * 1000000000ull) {
+        fy_error("FERRY_OFI_WAIT_POLL is out of range: use 1us to 10s");
+        st = FERRY_ERR_BAD_CONFIG;
+        goto err_cfg;
+    }
+    if (md->cfg.contexts < 1 || md->cfg.contexts > 1024) {
+        fy_error("FERRY_OFI_CONTEXTS=%lu is out of range: use 1 to 1024", md->cfg.contexts);
+        st = FERRY_ERR_BAD_CONFIG;
+        goto err_cfg;
+    }
     if (md->cfg.tx_ops < 4 || md->cfg.tx_ops > 65536) {
         fy_error("FERRY_OFI_TX_OPS=%lu is out of range: use 4 to 65536", md->cfg.tx_ops);
         st = FERRY_ERR_BAD_CONFIG;
@@ -346,9 +383,31 @@ static ferry_status_t ofi_md_open(const fy_tl_component_t *tl, fy_tl_md_t **md_p
      * (shm, rxm, rxd, sockets) never beat ferry's own transports on one host, and an iface
      * costs a receive pool and has no wakeup fd (ferry_worker_get_fd needs every iface's). */
     int named = md->cfg.provider != NULL && md->cfg.provider[0] != '\0';
-    for (unsigned i = 0; i < n && md->info == NULL; i++)
-        if (named || c[i].rank == 0)
-            md->info = best_info(c[i].name, md->cfg.delivery, &md->delivery);
+    /* Several contexts (FERRY_OFI_CONTEXTS > 1) are several workers' endpoints on one domain,
+     * driven from their own threads, and the registration cache registers from any thread:
+     * FI_THREAD_SAFE.  A provider that cannot: FI_THREAD_DOMAIN and one context. */
+    for (unsigned i = 0; i < n && md->info == NULL; i++) {
+        if (!named && c[i].rank != 0)
+            continue;
+        md->thread_safe = md->cfg.contexts > 1;
+        if (md->thread_safe)
+            md->info = best_info(c[i].name, md->cfg.delivery, &md->delivery, FI_THREAD_SAFE);
+        if (md->info == NULL) {
+            md->thread_safe = 0;
+            md->info = best_info(c[i].name, md->cfg.delivery, &md->delivery, FI_THREAD_DOMAIN);
+            if (md->info != NULL && md->cfg.contexts > 1)
+                fy_info("ofi: %s: no FI_THREAD_SAFE domain: one context (one worker) only",
+                        c[i].name);
+        }
+    }
+    md->ncontexts = md->thread_safe ? (unsigned)md->cfg.contexts : 1;
+    md->ctx_busy = calloc(md->ncontexts, 1);
+    if (md->ctx_busy == NULL) {
+        st = FERRY_ERR_NO_MEMORY;
+        if (md->info != NULL)
+            fi_freeinfo(md->info);
+        goto err_cfg;
+    }
     if (md->info == NULL) {
         /* no device: the md opens with none, like tcp with no interface */
         fy_debug("ofi: no usable provider (FERRY_OFI_PROVIDER='%s')",
@@ -383,6 +442,33 @@ static ferry_status_t ofi_md_open(const fy_tl_component_t *tl, fy_tl_md_t **md_p
         *md_p = &md->super;
         return FERRY_OK;
     }
+    if (md->cfg.mr_force != NULL && md->cfg.mr_force[0] != '\0') {
+        fy_config_list_t l;
+        if (fy_config_parse_list(md->cfg.mr_force, &l) == FERRY_OK) {
+            int ok = 1;
+            for (unsigned i = 0; i < l.count; i++) {
+                const char *b = l.names[i];
+                if (strcmp(b, "local") == 0)
+                    mode.local = 1;
+                else if (strcmp(b, "endpoint") == 0)
+                    mode.endpoint = 1;
+                else if (strcmp(b, "allocated") == 0)
+                    mode.allocated = 1;
+                else
+                    ok = 0;
+            }
+            fy_config_list_release(&l);
+            if (!ok)
+                fy_warn("FERRY_OFI_MR_FORCE=%s: only local, endpoint and allocated are known",
+                        md->cfg.mr_force);
+        }
+    }
+    /* FI_MR_ENDPOINT binds each registration to one endpoint, and a key is the md's: one
+     * context, whose endpoint every registration binds to (iface_open sets mrdom.ep) */
+    if (mode.endpoint && md->ncontexts > 1) {
+        fy_info("ofi: FI_MR_ENDPOINT: one context (one worker) only");
+        md->ncontexts = 1;
+    }
     fy_ofi_mr_dom_init(&md->mrdom, md->domain, &mode);
     md->mr_mode = mode.mr_mode;
     md->multi_recv = md->cfg.multi_recv && (md->info->caps & FI_MULTI_RECV) != 0;
@@ -390,15 +476,17 @@ static ferry_status_t ofi_md_open(const fy_tl_component_t *tl, fy_tl_md_t **md_p
     md->prov_hash = 14695981039346656037ull; /* FNV-1a of the provider's name */
     for (const char *ch = md->info->fabric_attr->prov_name; *ch; ch++)
         md->prov_hash = (md->prov_hash ^ (uint8_t)*ch) * 1099511628211ull;
-    fy_debug("ofi: provider %s, domain %s, mr_mode 0x%llx, delivery complete %s",
+    fy_debug("ofi: provider %s, domain %s, mr_mode 0x%llx, delivery complete %s, %u context%s",
              md->info->fabric_attr->prov_name, md->info->domain_attr->name,
-             (unsigned long long)md->mr_mode, md->delivery ? "yes" : "no");
+             (unsigned long long)md->mr_mode, md->delivery ? "yes" : "no", md->ncontexts,
+             md->ncontexts == 1 ? "" : "s");
     *md_p = &md->super;
     return FERRY_OK;
 
 err_cfg:
     fy_config_release(&fy_ofi_config_table, &md->cfg);
 err_free:
+    pthread_mutex_destroy(&md->rc_lock);
     free(md);
     return st;
 }
@@ -408,6 +496,9 @@ static void ofi_md_close(fy_tl_md_t *super)
     fy_ofi_md_t *md = (fy_ofi_md_t *)super;
     if (md == NULL)
         return;
+    fy_rcache_destroy(md->rcache); /* registrations first: they belong to the domain */
+    pthread_mutex_destroy(&md->rc_lock);
+    free(md->ctx_busy);
     if (md->domain != NULL)
         fi_close(&md->domain->fid);
     if (md->fabric != NULL)
@@ -443,10 +534,65 @@ static ferry_status_t ofi_mem_reg(fy_tl_md_t *super, void *addr, size_t len, uns
     return fy_ofi_mr_reg(&md->mrdom, NULL, addr, len, access, 0, mr);
 }
 
+/* The md's registration cache, created on first use (a memory monitor subscription: no
+ * process that never sends a rendezvous pays for it).  NULL when it cannot be made. */
+fy_rcache_t *fy_ofi_md_rcache(fy_ofi_md_t *md)
+{
+    pthread_mutex_lock(&md->rc_lock);
+    if (md->rcache == NULL && !md->rc_failed) {
+        fy_rcache_params_t p = {.name = "ofi",
+                                .memh_size = sizeof(fy_ofi_mr_t),
+                                .reg = fy_ofi_mr_rcache_reg,
+                                .dereg = fy_ofi_mr_rcache_dereg,
+                                .arg = &md->mrdom,
+                                .opts = NULL};
+        ferry_status_t st = fy_rcache_create(&p, &md->rcache);
+        if (st != FERRY_OK) {
+            fy_warn("ofi: no registration cache (%s): every rendezvous registers its buffer",
+                    ferry_status_string(st));
+            md->rc_failed = 1;
+            md->rcache = NULL;
+        }
+    }
+    fy_rcache_t *rc = md->rcache;
+    pthread_mutex_unlock(&md->rc_lock);
+    return rc;
+}
+
+/* A rendezvous buffer: through the registration cache, so a buffer sent again and again is
+ * registered once (FERRY_RCACHE=n: the cache registers and deregisters every time).  memh
+ * is a copy of the cached registration (whole pages, registered for local use too) that
+ * remembers its region; ofi_mem_dereg gives the region back to the cache. */
+static ferry_status_t ofi_mem_reg_cached(fy_tl_md_t *super, void *addr, size_t len, unsigned access,
+                                         void *memh)
+{
+    fy_ofi_md_t *md = (fy_ofi_md_t *)super;
+    fy_ofi_mr_t *mr = memh;
+    memset(mr, 0, sizeof(*mr));
+    if (md->domain == NULL)
+        return FERRY_ERR_NO_DEVICE;
+    fy_rcache_t *rc = len > 0 ? fy_ofi_md_rcache(md) : NULL;
+    if (rc == NULL)
+        return fy_ofi_mr_reg(&md->mrdom, NULL, addr, len, access, 0, mr);
+    fy_rcache_region_t *region;
+    ferry_status_t st = fy_rcache_get(rc, addr, len, access, &region);
+    if (st != FERRY_OK)
+        return st;
+    *mr = *(const fy_ofi_mr_t *)fy_rcache_region_memh(region);
+    mr->cached = region;
+    return FERRY_OK;
+}
+
 static void ofi_mem_dereg(fy_tl_md_t *super, void *memh)
 {
-    (void)super;
-    fy_ofi_mr_dereg(memh);
+    fy_ofi_md_t *md = (fy_ofi_md_t *)super;
+    fy_ofi_mr_t *mr = memh;
+    if (mr->cached != NULL) {
+        fy_rcache_put(md->rcache, mr->cached);
+        memset(mr, 0, sizeof(*mr));
+        return;
+    }
+    fy_ofi_mr_dereg(mr);
 }
 
 static ferry_status_t ofi_rkey_pack(fy_tl_md_t *super, const void *memh, void *buf)
@@ -471,18 +617,13 @@ static void ofi_rkey_release(fy_tl_md_t *md, void *rkey)
     (void)md, (void)rkey;
 }
 
-static int ofi_iface_event_fd(fy_tl_iface_t *iface)
-{
-    (void)iface;
-    return -1;
-}
-
 static const fy_tl_ops_t ofi_ops = {
     .md_open = ofi_md_open,
     .md_close = ofi_md_close,
     .query_devices = ofi_query_devices,
     .mem_reg = ofi_mem_reg,
     .mem_dereg = ofi_mem_dereg,
+    .mem_reg_cached = ofi_mem_reg_cached,
     .rkey_pack = ofi_rkey_pack,
     .rkey_unpack = ofi_rkey_unpack,
     .rkey_release = ofi_rkey_release,
@@ -493,7 +634,8 @@ static const fy_tl_ops_t ofi_ops = {
     .iface_is_reachable = fy_ofi_iface_is_reachable,
     .iface_unreachable_why = fy_ofi_iface_unreachable_why,
     .iface_progress = fy_ofi_iface_progress,
-    .iface_event_fd = ofi_iface_event_fd,
+    .iface_event_fd = fy_ofi_iface_event_fd,
+    .iface_event_arm = fy_ofi_iface_event_arm,
     .iface_print = fy_ofi_iface_print,
     .ep_create = fy_ofi_ep_create,
     .ep_destroy = fy_ofi_ep_destroy,

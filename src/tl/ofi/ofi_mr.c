@@ -135,6 +135,7 @@ void fy_ofi_mr_dom_init(fy_ofi_mr_dom_t *dom, struct fid_domain *domain,
     dom->domain = domain;
     dom->mode = *mode;
     atomic_init(&dom->next_key, 1);
+    atomic_init(&dom->nregs, 0);
     dom->ep = NULL;
 }
 
@@ -256,6 +257,7 @@ ferry_status_t fy_ofi_mr_reg(fy_ofi_mr_dom_t *dom, struct fid_ep *ep, void *addr
     mr->len = len;
     mr->access = ferry_access;
     mr->flags = mode->virt_addr ? FY_OFI_RKEY_F_VIRT_ADDR : 0;
+    atomic_fetch_add(&dom->nregs, 1);
     return FERRY_OK;
 }
 

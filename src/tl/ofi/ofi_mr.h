@@ -81,6 +81,7 @@ typedef struct fy_ofi_mr_dom {
     fy_ofi_mr_mode_t mode;
     _Atomic uint64_t next_key; /* the next requested key (no FI_MR_PROV_KEY) */
     struct fid_ep *ep;         /* FI_MR_ENDPOINT: the ep the rcache callbacks bind to */
+    _Atomic uint64_t nregs;    /* registrations made (fi_mr_regattr that succeeded), ever */
 } fy_ofi_mr_dom_t;
 
 /* One registration.  Fits in the transport's memh (caller storage, no allocation). */
@@ -92,6 +93,7 @@ typedef struct fy_ofi_mr {
     uint64_t len;      /* the registered length */
     unsigned access;   /* FERRY_MEM_REMOTE_* bits (0 for a local-only buffer) */
     unsigned flags;    /* FY_OFI_RKEY_F_* of the domain when registered */
+    void *cached;      /* the registration cache's region this is a copy of, or NULL */
 } fy_ofi_mr_t;
 
 /* An unpacked remote key (what put/get/atomic take as `const void *rkey`). */

@@ -1,0 +1,199 @@
+/*
+ * Several contexts (FERRY_OFI_CONTEXTS): the workers of one process each get their own ofi
+ * context (endpoint, completion queue, address vector) on one FI_THREAD_SAFE domain, so they
+ * run in parallel from their own threads.  CTest sets FERRY_TLS=ofi and the provider.
+ *
+ *   parallel  two threads, each driving a worker and its peer (four workers, one context, four
+ *             ofi contexts, checked distinct in ferry_worker_print_info), exchange tagged
+ *             messages of 8 B, 60 KiB and 1 MiB (rendezvous by fi_read) both ways at the same
+ *             time; every byte is checked.
+ *   limit     FERRY_OFI_CONTEXTS=2: a third worker gets no ofi interface (NO_DEVICE, ofi being
+ *             the only transport), and gets one once a worker is destroyed.
+ */
+#include <pthread.h>
+#include <stdio.h>
+
+#include "common.h"
+
+static double ms_since(const struct timespec *t0)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)(t.tv_sec - t0->tv_sec) * 1e3 + (double)(t.tv_nsec - t0->tv_nsec) / 1e6;
+}
+
+/* The ofi context a worker's iface holds, from "context N of M" in its print. */
+static int context_of(ferry_worker_t *w, unsigned *of)
+{
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    FY_ASSERT(f != NULL);
+    ferry_worker_print_info(w, f);
+    fclose(f);
+    const char *c = strstr(text, "context ");
+    FY_ASSERT_MSG(c != NULL, "no ofi context in:\n%s", text);
+    int idx = -1;
+    FY_ASSERT_EQ(sscanf(c, "context %d of %u", &idx, of), 2);
+    FY_ASSERT_MSG(strstr(text, "FI_THREAD_SAFE") != NULL, "the domain is not thread-safe:\n%s",
+                  text);
+    free(text);
+    return idx;
+}
+
+static ferry_ep_t *connect_to(ferry_worker_t *from, ferry_worker_t *to)
+{
+    size_t len = 0;
+    FY_ASSERT_STATUS(ferry_worker_get_address(to, NULL, &len), FERRY_ERR_TRUNCATED);
+    void *addr = malloc(len);
+    FY_ASSERT_OK(ferry_worker_get_address(to, addr, &len));
+    ferry_ep_params_t ep = {
+        .field_mask = FERRY_EP_FIELD_ADDRESS, .address = addr, .address_len = len};
+    ferry_ep_t *e;
+    FY_ASSERT_OK(ferry_ep_create(from, &ep, &e));
+    free(addr);
+    return e;
+}
+
+typedef struct lane {
+    ferry_worker_t *w[2]; /* a talker and its peer, driven by one thread */
+    ferry_ep_t *ep[2];    /* ep[i]: w[i] -> w[1 - i] */
+    unsigned seed;
+    int ok;
+} lane_t;
+
+static void progress2(lane_t *l)
+{
+    ferry_worker_progress(l->w[0]);
+    ferry_worker_progress(l->w[1]);
+}
+
+/* One message each way at once, then both checked. */
+static void exchange(lane_t *l, size_t len, unsigned seed)
+{
+    char *src[2], *dst[2];
+    done_t ds[2] = {{0, 0}, {0, 0}}, dr[2] = {{0, 0}, {0, 0}};
+    ferry_request_t rs[2], rr[2];
+    ferry_status_t sts[2], str[2];
+    for (int i = 0; i < 2; i++) {
+        src[i] = malloc(len);
+        dst[i] = calloc(1, len);
+        fill_pattern(src[i], len, seed + (unsigned)i);
+        rr[i] = (ferry_request_t){.cb = req_cb, .user_data = &dr[i]};
+        rs[i] = (ferry_request_t){.cb = req_cb, .user_data = &ds[i]};
+        str[i] = ferry_tag_recv(l->w[i], dst[i], len, 7, ~0ull, &rr[i]);
+        FY_ASSERT(str[i] == FERRY_OK || str[i] == FERRY_INPROGRESS);
+    }
+    for (int i = 0; i < 2; i++) {
+        sts[i] = ferry_tag_send(l->ep[i], 7, src[i], len, &rs[i]);
+        FY_ASSERT(sts[i] == FERRY_OK || sts[i] == FERRY_INPROGRESS);
+    }
+    struct timespec t0;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (;;) {
+        int pending = 0;
+        for (int i = 0; i < 2; i++)
+            pending += (str[i] == FERRY_INPROGRESS && dr[i].calls == 0) +
+                       (sts[i] == FERRY_INPROGRESS && ds[i].calls == 0);
+        if (pending == 0)
+            break;
+        progress2(l);
+        FY_ASSERT_MSG(ms_since(&t0) < 20000, "a %zu-byte exchange did not end in 20 s", len);
+    }
+    for (int i = 0; i < 2; i++) {
+        if (str[i] == FERRY_INPROGRESS)
+            FY_ASSERT_OK(rr[i].status);
+        if (sts[i] == FERRY_INPROGRESS)
+            FY_ASSERT_OK(rs[i].status);
+        FY_ASSERT_EQ(rr[i].length, len);
+        /* w[i] received what w[1 - i] sent */
+        FY_ASSERT_MSG(check_pattern(dst[i], len, seed + (unsigned)(1 - i)),
+                      "%zu bytes arrived wrong", len);
+        free(src[i]);
+        free(dst[i]);
+    }
+}
+
+static void *run_lane(void *arg)
+{
+    lane_t *l = arg;
+    static const size_t sizes[] = {8, 60 << 10, 1 << 20};
+    for (unsigned round = 0; round < 10; round++)
+        for (size_t s = 0; s < 3; s++)
+            exchange(l, sizes[s], l->seed + round * 10 + (unsigned)s);
+    l->ok = 1;
+    return NULL;
+}
+
+static void parallel(void)
+{
+    ferry_context_t *ctx;
+    FY_ASSERT_OK(ferry_context_create(NULL, &ctx));
+    lane_t lanes[2];
+    memset(lanes, 0, sizeof(lanes));
+    unsigned of = 0, seen = 0;
+    for (int l = 0; l < 2; l++) {
+        for (int i = 0; i < 2; i++) {
+            FY_ASSERT_OK(ferry_worker_create(ctx, NULL, &lanes[l].w[i]));
+            int c = context_of(lanes[l].w[i], &of);
+            FY_ASSERT(c >= 0 && c < 32);
+            FY_ASSERT_MSG(!(seen & (1u << c)), "two workers share ofi context %d", c);
+            seen |= 1u << c;
+        }
+        lanes[l].seed = 1000u * (unsigned)(l + 1);
+    }
+    FY_ASSERT_GE(of, 4);
+    for (int l = 0; l < 2; l++)
+        for (int i = 0; i < 2; i++)
+            lanes[l].ep[i] = connect_to(lanes[l].w[i], lanes[l].w[1 - i]);
+    pthread_t th[2];
+    for (int l = 0; l < 2; l++)
+        FY_ASSERT_EQ(pthread_create(&th[l], NULL, run_lane, &lanes[l]), 0);
+    for (int l = 0; l < 2; l++)
+        pthread_join(th[l], NULL);
+    for (int l = 0; l < 2; l++) {
+        FY_ASSERT(lanes[l].ok);
+        lane_t *p = &lanes[l]; /* closed with a flush, both workers progressed */
+        ferry_request_t req[2];
+        int done[2] = {0, 0};
+        for (int i = 0; i < 2; i++) {
+            req[i] = (ferry_request_t){.cb = pair_close_cb, .user_data = &done[i]};
+            ferry_status_t st = ferry_ep_close(p->ep[i], FERRY_EP_CLOSE_FLUSH, &req[i]);
+            if (st != FERRY_INPROGRESS) {
+                FY_ASSERT_OK(st);
+                done[i] = 1;
+            }
+        }
+        struct timespec t0;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        while (!(done[0] && done[1])) {
+            progress2(p);
+            FY_ASSERT_MSG(ms_since(&t0) < 30000, "closing did not end in 30 s");
+        }
+        ferry_worker_destroy(p->w[0]);
+        ferry_worker_destroy(p->w[1]);
+    }
+    ferry_context_destroy(ctx);
+}
+
+static void limit(void)
+{
+    setenv("FERRY_OFI_CONTEXTS", "2", 1);
+    ferry_context_t *ctx;
+    FY_ASSERT_OK(ferry_context_create(NULL, &ctx));
+    ferry_worker_t *w[3] = {NULL, NULL, NULL};
+    FY_ASSERT_OK(ferry_worker_create(ctx, NULL, &w[0]));
+    FY_ASSERT_OK(ferry_worker_create(ctx, NULL, &w[1]));
+    unsigned of = 0;
+    FY_ASSERT_NE(context_of(w[0], &of), context_of(w[1], &of));
+    FY_ASSERT_EQ(of, 2);
+    FY_ASSERT_STATUS(ferry_worker_create(ctx, NULL, &w[2]), FERRY_ERR_NO_DEVICE);
+    ferry_worker_destroy(w[0]);
+    FY_ASSERT_OK(ferry_worker_create(ctx, NULL, &w[2])); /* the context came back */
+    ferry_worker_destroy(w[1]);
+    ferry_worker_destroy(w[2]);
+    ferry_context_destroy(ctx);
+    unsetenv("FERRY_OFI_CONTEXTS");
+}
+
+FYTEST_MAIN(FYTEST_CASE(parallel), FYTEST_CASE(limit))

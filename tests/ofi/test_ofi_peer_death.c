@@ -1,0 +1,118 @@
+/*
+ * A peer killed in the middle of a rendezvous over ofi: the receive ends with an error, never a
+ * hang.  (The transport-level cases - before connect, mid-transfer, during a flush, idle - are
+ * the conformance suite's peer_death_* over each provider; this one goes through proto's
+ * rendezvous by fi_read.)  CTest sets FERRY_TLS=ofi and a provider whose reads need the target
+ * to progress (rxm, rxd), so the read is still in flight when the sender dies.
+ *
+ * The sender (a child process) sends 8 MiB tagged, progresses until the receiver has seen the
+ * RTS (the receiver says so over the pipe), then stops progressing and is killed; the receiver
+ * posts the receive (its fi_read waits on the silent sender), then the kill, and progresses:
+ * the receive must complete once, with an error, within 15 s.
+ */
+#include <signal.h>
+#include <stdint.h>
+
+#include "common.h"
+#include "fytest_proc.h"
+
+#define LEN (8u << 20)
+#define TAG 0x77
+
+static int sender(int rfd, int wfd, int argc, char **argv)
+{
+    (void)wfd, (void)argc, (void)argv;
+    uint32_t len;
+    if (fyproc_recv(rfd, &len, sizeof(len), 20000) != 0 || len == 0 || len > 4096)
+        return 2;
+    char addr[4096];
+    if (fyproc_recv(rfd, addr, len, 20000) != 0)
+        return 3;
+    ferry_context_t *ctx;
+    ferry_worker_t *w;
+    ferry_ep_t *ep;
+    if (ferry_context_create(NULL, &ctx) != FERRY_OK ||
+        ferry_worker_create(ctx, NULL, &w) != FERRY_OK)
+        return 4;
+    ferry_ep_params_t ep_params = {
+        .field_mask = FERRY_EP_FIELD_ADDRESS, .address = addr, .address_len = len};
+    if (ferry_ep_create(w, &ep_params, &ep) != FERRY_OK)
+        return 5;
+    char *buf = malloc(LEN);
+    fill_pattern(buf, LEN, 5);
+    ferry_request_t rs = {.cb = NULL};
+    ferry_status_t st = ferry_tag_send(ep, TAG, buf, LEN, &rs);
+    if (st != FERRY_INPROGRESS)
+        return 6;
+    while (!fyproc_readable(rfd)) /* until the receiver saw the RTS */
+        ferry_worker_progress(w);
+    char c;
+    fyproc_recv(rfd, &c, 1, 1000);
+    fyproc_recv(rfd, &c, 1, -1); /* silent from here: killed while waiting */
+    return 0;
+}
+
+static const fyproc_role_t roles[] = {{"sender", sender}};
+
+static double ms_since(const struct timespec *t0)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)(t.tv_sec - t0->tv_sec) * 1e3 + (double)(t.tv_nsec - t0->tv_nsec) / 1e6;
+}
+
+static void rndv_sender_killed(void)
+{
+    ferry_context_t *ctx;
+    ferry_worker_t *w;
+    FY_ASSERT_OK(ferry_context_create(NULL, &ctx));
+    FY_ASSERT_OK(ferry_worker_create(ctx, NULL, &w));
+    size_t alen = 0;
+    FY_ASSERT_STATUS(ferry_worker_get_address(w, NULL, &alen), FERRY_ERR_TRUNCATED);
+    char *addr = malloc(alen);
+    FY_ASSERT_OK(ferry_worker_get_address(w, addr, &alen));
+    fyproc_t p;
+    FY_ASSERT_EQ(fyproc_spawn(&p, "sender", NULL, 60), 0);
+    uint32_t len = (uint32_t)alen;
+    FY_ASSERT_EQ(fyproc_send(p.wfd, &len, sizeof(len)), 0);
+    FY_ASSERT_EQ(fyproc_send(p.wfd, addr, alen), 0);
+    free(addr);
+
+    /* the RTS arrives (the message waits unexpected) */
+    struct timespec t0;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    ferry_tag_info_t info;
+    while (ferry_tag_probe(w, TAG, ~0ull, &info) != FERRY_OK) {
+        ferry_worker_progress(w);
+        FY_ASSERT_MSG(!fyproc_exited(&p), "the sender exited early (status %d)", p.status);
+        FY_ASSERT_MSG(ms_since(&t0) < 20000, "no RTS in 20 s");
+    }
+    FY_ASSERT_EQ(info.length, LEN);
+    FY_ASSERT_EQ(fyproc_send(p.wfd, "s", 1), 0); /* stop progressing */
+
+    char *dst = calloc(1, LEN);
+    done_t dr = {0, 0};
+    ferry_request_t rr = {.cb = req_cb, .user_data = &dr};
+    ferry_status_t st = ferry_tag_recv(w, dst, LEN, TAG, ~0ull, &rr);
+    FY_ASSERT_STATUS(st, FERRY_INPROGRESS); /* reading from a sender that does not answer */
+    for (int i = 0; i < 200; i++)
+        ferry_worker_progress(w);
+    FY_ASSERT_MSG(dr.calls == 0, "the receive ended before the sender died: %s",
+                  ferry_status_string(rr.status));
+    fyproc_kill(&p, SIGKILL);
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    while (dr.calls == 0) {
+        ferry_worker_progress(w);
+        FY_ASSERT_MSG(ms_since(&t0) < 15000, "the receive from a killed sender hangs");
+    }
+    FY_ASSERT_EQ(dr.calls, 1);
+    FY_ASSERT_MSG(rr.status != FERRY_OK, "a receive from a killed sender completed OK");
+    printf("receive from the killed sender: %s after %.0f ms\n", ferry_status_string(rr.status),
+           ms_since(&t0));
+    fyproc_release(&p);
+    free(dst);
+    ferry_worker_destroy(w);
+    ferry_context_destroy(ctx);
+}
+
+FYTEST_MAIN_ROLES(roles, FYTEST_CASE(rndv_sender_killed))

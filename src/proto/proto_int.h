@@ -130,7 +130,9 @@ typedef struct fy_ctx_opts {
     uint64_t cm_timeout_ns;     /* FERRY_CM_TIMEOUT */
     unsigned long max_rails;    /* FERRY_MAX_RAILS: lanes bulk AM data is striped over */
     size_t rails_thresh;        /* FERRY_RAILS_THRESH: AMs above it are striped */
+    int am_lane_mode;           /* FERRY_AM_LANE: FY_AM_LANE_* (lanes.c) */
 } fy_ctx_opts_t;
+enum { FY_AM_LANE_BLEND, FY_AM_LANE_LATENCY };
 
 typedef struct fy_ctx_tl {
     const fy_tl_component_t *tl;

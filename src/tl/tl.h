@@ -303,6 +303,11 @@ typedef struct fy_tl_ops {
                                   const void *iface_addr, char *buf, size_t len);
     /* optional: a remote interface's address for people ("10.0.0.2:41000") */
     void (*addr_str)(const void *dev_addr, const void *iface_addr, char *buf, size_t len);
+    /* optional: 1 when the ep's connection is known to be up (what is sent now leaves at
+     * once), 0 while it is still being set up (or failed).  NULL: always 1.  Proto stripes
+     * bulk data only onto extra lanes that are up (rails.c), so a lane that never connects
+     * holds nothing back. */
+    int (*ep_ready)(fy_tl_ep_t *ep);
 } fy_tl_ops_t;
 
 struct fy_tl_component {

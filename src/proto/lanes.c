@@ -4,7 +4,10 @@
  *
  * A pair is a candidate when both run the transport, their addresses have the sizes this
  * build expects, the remote interface is not a duplicate of one already listed (the same
- * device address under two names counts once), and the transport says it reaches the peer.
+ * device address under two names counts once), the transport says it reaches the peer, and a
+ * connection manager FERRY_CM selected answers for the local interface (cm/cm.h: direct for
+ * transports that connect to an interface address, am for those that need the peer
+ * endpoint's; oob and sockaddr answer for any).
  * Each candidate gets a cost per class in nanoseconds for the class's typical operation,
  * computed from the two interfaces' advertised figures only -- the slower latency, the
  * smaller bandwidth, the larger per-message overhead, the capabilities both have -- so the
@@ -152,6 +155,13 @@ static const fy_iface_t *find_local_tl(ferry_worker_t *w, const char *tl)
     return NULL;
 }
 
+/* Does a connection manager FERRY_CM selected answer for this interface (cm.h query)? */
+static int cm_connects(ferry_worker_t *w, const fy_iface_t *fi)
+{
+    fy_cm_iface_info_t info = {fi->tl->name, fi->tl_iface->dev_name, fi->attr.caps};
+    return fy_cm_select_for_iface(&w->ctx->cms, &info, NULL) != NULL;
+}
+
 void fy_lanes_plan(ferry_worker_t *w, const fy_remote_addr_t *ra, const fy_lane_fail_t *fails,
                    unsigned nfails, int only_local, fy_lane_plan_t *plan)
 {
@@ -203,6 +213,11 @@ void fy_lanes_plan(ferry_worker_t *w, const fy_remote_addr_t *ra, const fy_lane_
                                                        c->why, sizeof(c->why));
                 if (c->why[0] == '\0')
                     snprintf(c->why, sizeof(c->why), "not reachable");
+            } else if (!cm_connects(w, fi)) {
+                snprintf(c->why, sizeof(c->why),
+                         "no connection manager in FERRY_CM connects on it (%s)",
+                         (fi->attr.caps & FY_TL_CAP_CONNECT_TO_IFACE) ? "direct, oob or sockaddr"
+                                                                      : "am");
             } else if ((f = find_fail(fails, nfails, bit)) != NULL) {
                 snprintf(c->why, sizeof(c->why), "failed: %.80s", f->why);
             } else if (c->am_cost < 0) {

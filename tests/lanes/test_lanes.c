@@ -193,6 +193,42 @@ static void latency_mode_short_udp_bulk_tcp(void)
     two_close(&t);
 }
 
+/* FERRY_CM narrows the lanes: with only am (which connects only transports that need the peer
+ * endpoint's address), no candidate has a manager, each says why, and there is no lane; with
+ * direct excluded, oob (and sockaddr) still answer for every interface. */
+static void cm_narrowing(void)
+{
+    setenv("FERRY_CM", "am", 1);
+    two_t t;
+    fy_remote_addr_t ra;
+    fy_lane_plan_t plan;
+    two_open(&t, "udp");
+    two_addrs(&t);
+    plan_to(t.w[0], t.addr[1], t.len[1], &ra, &plan);
+    FY_ASSERT(plan.ncand > 0);
+    FY_ASSERT_EQ(plan.am, -1);
+    for (unsigned k = 0; k < plan.ncand; k++)
+        FY_ASSERT_MSG(!plan.cand[k].usable && strstr(plan.cand[k].why, "FERRY_CM") != NULL,
+                      "candidate %u: %s", k, plan.cand[k].why);
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    FY_ASSERT(f != NULL);
+    fy_lanes_print(t.w[0], &ra, &plan, f);
+    fclose(f);
+    FY_ASSERT_MSG(strstr(text, "no lane") != NULL &&
+                      strstr(text, "no connection manager in FERRY_CM connects on it") != NULL,
+                  "%s", text);
+    free(text);
+    two_close(&t);
+    setenv("FERRY_CM", "^direct", 1);
+    two_open(&t, "udp");
+    two_addrs(&t);
+    plan_to(t.w[0], t.addr[1], t.len[1], &ra, &plan);
+    FY_ASSERT(plan.am >= 0);
+    two_close(&t);
+}
+
 /* Random figures for every interface of both workers: the two ends always choose the same
  * transport and the same pair of devices (mirrored). */
 static void both_ends_agree(void)
@@ -505,4 +541,4 @@ FYTEST_MAIN(FYTEST_CASE(tls_narrowing), FYTEST_CASE(tcp_wins_bulk_between_hosts)
             FYTEST_CASE(latency_mode_short_udp_bulk_tcp), FYTEST_CASE(both_ends_agree),
             FYTEST_CASE(rma_emulate), FYTEST_CASE(shm_reasons), FYTEST_CASE(duplicates_once),
             FYTEST_CASE(simultaneous_connect), FYTEST_CASE(reply_ep_adopted),
-            FYTEST_CASE(unreachable), FYTEST_CASE(dead_peer_lists_each))
+            FYTEST_CASE(unreachable), FYTEST_CASE(dead_peer_lists_each), FYTEST_CASE(cm_narrowing))

@@ -13,6 +13,7 @@
 static const char *const wait_modes[] = {"spin", "adaptive", "block", NULL};
 static const char *const rndv_schemes[] = {"auto", "get", "am", NULL}; /* FY_TAG_SCHEME_* */
 static const char *const pt_modes[] = {"off", "on", "auto", NULL};     /* FY_PT_* */
+static const char *const am_lane_modes[] = {"blend", "latency", NULL}; /* FY_AM_LANE_* */
 
 static const fy_config_field_t ctx_fields[] = {
     FY_CONFIG_FIELD("TLS", "all",
@@ -82,6 +83,13 @@ static const fy_config_field_t ctx_fields[] = {
                     "over up to this many of them, by bandwidth; 1 turns striping off (at most "
                     "4).",
                     FY_CFG_UINT, fy_ctx_opts_t, max_rails),
+    FY_CONFIG_ENUM_FIELD("AM_LANE", "blend",
+                         "How the am lane (short messages, tag eager, the endpoint's order) is "
+                         "chosen: blend (the lowest cost of one short plus one 64 KiB message) or "
+                         "latency (the lowest cost of one short message; where another lane moves "
+                         "bulk data much faster, AMs above FERRY_RAILS_THRESH go over it, "
+                         "anchored in the am lane's order).  Both ends must use the same value.",
+                         fy_ctx_opts_t, am_lane_mode, am_lane_modes),
     FY_CONFIG_FIELD("RAILS_THRESH", "256k",
                     "Multi-rail: active messages larger than this (header and data) are "
                     "striped over the rails; smaller ones stay on the am lane alone.",

@@ -4,7 +4,10 @@
  *
  * A pair is a candidate when both run the transport, their addresses have the sizes this
  * build expects, the remote interface is not a duplicate of one already listed (the same
- * device address under two names counts once), and the transport says it reaches the peer.
+ * device address under two names counts once), the transport says it reaches the peer, and a
+ * connection manager FERRY_CM selected answers for the local interface (cm/cm.h: direct for
+ * transports that connect to an interface address, am for those that need the peer
+ * endpoint's; oob and sockaddr answer for any).
  * Each candidate gets a cost per class in nanoseconds for the class's typical operation,
  * computed from the two interfaces' advertised figures only -- the slower latency, the
  * smaller bandwidth, the larger per-message overhead, the capabilities both have -- so the
@@ -15,10 +18,18 @@
  * transport's iface_query.
  *
  * AM short, AM bulk, tag eager and tag rendezvous ride one lane (the AM lane), because the
- * messages of an endpoint are delivered in order and two transports would not keep that
- * order between them; the AM lane is the candidate with the lowest blended cost (one short
- * message plus one 64 KiB message), which picks the faster stream between hosts and the
- * faster small messages where bandwidths are alike.  RMA and atomics get the cheapest
+ * messages of an endpoint are delivered in order.  FERRY_AM_LANE says how it is chosen:
+ *   blend (default)  the lowest cost of one short plus one 64 KiB message: the faster stream
+ *                    between hosts, the faster small messages where bandwidths are alike;
+ *   latency          the lowest cost of one short message; where another candidate moves
+ *                    bulk data much faster (between hosts: udp's 1500-byte datagrams against
+ *                    tcp's stream) it becomes the bulk lane, and AMs above FERRY_RAILS_THRESH
+ *                    go over it as fragments (rails.c), each anchored in the AM lane's order
+ *                    by a one-byte first fragment, so the endpoint's order holds.
+ * (Measured on the testbed under load, bench/RESULTS.md: latency mode's udp AM lane gives
+ * the bulk stream stalls -- udp's acknowledgements run in user space and a loaded machine
+ * delays them past the retransmission timeout -- so blend stays the default.)  Both ends
+ * compute the same lanes from the same two addresses.  RMA and atomics get the cheapest
  * candidate that does them natively, or are emulated over the AM lane.
  */
 #include <stdlib.h>
@@ -35,6 +46,8 @@ const char *const fy_lane_class_names[FY_CLS_COUNT] = {
 #define EAGER_BYTES 8192.0
 #define BULK_BYTES  1048576.0
 #define BLEND_BYTES 65536.0
+/* A bulk lane apart from the AM lane only where it is this much cheaper for bulk data. */
+#define BULK_GAIN 0.8
 
 static double fmax_(double a, double b)
 {
@@ -89,7 +102,9 @@ static void score(ferry_worker_t *w, const fy_iface_t *fi, const fy_remote_iface
         /* RTS, then the receiver reads (or CTS and DATA where it cannot) */
         c->cost[FY_CLS_TAG_RNDV] =
             (f.caps & FY_TL_CAP_GET ? 2 * f.lat : 3 * f.lat) + 2 * f.ovh + BULK_BYTES * xfer - prio;
-        c->am_cost = 2 * (f.lat + f.ovh) + (SHORT_BYTES + BLEND_BYTES) * xfer - prio;
+        c->am_cost = w->ctx->opts.am_lane_mode == FY_AM_LANE_LATENCY
+                         ? c->cost[FY_CLS_AM_SHORT]
+                         : 2 * (f.lat + f.ovh) + (SHORT_BYTES + BLEND_BYTES) * xfer - prio;
     }
     if (rma && !rma_emulate)
         c->cost[FY_CLS_RMA] = f.lat + BULK_BYTES * xfer - prio;
@@ -122,6 +137,7 @@ static int better(ferry_worker_t *w, const fy_remote_addr_t *ra, const fy_lane_c
 }
 
 static void choose_rails(ferry_worker_t *w, const fy_remote_addr_t *ra, fy_lane_plan_t *plan);
+static void choose_bulk(ferry_worker_t *w, const fy_remote_addr_t *ra, fy_lane_plan_t *plan);
 
 static const fy_lane_fail_t *find_fail(const fy_lane_fail_t *fails, unsigned n, unsigned bit)
 {
@@ -139,11 +155,18 @@ static const fy_iface_t *find_local_tl(ferry_worker_t *w, const char *tl)
     return NULL;
 }
 
+/* Does a connection manager FERRY_CM selected answer for this interface (cm.h query)? */
+static int cm_connects(ferry_worker_t *w, const fy_iface_t *fi)
+{
+    fy_cm_iface_info_t info = {fi->tl->name, fi->tl_iface->dev_name, fi->attr.caps};
+    return fy_cm_select_for_iface(&w->ctx->cms, &info, NULL) != NULL;
+}
+
 void fy_lanes_plan(ferry_worker_t *w, const fy_remote_addr_t *ra, const fy_lane_fail_t *fails,
                    unsigned nfails, int only_local, fy_lane_plan_t *plan)
 {
     memset(plan, 0, sizeof(*plan));
-    plan->am = plan->rma = plan->amo = -1;
+    plan->am = plan->bulk = plan->rma = plan->amo = -1;
     int rma_emulate = w->ctx->opts.rma_emulate;
     for (unsigned j = 0; j < ra->niface; j++) {
         const fy_remote_iface_t *ri = &ra->ifaces[j];
@@ -190,6 +213,11 @@ void fy_lanes_plan(ferry_worker_t *w, const fy_remote_addr_t *ra, const fy_lane_
                                                        c->why, sizeof(c->why));
                 if (c->why[0] == '\0')
                     snprintf(c->why, sizeof(c->why), "not reachable");
+            } else if (!cm_connects(w, fi)) {
+                snprintf(c->why, sizeof(c->why),
+                         "no connection manager in FERRY_CM connects on it (%s)",
+                         (fi->attr.caps & FY_TL_CAP_CONNECT_TO_IFACE) ? "direct, oob or sockaddr"
+                                                                      : "am");
             } else if ((f = find_fail(fails, nfails, bit)) != NULL) {
                 snprintf(c->why, sizeof(c->why), "failed: %.80s", f->why);
             } else if (c->am_cost < 0) {
@@ -220,6 +248,7 @@ void fy_lanes_plan(ferry_worker_t *w, const fy_remote_addr_t *ra, const fy_lane_
             plan->amo = (int)k;
         }
     }
+    choose_bulk(w, ra, plan);
     choose_rails(w, ra, plan);
 }
 
@@ -240,6 +269,34 @@ static int local_is_loopback(ferry_worker_t *w, int local)
  * active messages, and good: at least a quarter of the AM lane's bandwidth.  Both ends compute
  * the same set from the same two addresses (symmetric figures and tie-break).
  */
+/*
+ * The bulk lane: the candidate with the cheapest bulk cost, where it is not the AM lane and is
+ * at least 1 / BULK_GAIN times cheaper for bulk data than the AM lane (the AM lane picked for
+ * latency may move bulk data poorly).  Only on network devices: within a host the AM lane
+ * (shared memory, loopback) moves bulk data well.
+ */
+static void choose_bulk(ferry_worker_t *w, const fy_remote_addr_t *ra, fy_lane_plan_t *plan)
+{
+    if (plan->am < 0 || w->ctx->opts.am_lane_mode != FY_AM_LANE_LATENCY ||
+        local_is_loopback(w, plan->cand[plan->am].local))
+        return;
+    const fy_lane_cand_t *am = &plan->cand[plan->am], *best = NULL;
+    int best_k = -1;
+    for (unsigned k = 0; k < plan->ncand; k++) {
+        const fy_lane_cand_t *c = &plan->cand[k];
+        if (!c->usable || c->cost[FY_CLS_AM_BULK] < 0 || local_is_loopback(w, c->local))
+            continue;
+        if (better(w, ra, c, c->cost[FY_CLS_AM_BULK], best,
+                   best ? best->cost[FY_CLS_AM_BULK] : 0)) {
+            best = c;
+            best_k = (int)k;
+        }
+    }
+    if (best != NULL && best_k != plan->am &&
+        best->cost[FY_CLS_AM_BULK] < BULK_GAIN * am->cost[FY_CLS_AM_BULK])
+        plan->bulk = best_k;
+}
+
 static void choose_rails(ferry_worker_t *w, const fy_remote_addr_t *ra, fy_lane_plan_t *plan)
 {
     unsigned long max = w->ctx->opts.max_rails;
@@ -252,24 +309,34 @@ static void choose_rails(ferry_worker_t *w, const fy_remote_addr_t *ra, fy_lane_
     plan->rails[0] = plan->am;
     plan->rail_bw[0] = pair_figures(&w->ifaces[am->local], &ra->ifaces[am->remote]).bw;
     plan->nrails = 1;
+    /* the first rail that carries bandwidth: the AM lane, or the bulk lane after it */
+    unsigned first = 0;
+    if (plan->bulk >= 0) {
+        const fy_lane_cand_t *b = &plan->cand[plan->bulk];
+        plan->rail_bw[0] = 0; /* the anchors only */
+        plan->rails[1] = plan->bulk;
+        plan->rail_bw[1] = pair_figures(&w->ifaces[b->local], &ra->ifaces[b->remote]).bw;
+        plan->nrails = 2;
+        first = 1;
+    }
     if (max <= 1 || local_is_loopback(w, am->local))
         return;
-    while (plan->nrails < max) {
+    while (plan->nrails - first < max && plan->nrails < FY_MAX_RAILS) {
         const fy_lane_cand_t *best = NULL;
         int best_k = -1;
         for (unsigned k = 0; k < plan->ncand; k++) {
             const fy_lane_cand_t *c = &plan->cand[k];
             if (!c->usable || c->cost[FY_CLS_AM_BULK] < 0 || local_is_loopback(w, c->local))
                 continue;
-            int clash = 0;
-            for (unsigned r = 0; r < plan->nrails && !clash; r++) {
+            int clash = (int)k == plan->am;
+            for (unsigned r = first; r < plan->nrails && !clash; r++) {
                 const fy_lane_cand_t *o = &plan->cand[plan->rails[r]];
                 clash = strcmp(w->ifaces[o->local].tl_iface->dev_name,
                                w->ifaces[c->local].tl_iface->dev_name) == 0 ||
                         strcmp(ra->ifaces[o->remote].dev, ra->ifaces[c->remote].dev) == 0;
             }
             double bw = pair_figures(&w->ifaces[c->local], &ra->ifaces[c->remote]).bw;
-            if (clash || bw < plan->rail_bw[0] / 4)
+            if (clash || bw < plan->rail_bw[first] / 4)
                 continue;
             if (better(w, ra, c, c->cost[FY_CLS_AM_BULK], best,
                        best ? best->cost[FY_CLS_AM_BULK] : 0)) {
@@ -304,7 +371,10 @@ void fy_lanes_print(ferry_worker_t *w, const fy_remote_addr_t *ra, const fy_lane
         for (int k = 0; k < FY_CLS_COUNT; k++) {
             int chosen = k == FY_CLS_RMA ? plan->rma : k == FY_CLS_AMO ? plan->amo : plan->am;
             const char *note = "";
-            if (chosen < 0) {
+            if (k == FY_CLS_AM_BULK && plan->bulk >= 0) {
+                chosen = plan->bulk;
+                note = " (the bulk lane: above FERRY_RAILS_THRESH, anchored in the am lane)";
+            } else if (chosen < 0) {
                 chosen = plan->am;
                 note = " (emulated over the am lane)";
             } else if (k <= FY_CLS_TAG_RNDV) {
@@ -344,7 +414,8 @@ void fy_lanes_print(ferry_worker_t *w, const fy_remote_addr_t *ra, const fy_lane
             continue;
         if (!c->usable) {
             fprintf(f, "  rejected  %-28s %s\n", name, c->why);
-        } else if ((int)k != plan->am && (int)k != plan->rma && (int)k != plan->amo) {
+        } else if ((int)k != plan->am && (int)k != plan->rma && (int)k != plan->amo &&
+                   (int)k != plan->bulk) {
             fprintf(f, "  passed    %-28s am score %.1f ns > %.1f ns of the chosen\n", name,
                     c->am_cost, plan->cand[plan->am].am_cost);
         }

@@ -60,17 +60,20 @@ typedef struct fy_lane_cand {
     int local, remote;         /* indexes in worker->ifaces and remote_addr.ifaces */
     int usable;                /* reachable and not failed */
     double cost[FY_CLS_COUNT]; /* ns for the class's typical operation; <0: cannot */
-    double am_cost;            /* the blended cost that picks the AM lane */
+    double am_cost;            /* the cost that picks the AM lane (FERRY_AM_LANE) */
     char why[FY_LANE_WHY_LEN]; /* when not usable: the reason */
 } fy_lane_cand_t;
 
 typedef struct fy_lane_plan {
     unsigned ncand;
     fy_lane_cand_t cand[FY_LANE_MAX_CAND];
-    int am;       /* index in cand of the AM lane, -1: none */
+    int am;       /* index in cand of the AM lane (the lowest latency), -1: none */
+    int bulk;     /* index in cand of the bulk lane where it is not the AM lane, else -1 */
     int rma, amo; /* index in cand, -1: emulated over the AM lane */
     /* Multi-rail (rails.c): the lanes bulk AM data is striped over, rail 0 the AM lane, each
-     * with its weight (the pair's bandwidth, bytes/s); nrails 1: no striping. */
+     * with its weight (the pair's bandwidth, bytes/s); nrails 1: no striping.  With a bulk
+     * lane, rail 0 (the AM lane) has weight 0: it carries only each message's anchor, and
+     * rail 1 is the bulk lane. */
     unsigned nrails;
     int rails[FY_MAX_RAILS];
     double rail_bw[FY_MAX_RAILS];

@@ -142,7 +142,9 @@ typedef struct fy_ctx_opts {
     uint64_t pt_interval_ns;    /* FERRY_PROGRESS_THREAD_INTERVAL: its longest sleep */
     int thread_multi;           /* FERRY_WORKER_THREAD_MULTI: every worker multi-threaded */
     size_t am_eager_max;        /* FERRY_AM_EAGER_MAX: larger AMs go as fragments (0: lane's) */
+    int am_lane_mode;           /* FERRY_AM_LANE: FY_AM_LANE_* (lanes.c) */
 } fy_ctx_opts_t;
+enum { FY_AM_LANE_BLEND, FY_AM_LANE_LATENCY };
 
 /* FERRY_PROGRESS_THREAD (index into off, on, auto) */
 enum { FY_PT_OFF, FY_PT_ON, FY_PT_AUTO };

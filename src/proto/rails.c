@@ -5,13 +5,15 @@
  *
  * Sending.  Wireup (lanes.c, wireup.c) gives the endpoint its rails: the AM lane as rail 0
  * and up to FERRY_MAX_RAILS - 1 more lanes on separate devices, each weighted by its
- * bandwidth.  A striped message gives each rail a contiguous share of its bytes in proportion
- * to the weights (rail 0's share starts at offset 0) and submits the pieces round-robin over
- * the rails, each piece at most what its rail carries in one operation.  A message that is
- * only too large for one operation (or below the threshold, or to an endpoint still in
- * wireup) uses rail 0 alone.  Every fragment names its message by a per-endpoint number; the
- * one at offset 0, sent on the AM lane in order with the endpoint's other messages, is the
- * message's anchor.
+ * bandwidth; or, where the AM lane (chosen for latency) has a bulk lane beside it, rail 0
+ * with weight 0 (it carries each message's one-byte anchor) and up to FERRY_MAX_RAILS lanes
+ * from the bulk lane on.  Only rails whose connection is up (tl ep_ready) get a share.  A striped
+ * message gives each rail a contiguous share of its bytes in proportion to the weights (rail 0's
+ * share starts at offset 0) and submits the pieces round-robin over the rails, each piece at most
+ * what its rail carries in one operation.  A message that is only too large for one operation (or
+ * below the threshold, or to an endpoint still in wireup) uses rail 0 alone.  Every fragment names
+ * its message by a per-endpoint number; the one at offset 0, sent on the AM lane in order with the
+ * endpoint's other messages, is the message's anchor.
  *
  * Receiving.  The endpoint is found by the id in the proto header whatever connection a
  * fragment arrived on (every lane of a peer names the same endpoint).  Fragments land at
@@ -77,10 +79,23 @@ static size_t lane_max(const ferry_ep_t *ep, const fy_lane_t *lane)
     return m < cap ? m : cap;
 }
 
+/* Is a rail's connection up (tl.h ep_ready)?  Bulk data goes only onto rails that are, so a
+ * lane still connecting (or never connecting: filtered) holds nothing back. */
+static int rail_ready(const fy_lane_t *l)
+{
+    const fy_tl_ops_t *ops = l->iface->tl->ops;
+    return ops->ep_ready == NULL || ops->ep_ready(l->tl_ep);
+}
+
 int fy_rails_stripe(const ferry_ep_t *ep, size_t total)
 {
-    return ep->nrails > 1 && total > ep->worker->ctx->opts.rails_thresh &&
-           ep->state == FY_EP_CONNECTED;
+    if (ep->nrails < 2 || total <= ep->worker->ctx->opts.rails_thresh ||
+        ep->state != FY_EP_CONNECTED)
+        return 0;
+    for (unsigned r = 1; r < ep->nrails; r++)
+        if (rail_ready(&ep->rails[r]))
+            return 1;
+    return 0;
 }
 
 void fy_rails_begin(ferry_ep_t *ep, size_t total, size_t room, fy_rails_cursor_t *c)
@@ -93,15 +108,21 @@ void fy_rails_begin(ferry_ep_t *ep, size_t total, size_t room, fy_rails_cursor_t
     if (!fy_rails_stripe(ep, total))
         return;
     uint64_t sum = 0;
-    for (unsigned r = 0; r < ep->nrails; r++)
-        sum += ep->rail_weight[r];
+    int ready[FY_MAX_RAILS];
+    for (unsigned r = 0; r < ep->nrails; r++) {
+        ready[r] = r == 0 || rail_ready(&ep->rails[r]);
+        if (ready[r])
+            sum += ep->rail_weight[r];
+    }
+    /* rail 0 of weight 0 (the AM lane beside a bulk lane, lanes.c): the anchor alone */
+    int anchor_only = ep->rail_weight[0] == 0;
     size_t start = 0;
     for (unsigned r = 0; r < ep->nrails && sum != 0; r++) {
         size_t m = r == 0 ? room + 16 + sizeof(fy_am_frag_hdr_t) : lane_max(ep, &ep->rails[r]);
-        if (m <= 16 + 2 * sizeof(fy_am_frag_hdr_t))
+        if (!ready[r] || m <= 16 + 2 * sizeof(fy_am_frag_hdr_t))
             continue;
-        size_t share = r + 1 == ep->nrails
-                           ? total - start
+        size_t share = r == 0 && anchor_only
+                           ? 1
                            : (size_t)((double)total * (double)ep->rail_weight[r] / (double)sum);
         if (share > total - start)
             share = total - start;
@@ -583,7 +604,10 @@ void fy_rails_set(ferry_ep_t *ep, const fy_lane_plan_t *plan, const fy_lane_t *l
         return;
     for (unsigned r = 0; r < plan->nrails && r < FY_MAX_RAILS; r++) {
         double mbs = plan->rail_bw[r] / 1e6;
-        ep->rail_weight[r] = mbs < 1 ? 1 : mbs > 4e9 ? 4000000000u : (uint32_t)mbs;
+        ep->rail_weight[r] = plan->rail_bw[r] == 0 ? 0 /* anchors only */
+                             : mbs < 1             ? 1
+                             : mbs > 4e9           ? 4000000000u
+                                                   : (uint32_t)mbs;
         if (r != 0)
             ep->rails[r] = lanes[r - 1];
     }

@@ -314,6 +314,11 @@ typedef struct fy_tl_ops {
      * mem_dereg until the memory is unmapped.  Released with mem_dereg.  NULL: mem_reg. */
     ferry_status_t (*mem_reg_cached)(fy_tl_md_t *md, void *addr, size_t len, unsigned access,
                                      void *memh);
+    /* optional: 1 when the ep's connection is known to be up (what is sent now leaves at
+     * once), 0 while it is still being set up (or failed).  NULL: always 1.  Proto stripes
+     * bulk data only onto extra lanes that are up (rails.c), so a lane that never connects
+     * holds nothing back. */
+    int (*ep_ready)(fy_tl_ep_t *ep);
 } fy_tl_ops_t;
 
 struct fy_tl_component {

@@ -128,6 +128,7 @@ static void tcp_wins_bulk_between_hosts(void)
     for (int i = 0; i < 2; i++) {
         plan_to(t.w[i], t.addr[1 - i], t.len[1 - i], &ra, &plan);
         FY_ASSERT_STR_EQ(am_tl(t.w[i], &plan), "tcp");
+        FY_ASSERT_EQ(plan.bulk, -1); /* FERRY_AM_LANE=blend: the AM lane is the bulk lane */
         FY_ASSERT(plan.rma >= 0);
         FY_ASSERT_STR_EQ(t.w[i]->ifaces[plan.cand[plan.rma].local].tl->name, "tcp");
         /* the short-message class alone would go to udp: it is listed as passed */
@@ -141,6 +142,90 @@ static void tcp_wins_bulk_between_hosts(void)
                     plan.cand[k].cost[FY_CLS_AM_BULK] > 3 * am->cost[FY_CLS_AM_BULK];
         FY_ASSERT(udp_cheaper_short);
     }
+    two_close(&t);
+}
+
+/* FERRY_AM_LANE=latency, between hosts over a veth: udp's one way is ~0.8 us shorter, so udp
+ * carries the AM lane (short messages, the endpoint's order), and tcp, ~7x faster for bulk
+ * data, is the bulk lane (rail 1, behind rail 0's anchors) and the RMA lane, on both ends. */
+static void latency_mode_short_udp_bulk_tcp(void)
+{
+    setenv("FERRY_AM_LANE", "latency", 1);
+    two_t t;
+    fy_remote_addr_t ra;
+    fy_lane_plan_t plan;
+    two_open(&t, "udp,tcp");
+    for (int i = 0; i < 2; i++) {
+        ifaces_of(t.w[i], "udp", veth_udp);
+        ifaces_of(t.w[i], "tcp", veth_tcp);
+        FY_ASSERT_OK(fy_address_pack(t.w[i]));
+    }
+    two_addrs(&t);
+    for (int i = 0; i < 2; i++) {
+        plan_to(t.w[i], t.addr[1 - i], t.len[1 - i], &ra, &plan);
+        FY_ASSERT_STR_EQ(am_tl(t.w[i], &plan), "udp");
+        FY_ASSERT(plan.bulk >= 0);
+        FY_ASSERT_STR_EQ(t.w[i]->ifaces[plan.cand[plan.bulk].local].tl->name, "tcp");
+        FY_ASSERT(plan.rma >= 0);
+        FY_ASSERT_STR_EQ(t.w[i]->ifaces[plan.cand[plan.rma].local].tl->name, "tcp");
+        FY_ASSERT(plan.nrails >= 2 && plan.rails[0] == plan.am && plan.rails[1] == plan.bulk);
+        FY_ASSERT(plan.rail_bw[0] == 0 && plan.rail_bw[1] > 0);
+        const fy_lane_cand_t *am = &plan.cand[plan.am], *bulk = &plan.cand[plan.bulk];
+        FY_ASSERT(am->cost[FY_CLS_AM_SHORT] < bulk->cost[FY_CLS_AM_SHORT]);
+        FY_ASSERT(bulk->cost[FY_CLS_AM_BULK] * 3 < am->cost[FY_CLS_AM_BULK]);
+        char *text = NULL;
+        size_t len = 0;
+        FILE *f = open_memstream(&text, &len);
+        FY_ASSERT(f != NULL);
+        fy_lanes_print(t.w[i], &ra, &plan, f);
+        fclose(f);
+        FY_ASSERT_MSG(strstr(text, "(the bulk lane") != NULL, "no bulk lane in:\n%s", text);
+        free(text);
+    }
+    /* with the two figures alike no bulk lane is split off */
+    for (int i = 0; i < 2; i++) {
+        ifaces_of(t.w[i], "udp", veth_tcp);
+        FY_ASSERT_OK(fy_address_pack(t.w[i]));
+    }
+    two_addrs(&t);
+    plan_to(t.w[0], t.addr[1], t.len[1], &ra, &plan);
+    FY_ASSERT_EQ(plan.bulk, -1);
+    two_close(&t);
+}
+
+/* FERRY_CM narrows the lanes: with only am (which connects only transports that need the peer
+ * endpoint's address), no candidate has a manager, each says why, and there is no lane; with
+ * direct excluded, oob (and sockaddr) still answer for every interface. */
+static void cm_narrowing(void)
+{
+    setenv("FERRY_CM", "am", 1);
+    two_t t;
+    fy_remote_addr_t ra;
+    fy_lane_plan_t plan;
+    two_open(&t, "udp");
+    two_addrs(&t);
+    plan_to(t.w[0], t.addr[1], t.len[1], &ra, &plan);
+    FY_ASSERT(plan.ncand > 0);
+    FY_ASSERT_EQ(plan.am, -1);
+    for (unsigned k = 0; k < plan.ncand; k++)
+        FY_ASSERT_MSG(!plan.cand[k].usable && strstr(plan.cand[k].why, "FERRY_CM") != NULL,
+                      "candidate %u: %s", k, plan.cand[k].why);
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    FY_ASSERT(f != NULL);
+    fy_lanes_print(t.w[0], &ra, &plan, f);
+    fclose(f);
+    FY_ASSERT_MSG(strstr(text, "no lane") != NULL &&
+                      strstr(text, "no connection manager in FERRY_CM connects on it") != NULL,
+                  "%s", text);
+    free(text);
+    two_close(&t);
+    setenv("FERRY_CM", "^direct", 1);
+    two_open(&t, "udp");
+    two_addrs(&t);
+    plan_to(t.w[0], t.addr[1], t.len[1], &ra, &plan);
+    FY_ASSERT(plan.am >= 0);
     two_close(&t);
 }
 
@@ -453,7 +538,7 @@ static void dead_peer_lists_each(void)
 }
 
 FYTEST_MAIN(FYTEST_CASE(tls_narrowing), FYTEST_CASE(tcp_wins_bulk_between_hosts),
-            FYTEST_CASE(both_ends_agree), FYTEST_CASE(rma_emulate), FYTEST_CASE(shm_reasons),
-            FYTEST_CASE(duplicates_once), FYTEST_CASE(simultaneous_connect),
-            FYTEST_CASE(reply_ep_adopted), FYTEST_CASE(unreachable),
-            FYTEST_CASE(dead_peer_lists_each))
+            FYTEST_CASE(latency_mode_short_udp_bulk_tcp), FYTEST_CASE(both_ends_agree),
+            FYTEST_CASE(rma_emulate), FYTEST_CASE(shm_reasons), FYTEST_CASE(duplicates_once),
+            FYTEST_CASE(simultaneous_connect), FYTEST_CASE(reply_ep_adopted),
+            FYTEST_CASE(unreachable), FYTEST_CASE(dead_peer_lists_each), FYTEST_CASE(cm_narrowing))

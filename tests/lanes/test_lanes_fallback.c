@@ -6,9 +6,10 @@
  * A sender in one namespace creates an endpoint to a receiver in the other (FERRY_TLS=udp,tcp)
  * and at once sends numbered messages, some large; the receiver checks they arrive complete
  * and in order and answers when it has them all.  Cases: nothing dropped (tcp carries the AM
- * lane between hosts, by its bandwidth); udp dropped with udp made the first choice (tcp
- * reported slow) -> tcp, answered within 3 s; tcp dropped -> udp within 3 s; both dropped ->
- * the endpoint fails with FERRY_ERR_UNREACHABLE and an error naming each lane and why.
+ * lane between hosts, by its bandwidth); the same with FERRY_AM_LANE=latency (udp carries the
+ * AM lane by its latency, tcp the messages above FERRY_RAILS_THRESH); udp dropped with udp made the
+ * first choice (tcp reported slow) -> tcp, answered within 3 s; tcp dropped -> udp within 3 s; both
+ * dropped -> the endpoint fails with FERRY_ERR_UNREACHABLE and an error naming each lane and why.
  *
  * Needs root (ip netns, iptables); otherwise exits 77 (skipped).  Each case makes its own
  * namespaces, named with the test's pid, and removes them whatever happens to the case's
@@ -211,6 +212,7 @@ typedef struct tx_result {
     int32_t verdict; /* 0: all arrived in order; -1 bad; -2 no answer; -3 ep failed */
     int32_t ep_status;
     char lane[16];
+    char bulk[16];    /* the bulk lane (rail 1 behind an anchor-only rail 0), or "" */
     double seconds;   /* ep creation to the answer to every message */
     double connected; /* ep creation to the peer's wireup answer (on the lane that worked) */
 } tx_result_t;
@@ -279,6 +281,8 @@ static void sender(int addr_out, int addr_in, int result, const char *log_path)
     r.connected = connected;
     if (ep->lanes[FY_LANE_AM].iface != NULL)
         snprintf(r.lane, sizeof(r.lane), "%s", ep->lanes[FY_LANE_AM].iface->tl->name);
+    if (ep->nrails > 1 && ep->rail_weight[0] == 0)
+        snprintf(r.bulk, sizeof(r.bulk), "%s", ep->rails[1].iface->tl->name);
     write_all(result, &r, sizeof(r));
     ferry_ep_close(ep, FERRY_EP_CLOSE_FORCE, NULL);
     ferry_worker_destroy(w);
@@ -378,6 +382,21 @@ static void open_path_uses_tcp(void)
     free(text);
 }
 
+static void latency_mode_udp_and_tcp(void)
+{
+    /* nothing is dropped here: a udp lane slow to answer on a loaded machine (sanitizers) must
+     * not be given up for tcp */
+    setenv("FERRY_WIREUP_TIMEOUT", "30s", 1);
+    scenario_t sc = {NULL, NULL, "FERRY_AM_LANE=latency"};
+    char log[64];
+    tx_result_t r = run(&sc, log, sizeof(log));
+    char *text = slurp(log);
+    FY_ASSERT_MSG(r.verdict == 0, "verdict %d, log:\n%s", r.verdict, text);
+    FY_ASSERT_STR_EQ(r.lane, "udp");
+    FY_ASSERT_STR_EQ(r.bulk, "tcp");
+    free(text);
+}
+
 static void udp_dropped_falls_back_to_tcp(void)
 {
     /* tcp reported slow, so udp is the first choice, and the one dropped */
@@ -444,8 +463,9 @@ static void sweep_stale(void)
 int main(int argc, char **argv)
 {
     static const fytest_case_t cases[] = {
-        FYTEST_CASE(open_path_uses_tcp), FYTEST_CASE(udp_dropped_falls_back_to_tcp),
-        FYTEST_CASE(tcp_dropped_falls_back_to_udp), FYTEST_CASE(both_dropped_lists_each)};
+        FYTEST_CASE(open_path_uses_tcp), FYTEST_CASE(latency_mode_udp_and_tcp),
+        FYTEST_CASE(udp_dropped_falls_back_to_tcp), FYTEST_CASE(tcp_dropped_falls_back_to_udp),
+        FYTEST_CASE(both_dropped_lists_each)};
     if (geteuid() != 0 || sh("ip netns list >/dev/null 2>&1") != 0 ||
         sh("iptables --version >/dev/null 2>&1") != 0) {
         printf("skipped: needs root, ip netns and iptables\n");

@@ -483,6 +483,7 @@ ferry_status_t fy_tcp_ep_create(fy_tl_iface_t *iface, const void *dev_addr, cons
 void fy_tcp_ep_destroy(fy_tl_ep_t *ep);
 ferry_status_t fy_tcp_ep_flush(fy_tl_ep_t *ep, fy_tl_comp_t *comp);
 ferry_status_t fy_tcp_ep_get_stats(fy_tl_ep_t *ep, ferry_ep_stats_t *stats);
+int fy_tcp_ep_ready(fy_tl_ep_t *ep);
 ferry_status_t fy_tcp_am_short(fy_tl_ep_t *ep, uint8_t id, const struct iovec *iov, size_t iovcnt);
 ferry_status_t fy_tcp_am_bcopy(fy_tl_ep_t *ep, uint8_t id, const struct iovec *iov, size_t iovcnt);
 ferry_status_t fy_tcp_am_zcopy(fy_tl_ep_t *ep, uint8_t id, const void *hdr, size_t hdr_len,

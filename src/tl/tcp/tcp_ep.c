@@ -114,6 +114,12 @@ ferry_status_t fy_tcp_ep_flush(fy_tl_ep_t *super, fy_tl_comp_t *comp)
     return FERRY_INPROGRESS;
 }
 
+int fy_tcp_ep_ready(fy_tl_ep_t *super)
+{
+    fy_tcp_ep_t *ep = fy_tcp_ep(super);
+    return !ep->failed && ep->peer != NULL && ep->peer->state == FY_TCP_PEER_UP;
+}
+
 ferry_status_t fy_tcp_ep_get_stats(fy_tl_ep_t *super, ferry_ep_stats_t *stats)
 {
     fy_tcp_ep_t *ep = fy_tcp_ep(super);

@@ -264,6 +264,7 @@ static const fy_tl_ops_t tcp_ops = {
     .ep_destroy = fy_tcp_ep_destroy,
     .ep_flush = fy_tcp_ep_flush,
     .ep_get_stats = fy_tcp_ep_get_stats,
+    .ep_ready = fy_tcp_ep_ready,
     .am_short = fy_tcp_am_short,
     .am_bcopy = fy_tcp_am_bcopy,
     .am_zcopy = fy_tcp_am_zcopy,

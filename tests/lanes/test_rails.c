@@ -1,0 +1,296 @@
+/*
+ * test_rails.c - multi-rail below the API (proto/rails.c), inside one process: how a striped
+ * message is cut (each rail's share in proportion to its weight, pieces no larger than the
+ * rail carries, the bytes covered once, one anchor at offset 0 on the AM lane), the anchor-only
+ * AM lane beside a bulk lane (FERRY_AM_LANE=latency), rails whose connection is not up left
+ * out, and reassembly: fragments in any order, a whole message held behind a striped one,
+ * handlers run in the order sent.
+ *
+ * The endpoint is a real one (FERRY_TLS=self, to this worker's own address); its rails are
+ * set by hand to several copies of its AM lane, some behind a fake transport table whose
+ * ep_ready says "not up".  Nothing is sent: the cursor is read, and fragments are handed to
+ * the receive side directly.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "fytest.h"
+#include "proto/proto_int.h"
+#include "util/clock.h"
+
+#define ROOM0 (48u * 1024) /* what rail 0 carries per fragment in these cases */
+
+typedef struct frag {
+    size_t off, len;
+    fy_lane_t *lane;
+    uint32_t tag;
+} frag_t;
+
+typedef struct setup {
+    ferry_context_t *ctx;
+    ferry_worker_t *w;
+    ferry_ep_t *ep;
+} setup_t;
+
+static void open_self(setup_t *s)
+{
+    setenv("FERRY_TLS", "self", 1);
+    FY_ASSERT_OK(ferry_context_create(NULL, &s->ctx));
+    FY_ASSERT_OK(ferry_worker_create(s->ctx, NULL, &s->w));
+    ferry_ep_params_t p = {.field_mask = FERRY_EP_FIELD_ADDRESS,
+                           .address = s->w->address,
+                           .address_len = s->w->address_len};
+    FY_ASSERT_OK(ferry_ep_create(s->w, &p, &s->ep));
+    double t0 = fy_time_sec();
+    while (s->ep->state != FY_EP_CONNECTED) {
+        FY_ASSERT_MSG(fy_time_sec() - t0 < 10, "the endpoint to ourselves did not connect");
+        ferry_worker_progress(s->w);
+    }
+}
+
+static void close_self(setup_t *s)
+{
+    s->ep->nrails = 1; /* the hand-made rails point into this test's memory */
+    s->ep->rails[0] = s->ep->lanes[FY_LANE_AM];
+    ferry_ep_close(s->ep, FERRY_EP_CLOSE_FORCE, NULL);
+    ferry_worker_destroy(s->w);
+    ferry_context_destroy(s->ctx);
+}
+
+/* n rails, all copies of the AM lane, with these weights. */
+static void set_rails(ferry_ep_t *ep, unsigned n, const uint32_t *weights)
+{
+    ep->nrails = n;
+    for (unsigned r = 0; r < n; r++) {
+        ep->rails[r] = ep->lanes[FY_LANE_AM];
+        ep->rail_weight[r] = weights[r];
+    }
+}
+
+/* The most a fragment on rail r > 0 carries (rails.c: the lane's largest AM, less headers). */
+static size_t rail_room(const fy_lane_t *l)
+{
+    const fy_tl_iface_attr_t *a = &l->iface->attr;
+    size_t m = (a->caps & FY_TL_CAP_AM_ZCOPY) ? a->max_zcopy : 0;
+    if ((a->caps & FY_TL_CAP_AM_BCOPY) && a->max_bcopy > m)
+        m = a->max_bcopy;
+    return m - 16 - sizeof(fy_am_frag_hdr_t);
+}
+
+/* Cut a message of total bytes; the fragments in the order given, their count. */
+static unsigned cut(ferry_ep_t *ep, size_t total, frag_t *f, unsigned max)
+{
+    fy_rails_cursor_t c;
+    fy_rails_begin(ep, total, ROOM0, &c);
+    unsigned n = 0;
+    size_t off, len;
+    fy_lane_t *lane;
+    uint32_t tag;
+    while ((len = fy_rails_next(ep, &c, &off, &lane, &tag)) != 0) {
+        FY_ASSERT(n < max);
+        f[n++] = (frag_t){off, len, lane, tag};
+    }
+    return n;
+}
+
+/* Which rail a fragment went on: 0 for the AM lane (lane NULL), else its index. */
+static unsigned rail_of(const ferry_ep_t *ep, const frag_t *f)
+{
+    if (f->lane == NULL)
+        return 0;
+    FY_ASSERT(f->lane >= &ep->rails[1] && f->lane < &ep->rails[ep->nrails]);
+    return (unsigned)(f->lane - ep->rails);
+}
+
+/* Every byte once, one anchor (offset 0, rail 0), one message number; bytes per rail. */
+static void check_cover(const ferry_ep_t *ep, const frag_t *f, unsigned n, size_t total,
+                        size_t *per_rail)
+{
+    uint8_t *seen = calloc(1, total);
+    FY_ASSERT(seen != NULL);
+    unsigned anchors = 0;
+    memset(per_rail, 0, sizeof(size_t) * FY_MAX_RAILS);
+    for (unsigned i = 0; i < n; i++) {
+        FY_ASSERT(f[i].len > 0 && f[i].off + f[i].len <= total);
+        unsigned r = rail_of(ep, &f[i]);
+        FY_ASSERT_MSG(f[i].len <= (r == 0 ? ROOM0 : rail_room(&ep->rails[r])),
+                      "a fragment of %zu bytes on rail %u", f[i].len, r);
+        per_rail[r] += f[i].len;
+        FY_ASSERT_EQ(f[i].tag & FY_AM_FRAG_SEQ_MASK, f[0].tag & FY_AM_FRAG_SEQ_MASK);
+        if (f[i].tag & FY_AM_FRAG_ANCHOR) {
+            anchors++;
+            FY_ASSERT_EQ(f[i].off, 0);
+            FY_ASSERT_EQ(r, 0);
+        }
+        for (size_t b = f[i].off; b < f[i].off + f[i].len; b++) {
+            FY_ASSERT_MSG(!seen[b], "byte %zu sent twice", b);
+            seen[b] = 1;
+        }
+    }
+    for (size_t b = 0; b < total; b++)
+        FY_ASSERT_MSG(seen[b], "byte %zu never sent", b);
+    FY_ASSERT_EQ(anchors, 1);
+    free(seen);
+}
+
+static size_t absdiff(size_t a, size_t b)
+{
+    return a > b ? a - b : b - a;
+}
+
+/* Weights 1:2:1 over three rails: shares of 1/4, 1/2, 1/4; fragments round-robin. */
+static void shares_by_weight(void)
+{
+    setup_t s;
+    open_self(&s);
+    static frag_t f[4096];
+    const uint32_t w[3] = {1000, 2000, 1000};
+    set_rails(s.ep, 3, w);
+    size_t total = (3u << 20) + 123, per[FY_MAX_RAILS];
+    FY_ASSERT(fy_rails_stripe(s.ep, total));
+    FY_ASSERT(!fy_rails_stripe(s.ep, s.w->ctx->opts.rails_thresh)); /* not above it */
+    unsigned n = cut(s.ep, total, f, 4096);
+    check_cover(s.ep, f, n, total, per);
+    FY_ASSERT_MSG(absdiff(per[0], total / 4) <= 2 && absdiff(per[1], total / 2) <= 2 &&
+                      absdiff(per[2], total / 4) <= 2,
+                  "shares %zu %zu %zu of %zu", per[0], per[1], per[2], total);
+    /* the first fragments go to every rail in turn */
+    FY_ASSERT(n >= 3 && rail_of(s.ep, &f[0]) != rail_of(s.ep, &f[1]) &&
+              rail_of(s.ep, &f[1]) != rail_of(s.ep, &f[2]) &&
+              rail_of(s.ep, &f[0]) != rail_of(s.ep, &f[2]));
+    /* the next message has the next number */
+    frag_t g[4096];
+    cut(s.ep, total, g, 4096);
+    FY_ASSERT_EQ(g[0].tag & FY_AM_FRAG_SEQ_MASK, ((f[0].tag & FY_AM_FRAG_SEQ_MASK) + 1));
+    close_self(&s);
+}
+
+/* A bulk lane beside the AM lane: rail 0 (weight 0) carries the one-byte anchor only. */
+static void anchor_only_rail0(void)
+{
+    setup_t s;
+    open_self(&s);
+    static frag_t f[4096];
+    const uint32_t w[3] = {0, 7000, 7000};
+    set_rails(s.ep, 3, w);
+    size_t total = (1u << 20) + 7, per[FY_MAX_RAILS];
+    unsigned n = cut(s.ep, total, f, 4096);
+    check_cover(s.ep, f, n, total, per);
+    FY_ASSERT_EQ(per[0], 1);
+    FY_ASSERT(absdiff(per[1], per[2]) <= 2);
+    close_self(&s);
+}
+
+static int never_ready(fy_tl_ep_t *ep)
+{
+    (void)ep;
+    return 0;
+}
+
+/* A rail whose connection is not up (ep_ready 0) gets no share; none up: nothing striped. */
+static void unready_rails_left_out(void)
+{
+    setup_t s;
+    open_self(&s);
+    static frag_t f[4096];
+    const uint32_t w[3] = {1000, 1000, 1000};
+    set_rails(s.ep, 3, w);
+    fy_tl_ops_t ops = *s.ep->rails[2].iface->tl->ops;
+    ops.ep_ready = never_ready;
+    fy_tl_component_t tl = *s.ep->rails[2].iface->tl;
+    tl.ops = &ops;
+    fy_iface_t fake = *s.ep->rails[2].iface;
+    fake.tl = &tl;
+    s.ep->rails[2].iface = &fake;
+    size_t total = (2u << 20) + 5, per[FY_MAX_RAILS];
+    unsigned n = cut(s.ep, total, f, 4096);
+    check_cover(s.ep, f, n, total, per);
+    FY_ASSERT_EQ(per[2], 0);
+    FY_ASSERT(absdiff(per[0], per[1]) <= 2);
+    s.ep->rails[1].iface = &fake; /* neither extra rail up */
+    FY_ASSERT(!fy_rails_stripe(s.ep, total));
+    close_self(&s);
+}
+
+/* ---- reassembly ---------------------------------------------------------------------------- */
+
+#define AM_T 5
+
+typedef struct got {
+    unsigned n;
+    size_t len[4];
+    uint64_t hdr[4];
+    int data_ok[4];
+} got_t;
+
+static uint8_t byte_at(size_t i)
+{
+    return (uint8_t)(i * 31u + 7u);
+}
+
+static ferry_status_t on_t(void *arg, const void *hdr, size_t hdr_len, const void *data, size_t len,
+                           ferry_ep_t *ep)
+{
+    (void)ep;
+    got_t *g = arg;
+    FY_ASSERT(g->n < 4 && hdr_len == 8);
+    memcpy(&g->hdr[g->n], hdr, 8);
+    g->len[g->n] = len;
+    int ok = 1;
+    for (size_t i = 0; i < len && g->hdr[g->n] == 1; i++)
+        ok &= ((const uint8_t *)data)[i] == byte_at(8 + i);
+    g->data_ok[g->n++] = ok;
+    return FERRY_OK;
+}
+
+static void frag_in(setup_t *s, const uint8_t *msg, size_t total, size_t off, size_t len,
+                    uint32_t seq, int anchor)
+{
+    fy_am_frag_hdr_t fh = {.total = total,
+                           .offset = off,
+                           .id = AM_T,
+                           .user_hdr_len = 8,
+                           .seq = seq | (anchor ? FY_AM_FRAG_ANCHOR : 0)};
+    fy_rails_frag_recv(s->w, s->ep, (const uint8_t *)&fh, sizeof(fh), msg + off, len);
+}
+
+/* Fragments of message 1 out of order (the last first, the anchor second), a whole message 2
+ * arriving before message 1 is complete: handlers run 1 then 2, message 1 whole. */
+static void reassembly_order(void)
+{
+    setup_t s;
+    open_self(&s);
+    got_t g;
+    memset(&g, 0, sizeof(g));
+    FY_ASSERT_OK(ferry_worker_set_am_handler(s.w, AM_T, on_t, &g));
+    enum { TOTAL = 1000 };
+    uint8_t msg[TOTAL];
+    uint64_t one = 1, two = 2;
+    memcpy(msg, &one, 8);
+    for (size_t i = 8; i < TOTAL; i++)
+        msg[i] = byte_at(i);
+    frag_in(&s, msg, TOTAL, 700, 300, 9, 0); /* before its anchor: waits aside */
+    FY_ASSERT_EQ(g.n, 0);
+    frag_in(&s, msg, TOTAL, 0, 300, 9, 1); /* the anchor: its place in the order */
+    FY_ASSERT_EQ(g.n, 0);
+    uint8_t small[3] = {1, 2, 3};
+    FY_ASSERT_EQ(fy_rails_hold(s.w, s.ep, AM_T, (const uint8_t *)&two, 8, small, 3), 1);
+    FY_ASSERT_EQ(g.n, 0);
+    frag_in(&s, msg, TOTAL, 300, 400, 9, 0); /* complete: both run, in order */
+    FY_ASSERT_EQ(g.n, 2);
+    FY_ASSERT_U64_EQ(g.hdr[0], 1);
+    FY_ASSERT_EQ(g.len[0], TOTAL - 8);
+    FY_ASSERT(g.data_ok[0]);
+    FY_ASSERT_U64_EQ(g.hdr[1], 2);
+    FY_ASSERT_EQ(g.len[1], 3);
+    /* nothing is held now: a whole message runs at once */
+    FY_ASSERT_EQ(fy_rails_hold(s.w, s.ep, AM_T, (const uint8_t *)&two, 8, small, 3), 0);
+    /* a fragment that overflows its message is dropped, counted */
+    uint64_t drops = s.w->drops_malformed;
+    frag_in(&s, msg, 100, 90, 20, 10, 0);
+    FY_ASSERT_EQ(s.w->drops_malformed, drops + 1);
+    close_self(&s);
+}
+
+FYTEST_MAIN(FYTEST_CASE(shares_by_weight), FYTEST_CASE(anchor_only_rail0),
+            FYTEST_CASE(unready_rails_left_out), FYTEST_CASE(reassembly_order))

@@ -23,6 +23,8 @@ B=${1:?usage: udp_loss.sh BUILD_DIR [name:impairer,args ...]}
 shift
 SECS=${SECS:-6}
 RATE=${RATE:-200M}
+BURST=${BURST:-16k}   # the link's token bucket: a real link serializes (the impairer's default, 64 KiB, is a policer)
+LIMIT=${LIMIT:-500}   # the link's queue, packets
 PP=$B/tests/udp/udp_pingpong
 IMP=$B/tests/faults/fy_impair
 [ -x "$PP" ] && [ -x "$IMP" ] || { echo "build $PP and $IMP first" >&2; exit 1; }
@@ -104,7 +106,7 @@ echo "| row (each way) | impairer | ferry udp MB/s | Linux TCP MB/s | ferry / TC
 echo "| --- | --- | ---: | ---: | ---: |"
 for row in "${ROWS[@]}"; do
   name=${row%%:*}; args=${row#*:}; args=${args//,/ }
-  rate_args=(); [ "$RATE" != 0 ] && rate_args=(--rate "$RATE")
+  rate_args=(); [ "$RATE" != 0 ] && rate_args=(--rate "$RATE" --burst "$BURST" --limit "$LIMIT")
   p=$(mktemp)
   # shellcheck disable=SC2086
   ip netns exec "$A" "$IMP" --queue 9 --seed 7 "${rate_args[@]}" $args > "$p" &

@@ -86,6 +86,13 @@ static const fy_config_field_t udp_fields[] = {
       "Carry and require a CRC32C of every datagram (for paths that can "
       "corrupt beyond the UDP checksum); on by itself when FAULT_CORRUPT is set.",
       FY_CFG_BOOL, checksum),
+    F("PACING", "y",
+      "Congestion control by a model of the path (bottleneck bandwidth and min RTT, "
+      "random loss not read as congestion) with paced sends; never for a peer at the "
+      "iface's own address (loopback).  n: a plain window.",
+      FY_CFG_BOOL, pacing),
+    F("PACE_MAX", "4g", "No pacing while the model's rate is above this (bytes per second).",
+      FY_CFG_SIZE, pace_max),
     F("GSO", "y", "Use UDP segmentation offload (UDP_SEGMENT) where the kernel has it.",
       FY_CFG_BOOL, gso),
     F("PLACE", "y",

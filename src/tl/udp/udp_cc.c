@@ -99,6 +99,9 @@ void fy_udp_cc_sent(fy_udp_conn_t *c, fy_udp_seg_t *seg)
         if (c->next_tx_ns + slack < now && c->snd_nxt - c->snd_una - c->nsacked < c->cwnd)
             c->ck_app = 1; /* late beyond the slack: we, not the path, set this period's pace */
         c->next_tx_ns = FY_MAX(c->next_tx_ns, now > slack ? now - slack : 0) + gap;
+        /* A burst of resends (a timeout) or a rate that was low a moment ago must not push
+         * the next send far ahead: at most one sample period. */
+        c->next_tx_ns = FY_MIN(c->next_tx_ns, now + FY_UDP_CC_PERIOD);
     }
 }
 

@@ -679,7 +679,8 @@ ferry_status_t fy_udp_am_zcopy(fy_tl_ep_t *ep, uint8_t id, const void *hdr, size
     f->op_id = c->next_frag_id++;
     f->total = total;
     f->comp = comp;
-    memcpy(f->hdr, hdr, hdr_len);
+    if (hdr_len != 0) /* (hdr may be NULL then) */
+        memcpy(f->hdr, hdr, hdr_len);
     f->iov[0].iov_base = f->hdr;
     f->iov[0].iov_len = hdr_len;
     memcpy(&f->iov[1], iov, iovcnt * sizeof(*iov));

@@ -42,7 +42,8 @@
  * A peer at our own address (the same host and network namespace: loopback, or two
  * processes on one interface) is not paced and keeps the simple window of udp_retx.c: there
  * is no wire to share, and the bottleneck is the CPU.  Nor is a rate above
- * FERRY_UDP_PACE_MAX.  FERRY_UDP_PACING=n turns the model off everywhere.
+ * FERRY_UDP_PACE_MAX.  FERRY_UDP_PACING=y turns the model on: it is off by default for now
+ * (docs/udp.md).
  */
 #include "tl/udp/udp.h"
 #include "util/clock.h"

@@ -5,7 +5,8 @@
 # Two network namespaces joined by a veth pair (MTU 1500); fy_impair (tests/faults) on an
 # NFQUEUE rule on both directions of one end, so every impairment applies each way; a rate
 # limit (RATE, default 200M bit/s: the impairer passes ~25-30 MB/s on the 2-core VM, so the
-# link and not the impairer is measured).  For each row, with the same impairer settings:
+# link and not the impairer is measured) with a BURST-byte token bucket (16k: a link that
+# serializes; the impairer's default 64 KiB is a policer) and a LIMIT-packet queue (500).  For each row, with the same impairer settings:
 #
 #   ferry: tests/udp/udp_pingpong bw -s 1048576 -T $SECS -c   (1 MiB AMs, every byte checked
 #          by the receiver; the run fails on any difference)

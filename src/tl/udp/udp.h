@@ -412,7 +412,6 @@ typedef struct fy_udp_iface {
     uint64_t cookies_sent, half_open_refused, passive_reclaimed, resets_sent, resets_rx;
     uint64_t hb_sent, hb_acked, peers_dead;
     uint64_t pace_due; /* earliest pace timer checked in (0: none), for event_arm */
-    uint64_t rxq_ovfl; /* datagrams the kernel dropped for a full socket (SO_RXQ_OVFL) */
 
     /* empty (all NULL) window arrays, so a connection that goes idle and busy again in
      * turn does not allocate and clear wsize slots each time */

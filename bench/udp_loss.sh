@@ -5,7 +5,8 @@
 # Two network namespaces joined by a veth pair (MTU 1500); fy_impair (tests/faults) on an
 # NFQUEUE rule on both directions of one end, so every impairment applies each way; a rate
 # limit (RATE, default 200M bit/s: the impairer passes ~25-30 MB/s on the 2-core VM, so the
-# link and not the impairer is measured).  For each row, with the same impairer settings:
+# link and not the impairer is measured) with a BURST-byte token bucket (16k: a link that
+# serializes; the impairer's default 64 KiB is a policer) and a LIMIT-packet queue (500).  For each row, with the same impairer settings:
 #
 #   ferry: tests/udp/udp_pingpong bw -s 1048576 -T $SECS -c   (1 MiB AMs, every byte checked
 #          by the receiver; the run fails on any difference)
@@ -23,6 +24,8 @@ B=${1:?usage: udp_loss.sh BUILD_DIR [name:impairer,args ...]}
 shift
 SECS=${SECS:-6}
 RATE=${RATE:-200M}
+BURST=${BURST:-16k}   # the link's token bucket: a real link serializes (the impairer's default, 64 KiB, is a policer)
+LIMIT=${LIMIT:-500}   # the link's queue, packets
 PP=$B/tests/udp/udp_pingpong
 IMP=$B/tests/faults/fy_impair
 [ -x "$PP" ] && [ -x "$IMP" ] || { echo "build $PP and $IMP first" >&2; exit 1; }
@@ -104,7 +107,7 @@ echo "| row (each way) | impairer | ferry udp MB/s | Linux TCP MB/s | ferry / TC
 echo "| --- | --- | ---: | ---: | ---: |"
 for row in "${ROWS[@]}"; do
   name=${row%%:*}; args=${row#*:}; args=${args//,/ }
-  rate_args=(); [ "$RATE" != 0 ] && rate_args=(--rate "$RATE")
+  rate_args=(); [ "$RATE" != 0 ] && rate_args=(--rate "$RATE" --burst "$BURST" --limit "$LIMIT")
   p=$(mktemp)
   # shellcheck disable=SC2086
   ip netns exec "$A" "$IMP" --queue 9 --seed 7 "${rate_args[@]}" $args > "$p" &

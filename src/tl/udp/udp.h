@@ -45,6 +45,10 @@
 #define FY_UDP_GSO_MAX     64    /* segments per GSO send (the kernel's UDP_MAX_SEGMENTS) */
 #define FY_UDP_GSO_BYTES   65000 /* payload of one GSO send */
 #define FY_UDP_WIN_SPARE   4     /* empty window arrays an iface keeps for reuse */
+#define FY_UDP_BW_SLOTS    12    /* sample periods the bandwidth filter remembers */
+#define FY_UDP_CC_PERIOD   (10ull * 1000 * 1000) /* shortest sample period (or the min RTT), ns */
+#define FY_UDP_MIN_RTT_WIN (10ull * 1000 * 1000 * 1000) /* the min RTT filter's window, ns */
+enum { FY_UDP_CC_STARTUP = 0, FY_UDP_CC_DRAIN, FY_UDP_CC_PROBE_BW };
 
 /* ---- configuration (FERRY_UDP_*) ------------------------------------------------------ */
 typedef struct fy_udp_opts {
@@ -65,6 +69,8 @@ typedef struct fy_udp_opts {
     size_t max_zcopy;
     unsigned long tx_budget;
     int checksum;
+    int pacing;
+    size_t pace_max; /* no pacing above this rate (B/s) */
     int gso;
     int place;
     int stats;
@@ -93,7 +99,7 @@ typedef fy_swmd_key_t fy_udp_key_t;
 enum { FY_UDP_CH_PRIO = 0, FY_UDP_CH_DATA = 1, FY_UDP_NCH = 2 };
 
 /* ---- timers in the hotel: segments and connection handshakes ---------------------------- */
-enum { FY_UDP_TIMER_SEG = 1, FY_UDP_TIMER_CONN = 2, FY_UDP_TIMER_LIVE = 3 };
+enum { FY_UDP_TIMER_SEG = 1, FY_UDP_TIMER_CONN = 2, FY_UDP_TIMER_LIVE = 3, FY_UDP_TIMER_PACE = 4 };
 typedef struct fy_udp_timer {
     fy_hotel_room_t room;
     uint8_t kind;
@@ -278,6 +284,35 @@ typedef struct fy_udp_conn {
     uint32_t hb_sent;          /* heartbeats unanswered since hb_first */
     uint64_t hb_first;         /* when the first unanswered heartbeat left (0: none) */
     fy_udp_timer_t live_timer; /* in iface->live_hotel */
+    /* ---- congestion control and pacing (udp_cc.c) ---- */
+    uint8_t pace_ok;        /* the model and pacing apply (not a peer at our own address) */
+    uint8_t pace_wait;      /* waiting for its next send time (pace_timer checked in) */
+    uint8_t cc_state;       /* FY_UDP_CC_STARTUP, _DRAIN, _PROBE_BW */
+    uint8_t cc_cycle;       /* PROBE_BW gain phase */
+    uint8_t full_bw_cnt;    /* sample periods without 25% growth in STARTUP */
+    uint8_t ck_app;         /* the application ran dry during this sample period */
+    uint8_t ck_paced;       /* ... or waited for its pacing time */
+    uint32_t acked_segs;    /* segments delivered by the ACK being processed */
+    uint64_t delivered;     /* bytes the peer acknowledged or SACKed, ever */
+    uint64_t ck_dlv, ck_ns; /* the sample period's start: delivered then, and when */
+    uint64_t ck_sent;       /* bytes sent (first sends and resends) in the period */
+    uint64_t dlv_tx, ck_tx; /* send time of the newest segment delivered: now, at the start */
+    uint64_t period;        /* sample periods so far */
+    uint64_t bw_slot[FY_UDP_BW_SLOTS]; /* delivery rate of each recent period, B/s */
+    uint64_t bw;                       /* their max: the bottleneck bandwidth, B/s */
+    uint64_t bw_lo;                    /* cut on loss with a queue (0: none), B/s */
+    uint64_t full_bw;
+    int64_t cc_min_rtt;        /* windowed min RTT (FY_UDP_MIN_RTT_WIN) */
+    uint64_t cc_min_rtt_ns;    /* when it was taken */
+    int64_t per_min_rtt;       /* smallest RTT sample of this period */
+    uint32_t per_lost;         /* segments declared lost this period */
+    uint32_t queued_periods;   /* periods in a row whose every RTT sample waited in a queue */
+    uint64_t cycle_ns;         /* PROBE_BW phase start */
+    uint64_t pace_rate;        /* B/s; 0: not paced (no model yet, or pacing off) */
+    uint64_t next_tx_ns;       /* earliest time of the next send under pacing */
+    uint64_t paced_waits;      /* times a send waited for its pacing time */
+    uint64_t cong_cuts;        /* periods that cut bw_lo */
+    fy_udp_timer_t pace_timer; /* in iface->hotel while pace_wait */
 } fy_udp_conn_t;
 
 /* ---- the fault injector -------------------------------------------------------------- */
@@ -376,6 +411,7 @@ typedef struct fy_udp_iface {
     uint32_t npassive; /* passive connections proto has not adopted */
     uint64_t cookies_sent, half_open_refused, passive_reclaimed, resets_sent, resets_rx;
     uint64_t hb_sent, hb_acked, peers_dead;
+    uint64_t pace_due; /* earliest pace timer checked in (0: none), for event_arm */
 
     /* empty (all NULL) window arrays, so a connection that goes idle and busy again in
      * turn does not allocate and clear wsize slots each time */
@@ -523,6 +559,26 @@ uint64_t fy_udp_seg_stay(const fy_udp_conn_t *conn, const fy_udp_seg_t *seg);
 void fy_udp_seg_sent(fy_udp_conn_t *conn, fy_udp_seg_t *seg);
 void fy_udp_seg_unsent(fy_udp_iface_t *iface, fy_udp_seg_t *seg);
 void fy_udp_resend_push(fy_udp_iface_t *iface, fy_udp_seg_t *seg);
+
+/* udp_cc.c */
+void fy_udp_cc_init(fy_udp_conn_t *conn);
+/* A segment leaves (first send or resend): its delivery state, the pacing clock. */
+void fy_udp_cc_sent(fy_udp_conn_t *conn, fy_udp_seg_t *seg);
+/* A segment reached the peer (ACKed, or SACKed the first time). */
+void fy_udp_cc_delivered(fy_udp_conn_t *conn, const fy_udp_seg_t *seg);
+/* The end of an ACK's processing: the rate sample, the model, cwnd and pacing rate. */
+void fy_udp_cc_ack(fy_udp_conn_t *conn);
+void fy_udp_cc_rtt(fy_udp_conn_t *conn, int64_t rtt);
+void fy_udp_cc_lost(fy_udp_conn_t *conn);
+/* The send queue ran dry with room in the window: what is in flight is app-limited. */
+void fy_udp_cc_app_limited(fy_udp_conn_t *conn);
+/* Pacing lets the next segment leave now; else the connection waits for its pace timer. */
+int fy_udp_cc_pace_block(fy_udp_conn_t *conn);
+void fy_udp_cc_pace_expired(fy_udp_iface_t *iface, fy_udp_conn_t *conn);
+static inline int fy_udp_cc_can_tx(fy_udp_conn_t *conn)
+{
+    return conn->pace_rate == 0 || !fy_udp_cc_pace_block(conn);
+}
 
 /* udp_rma.c */
 ferry_status_t fy_udp_put_short(fy_tl_ep_t *ep, const void *buf, size_t len, uint64_t remote_addr,

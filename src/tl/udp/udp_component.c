@@ -84,8 +84,18 @@ static const fy_config_field_t udp_fields[] = {
       tx_budget),
     F("CHECKSUM", "n",
       "Carry and require a CRC32C of every datagram (for paths that can "
-      "corrupt beyond the UDP checksum); on by itself when FAULT_CORRUPT is set.",
+      "corrupt beyond the UDP checksum); on by itself when FAULT_CORRUPT is set.  Off by "
+      "default: it costs ~25% of 1 MiB bandwidth on loopback (docs/udp.md).",
       FY_CFG_BOOL, checksum),
+    F("PACING", "n",
+      "Congestion control by a model of the path (bottleneck bandwidth and min RTT, "
+      "random loss not read as congestion) with paced sends; never for a peer at the "
+      "iface's own address (loopback).  Off by default for now: it lets a TCP flow on the "
+      "same link keep its share, but on lossy links it is slower than the plain window "
+      "(docs/udp.md).  n: the plain window.",
+      FY_CFG_BOOL, pacing),
+    F("PACE_MAX", "4g", "No pacing while the model's rate is above this (bytes per second).",
+      FY_CFG_SIZE, pace_max),
     F("GSO", "y", "Use UDP segmentation offload (UDP_SEGMENT) where the kernel has it.",
       FY_CFG_BOOL, gso),
     F("PLACE", "y",

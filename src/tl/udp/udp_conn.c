@@ -105,6 +105,11 @@ static void set_addrs(fy_udp_conn_t *c, const fy_netif_addr_t *ip, uint16_t prio
     fy_netif_addr_to_sockaddr(&a, &c->addr[FY_UDP_CH_DATA]);
     c->peer_addr = a;
     c->peer_addr.port_be = htons(prio_port);
+    /* The model and pacing (udp_cc.c) are for a path with a wire: not for a peer at our
+     * own address (loopback, another process on this interface). */
+    c->pace_ok = c->iface->opts->pacing && !c->iface->is_loopback &&
+                 !(ip->family == c->iface->addr.family &&
+                   memcmp(ip->addr, c->iface->addr.addr, sizeof(ip->addr)) == 0);
 }
 
 static fy_udp_conn_t *conn_new(fy_udp_iface_t *iface, uint64_t peer_uuid)
@@ -138,6 +143,7 @@ static fy_udp_conn_t *conn_new(fy_udp_iface_t *iface, uint64_t peer_uuid)
     c->conn_timer.kind = FY_UDP_TIMER_CONN;
     fy_hotel_room_init(&c->live_timer.room);
     c->live_timer.kind = FY_UDP_TIMER_LIVE;
+    fy_udp_cc_init(c);
     return c;
 }
 
@@ -547,6 +553,8 @@ static void zombie(fy_udp_iface_t *iface, fy_udp_conn_t *c)
     iface->conns[c->id & 0xffff] = NULL;
     iface->nconns--;
     passive_count(c, 0);
+    if (iface->hotel.slots != NULL)
+        fy_hotel_checkout(&iface->hotel, &c->pace_timer.room);
     if (iface->live_hotel.slots != NULL)
         fy_hotel_checkout(&iface->live_hotel, &c->live_timer.room);
     if (c->peer_id != 0 && fy_hash_get(&iface->by_peer, peer_key(c->peer_uuid, c->peer_id)) == c)
@@ -566,6 +574,8 @@ void fy_udp_conn_fail(fy_udp_conn_t *c, ferry_status_t status, int notify)
         return;
     c->state = FY_UDP_CONN_FAILED;
     fy_hotel_checkout(&iface->hotel, &c->conn_timer.room);
+    fy_hotel_checkout(&iface->hotel, &c->pace_timer.room);
+    c->pace_wait = 0;
     if (iface->live_hotel.slots != NULL)
         fy_hotel_checkout(&iface->live_hotel, &c->live_timer.room);
     fy_list_del(&c->ready_link);

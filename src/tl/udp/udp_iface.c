@@ -480,6 +480,8 @@ unsigned fy_udp_iface_progress(fy_tl_iface_t *tl_iface)
     /* (a receive that found something took a fresh time already) */
     if (iface->fault.enabled)
         fy_udp_fault_poll(iface, iface->now);
+    if (iface->pace_due != 0 && iface->pace_due <= iface->now)
+        iface->pace_due = 0; /* (the pace timers due are in this run of the hotel) */
     if (fy_hotel_occupancy(&iface->hotel) != 0) {
         fy_hotel_run(&iface->hotel, iface->now);
         fy_udp_conn_run_failures(iface);
@@ -516,6 +518,13 @@ ferry_status_t fy_udp_iface_event_arm(fy_tl_iface_t *tl_iface)
     }
     if (fy_hotel_occupancy(&iface->hotel) != 0)
         deadline = now + iface->opts->rto_min;
+    if (iface->pace_due != 0) {       /* a paced connection's next send (udp_cc.c) */
+        if (iface->pace_due <= now) { /* (once: it may be stale, its timer checked out) */
+            iface->pace_due = 0;
+            return FERRY_ERR_BUSY;
+        }
+        deadline = deadline == 0 ? iface->pace_due : FY_MIN(deadline, iface->pace_due);
+    }
     {
         uint64_t live = fy_udp_live_deadline(iface, now);
         if (live != 0 && (deadline == 0 || live < deadline))
@@ -543,7 +552,7 @@ void fy_udp_conn_print(const fy_udp_conn_t *c, FILE *f)
     fprintf(f,
             "  ep %08x -> %s peer %08x %s%s: tx %llu msgs %llu B, rx %llu msgs %llu B, "
             "resent %llu (fast %llu, timeouts %llu), dup acks %llu, dup segs %llu, "
-            "rtt %.1f us rto %.1f us, window %u/%u, inflight %llu/%llu B, seg %u B\n",
+            "rtt %.1f us rto %.1f us, window %u/%u, inflight %llu/%llu B, seg %u B",
             c->id, fy_netif_addr_str(&c->peer_addr, 0, buf, sizeof(buf)), c->peer_id,
             c->owned ? "" : "(passive)",
             c->state == FY_UDP_CONN_CONNECTED    ? ""
@@ -556,6 +565,14 @@ void fy_udp_conn_print(const fy_udp_conn_t *c, FILE *f)
             (unsigned long long)s->drops_duplicate, (double)c->srtt / 1e3, (double)c->rto / 1e3,
             c->snd_nxt - c->snd_una, c->wnd, (unsigned long long)c->inflight,
             (unsigned long long)c->credit, c->seg_size);
+    if (c->pace_ok)
+        fprintf(f,
+                ", model: bw %.1f MB/s%s min rtt %.1f us cwnd %u, pacing %.1f MB/s (%llu waits), "
+                "%llu congestion cuts",
+                (double)c->bw / 1e6, c->bw_lo != 0 && c->bw_lo < c->bw ? " (cut)" : "",
+                (double)c->cc_min_rtt / 1e3, c->cwnd, (double)c->pace_rate / 1e6,
+                (unsigned long long)c->paced_waits, (unsigned long long)c->cong_cuts);
+    fputc('\n', f);
 }
 
 int fy_udp_stats_wanted(const fy_udp_iface_t *iface)

@@ -48,10 +48,12 @@ static void rtt_sample(fy_udp_conn_t *c, int64_t r)
         r = 1;
     if (c->min_rtt == 0 || r < c->min_rtt)
         c->min_rtt = r;
-    /* Queueing delay: the window fills a bottleneck's buffer (a slow link, a busy
-     * receiver).  Shrink it by an eighth, once per round trip, before that queue makes the
-     * round trip (and every loss recovery) long; random loss alone never shrinks it. */
-    if (r > 4 * c->min_rtt && r > c->min_rtt + FY_UDP_QUEUE_NS &&
+    fy_udp_cc_rtt(c, r);
+    /* (Without the model of udp_cc.c: a peer at our own address.)  Queueing delay: the
+     * window fills a bottleneck's buffer (a slow link, a busy receiver).  Shrink it by an eighth,
+     * once per round trip, before that queue makes the round trip (and every loss recovery) long;
+     * random loss alone never shrinks it. */
+    if (!c->pace_ok && r > 4 * c->min_rtt && r > c->min_rtt + FY_UDP_QUEUE_NS &&
         c->iface->now - c->cwnd_cut_ns > (uint64_t)FY_MAX(c->srtt, c->min_rtt)) {
         uint32_t w = FY_MIN(c->cwnd, c->snd_nxt - c->snd_una); /* what is really out */
         c->cwnd = FY_MAX(w - w / 8, (uint32_t)FY_UDP_CWND_MIN);
@@ -118,6 +120,7 @@ static void resend_holes(fy_udp_conn_t *c, uint32_t ack, uint32_t sack,
         fy_udp_seg_t *seg = c->win[s & (iface->wsize - 1)];
         if (s != ack && sacked(ack, sack, ext, s)) {
             if (seg != NULL && !seg->sacked) {
+                fy_udp_cc_delivered(c, seg);
                 seg->sacked = 1; /* the scoreboard: no timer resends it; out of the pipe */
                 c->nsacked++;
                 c->sacked_bytes += fy_udp_seg_cost(seg);
@@ -136,6 +139,7 @@ static void resend_holes(fy_udp_conn_t *c, uint32_t ack, uint32_t sack,
             continue;
         c->stats.fast_retransmits++;
         c->reo_calm++;
+        fy_udp_cc_lost(c);
         fy_udp_resend_push(iface, seg);
     }
 }
@@ -149,7 +153,7 @@ static uint64_t echo_time(const fy_udp_iface_t *iface, uint32_t tsecr)
 }
 
 /* An ACK from the peer: every seq before ack arrived; sack: what it holds beyond. */
-void fy_udp_process_ack(fy_udp_conn_t *c, const fy_udp_hdr_t *h, int pure,
+static void process_ack(fy_udp_conn_t *c, const fy_udp_hdr_t *h, int pure,
                         const fy_udp_sack_ext_t *ext)
 {
     fy_udp_iface_t *iface = c->iface;
@@ -196,6 +200,8 @@ void fy_udp_process_ack(fy_udp_conn_t *c, const fy_udp_hdr_t *h, int pure,
             c->win[s & mask] = NULL;
             if (seg == NULL)
                 continue;
+            if (!seg->sacked)
+                fy_udp_cc_delivered(c, seg);
             fy_hotel_checkout(&iface->hotel, &seg->timer.room);
             fy_list_del(&seg->rlink);
             c->inflight -= fy_udp_seg_cost(seg);
@@ -210,8 +216,9 @@ void fy_udp_process_ack(fy_udp_conn_t *c, const fy_udp_hdr_t *h, int pure,
         /* The congestion window opens as ACKs come (doubling per round trip), so the first
          * burst to a new peer does not flood a receiver that has not shown its pace; it
          * closes only on queueing delay (rtt_sample).  Loss does not close it: random loss
-         * is not congestion, and SACK recovery handles it. */
-        if (c->iface->now - c->cwnd_cut_ns > (uint64_t)c->srtt)
+         * is not congestion, and SACK recovery handles it.  (With the model, udp_cc.c
+         * sets it.) */
+        if (!c->pace_ok && c->iface->now - c->cwnd_cut_ns > (uint64_t)c->srtt)
             c->cwnd = FY_MIN(c->wnd, c->cwnd + (uint32_t)d);
         c->snd_una = ack;
         c->last_ack_ns = iface->now;
@@ -248,6 +255,13 @@ void fy_udp_process_ack(fy_udp_conn_t *c, const fy_udp_hdr_t *h, int pure,
         resend_holes(c, ack, sack, ext, top == ack ? ack + 1 : top);
 }
 
+void fy_udp_process_ack(fy_udp_conn_t *c, const fy_udp_hdr_t *h, int pure,
+                        const fy_udp_sack_ext_t *ext)
+{
+    process_ack(c, h, pure, ext);
+    fy_udp_cc_ack(c);
+}
+
 void fy_udp_hotel_expired(fy_hotel_t *hotel, fy_hotel_room_t *room, void *arg)
 {
     fy_udp_iface_t *iface = arg;
@@ -255,6 +269,10 @@ void fy_udp_hotel_expired(fy_hotel_t *hotel, fy_hotel_room_t *room, void *arg)
 
     if (t->kind == FY_UDP_TIMER_CONN) {
         fy_udp_conn_timer_expired(iface, fy_container_of(t, fy_udp_conn_t, conn_timer));
+        return;
+    }
+    if (t->kind == FY_UDP_TIMER_PACE) {
+        fy_udp_cc_pace_expired(iface, fy_container_of(t, fy_udp_conn_t, pace_timer));
         return;
     }
     fy_udp_seg_t *seg = fy_container_of(t, fy_udp_seg_t, timer);
@@ -286,6 +304,7 @@ void fy_udp_hotel_expired(fy_hotel_t *hotel, fy_hotel_room_t *room, void *arg)
         return;
     }
     c->stats.timeouts++;
+    fy_udp_cc_lost(c);
     /* Like TCP's single resend at a timeout: the others above what the peer holds wait
      * one more RTO (the resend's SACKs will show what is really missing). */
     if (fy_udp_seq_diff(seg->seq, c->snd_high) > 0)

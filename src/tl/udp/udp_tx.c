@@ -379,6 +379,7 @@ static void seg_xmit(fy_udp_iface_t *iface, fy_udp_conn_t *c, fy_udp_seg_t *seg,
     seg->chan = chan;
     ((fy_udp_hdr_t *)seg->hdr)->tsval = fy_udp_ts(iface->now);
     seg->tries++;
+    fy_udp_cc_sent(c, seg);
     if (seg->tries > 1) {
         c->stats.retransmits++;
         c->resent_at = iface->now;
@@ -476,7 +477,7 @@ static unsigned conn_push(fy_udp_conn_t *c, unsigned budget)
             fy_udp_flush_check(c);
             continue;
         }
-        if (!can_send(c) || !fy_udp_win_ready(c))
+        if (!can_send(c) || !fy_udp_cc_can_tx(c) || !fy_udp_win_ready(c))
             break;
         if (p->kind == FY_UDP_PEND_SEG) {
             fy_udp_seg_t *seg = (fy_udp_seg_t *)p;
@@ -516,6 +517,8 @@ static unsigned conn_push(fy_udp_conn_t *c, unsigned budget)
         }
         sent++;
     }
+    if (fy_list_is_empty(&c->sendq) && can_send(c))
+        fy_udp_cc_app_limited(c);
     return sent;
 }
 
@@ -543,7 +546,8 @@ unsigned fy_udp_tx_progress(fy_udp_iface_t *iface)
         n += k;
         /* Window or credits closed: an ACK puts it back.  Still able but nothing sent:
          * out of descriptors, try again next pass. */
-        if (!fy_list_is_empty(&c->sendq) && can_send(c) && c->state == FY_UDP_CONN_CONNECTED) {
+        if (!fy_list_is_empty(&c->sendq) && can_send(c) && !c->pace_wait &&
+            c->state == FY_UDP_CONN_CONNECTED) {
             fy_list_add_tail(&iface->ready, &c->ready_link);
             if (k == 0)
                 break;
@@ -567,6 +571,7 @@ ferry_status_t fy_udp_send_inline(fy_udp_conn_t *c, fy_udp_seg_t *seg)
     fy_udp_iface_t *iface = c->iface;
     seg->conn = c;
     if (c->state == FY_UDP_CONN_CONNECTED && fy_list_is_empty(&c->sendq) && can_send(c) &&
+        (c->pace_rate == 0 || (iface->now = fy_time_ns(), fy_udp_cc_can_tx(c))) &&
         fy_udp_win_ready(c)) {
         uint8_t chan = chan_for(c, seg);
         iface->now = fy_time_ns();
@@ -643,7 +648,7 @@ void fy_udp_frag_submit(fy_udp_conn_t *c, fy_udp_frag_t *f)
         c->sendq.next == &f->pend.link) {
         iface->now = fy_time_ns();
         conn_push(c, (unsigned)iface->opts->tx_budget);
-        if (fy_list_is_empty(&c->sendq) || !can_send(c))
+        if (fy_list_is_empty(&c->sendq) || !can_send(c) || c->pace_wait)
             fy_list_del(&c->ready_link);
         fy_udp_tx_flush_all(iface);
     }
@@ -674,7 +679,8 @@ ferry_status_t fy_udp_am_zcopy(fy_tl_ep_t *ep, uint8_t id, const void *hdr, size
     f->op_id = c->next_frag_id++;
     f->total = total;
     f->comp = comp;
-    memcpy(f->hdr, hdr, hdr_len);
+    if (hdr_len != 0) /* (hdr may be NULL then) */
+        memcpy(f->hdr, hdr, hdr_len);
     f->iov[0].iov_base = f->hdr;
     f->iov[0].iov_len = hdr_len;
     memcpy(&f->iov[1], iov, iovcnt * sizeof(*iov));

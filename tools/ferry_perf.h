@@ -62,7 +62,7 @@ extern const perf_test_desc_t perf_tests[PERF_NUM_TESTS];
 #define PERF_AM_ACK  202 /* empty: end of a window */
 
 #define PERF_MAGIC         0x66506572u /* "fPer" */
-#define PERF_PROTO_VERSION 1
+#define PERF_PROTO_VERSION 2
 
 typedef enum perf_ctrl_type {
     PERF_CTRL_HELLO = 1, /* I->R: session; data = initiator address + rkey */
@@ -72,7 +72,8 @@ typedef enum perf_ctrl_type {
     PERF_CTRL_END,       /* I->R: measurement over; arg0 = operations issued */
     PERF_CTRL_END_ACK,   /* R->I: arg0 = verification errors seen at the responder */
     PERF_CTRL_BYE,       /* I->R: session over */
-    PERF_CTRL_BYE_ACK,
+    PERF_CTRL_BYE_ACK,   /* R->I: everything the initiator sent is handled */
+    PERF_CTRL_BYE_DONE,  /* I->R: BYE_ACK arrived; the initiator leaves, nothing outstanding */
 } perf_ctrl_type_t;
 
 enum perf_flag {
@@ -139,7 +140,8 @@ typedef struct perf {
     int own_ep;       /* ep created here (server/client), closed here */
     int initiator;    /* 1: measures and prints; 0: responds */
     int ep_failed;    /* the ep error handler fired */
-    int session_over; /* BYE answered: the peer may leave at once, its going is no error */
+    int session_over; /* BYE answered / BYE_ACK had: the peer's going is no error, the close is
+                         forced */
     unsigned verbose;
     uint64_t timeout_ns; /* a wait for the peer longer than this fails */
 

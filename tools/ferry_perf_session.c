@@ -7,7 +7,8 @@
  * answers HELLO_ACK with its own key.  Then, for every test and size of the plan, START makes
  * the responder reset its counters and prepare its region (a pattern for gets, zeros for puts
  * and atomics), the two run their halves of the loop (ferry_perf_tests.c), and END / END_ACK
- * bring the responder's verification errors back.  BYE ends the session.  Control messages
+ * bring the responder's verification errors back.  BYE / BYE_ACK / BYE_DONE end the session
+ * (see responder_bye for why three messages).  Control messages
  * are copied out of the handler into a small inbox and read with waiting (not spinning)
  * progress: they are never on the measured path.
  */
@@ -107,8 +108,8 @@ ferry_status_t perf_ctrl_recv(perf_t *p, perf_msg_t *msg)
 
 static const char *ctrl_name(uint32_t type)
 {
-    static const char *const names[] = {"?",   "HELLO",   "HELLO_ACK", "START",  "START_ACK",
-                                        "END", "END_ACK", "BYE",       "BYE_ACK"};
+    static const char *const names[] = {"?",   "HELLO",   "HELLO_ACK", "START",   "START_ACK",
+                                        "END", "END_ACK", "BYE",       "BYE_ACK", "BYE_DONE"};
     return type < sizeof(names) / sizeof(names[0]) ? names[type] : "?";
 }
 
@@ -427,6 +428,11 @@ int perf_session_initiator(perf_t *p, const perf_opts_t *o, perf_out_t *out)
         perf_ctrl_expect(p, PERF_CTRL_BYE_ACK, &m) != FERRY_OK)
         return 1;
     perf_msg_release(&m);
+    /* BYE_ACK answers BYE, so everything sent before is handled: nothing is left to flush, and
+     * the endpoint is closed by force once BYE_DONE is out (see responder_bye) */
+    p->session_over = 1;
+    if (perf_ctrl_send(p, PERF_CTRL_BYE_DONE, NULL, 0, 0, NULL, 0) != FERRY_OK)
+        return 1;
     return rc;
 }
 
@@ -502,23 +508,30 @@ static ferry_status_t responder_prepare(perf_t *p, const perf_ctrl_t *h, perf_pa
 }
 
 /*
- * Answer BYE and see the answer delivered.  The initiator may leave as soon as it has it (a
- * client process exits), so from here its going is no error: the flush that delivers BYE_ACK
- * ends when the peer has it, when the endpoint fails because the peer left, or after a grace
- * of 2 s (a datagram peer that left before acknowledging); the endpoint is then closed by
- * force, with nothing of the session left on it.
+ * Answer BYE, then wait for the initiator's BYE_DONE (or its going, or a grace of 2 s: a
+ * datagram peer that left before its BYE_DONE got out), and close the endpoint by force.
+ * Neither side flushes at the end: a flush is a request the other side must answer, and
+ * whichever side asked last raced the other's leaving (the server used to flush BYE_ACK, the
+ * client then flushed its close; the server, its own flush done, could leave with the client's
+ * request unanswered, and the client saw "remote closed with operations pending").  Here
+ * BYE_ACK proves the initiator's messages handled, BYE_DONE proves BYE_ACK delivered, and
+ * nothing is outstanding on either side when the connection goes.
  */
 static int responder_bye(perf_t *p)
 {
     if (perf_ctrl_send(p, PERF_CTRL_BYE_ACK, NULL, 0, 0, NULL, 0) != FERRY_OK)
         return 1;
     p->session_over = 1;
-    ferry_status_t st = ferry_ep_flush(p->ep, aux_req(p));
-    if (st == FERRY_INPROGRESS) {
-        uint64_t t0 = perf_ticks();
-        while (p->aux.busy && !p->ep_failed && perf_ticks_to_ns(perf_ticks() - t0) < 2e9)
-            if (ferry_worker_wait(p->worker, 10) != FERRY_OK)
-                ferry_worker_progress(p->worker);
+    uint64_t t0 = perf_ticks();
+    while (p->inbox_count == 0 && !p->ep_failed && perf_ticks_to_ns(perf_ticks() - t0) < 2e9)
+        if (ferry_worker_wait(p->worker, 10) != FERRY_OK)
+            ferry_worker_progress(p->worker);
+    perf_msg_t m;
+    if (p->inbox_count > 0 && perf_ctrl_recv(p, &m) == FERRY_OK) {
+        perf_msg_release(&m);
+        if (m.hdr.type != PERF_CTRL_BYE_DONE)
+            fprintf(stderr, "ferry_perf: unexpected %s from the initiator after BYE\n",
+                    ctrl_name(m.hdr.type));
     }
     return 0;
 }
@@ -567,7 +580,7 @@ void perf_cleanup(perf_t *p)
 {
     if (p->rkey != NULL)
         ferry_rkey_destroy(p->rkey);
-    if (p->own_ep && p->ep != NULL && !p->ep_failed && !(p->session_over && !p->initiator))
+    if (p->own_ep && p->ep != NULL && !p->ep_failed && !p->session_over)
         wait_req(p, &p->aux, ferry_ep_close(p->ep, FERRY_EP_CLOSE_FLUSH, aux_req(p)),
                  "closing the endpoint");
     else if (p->own_ep && p->ep != NULL)

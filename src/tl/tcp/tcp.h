@@ -404,20 +404,35 @@ char *fy_tcp_buf_get(fy_tcp_iface_t *iface, size_t len, size_t *cap);
 void fy_tcp_buf_put(fy_tcp_iface_t *iface, char *p, size_t cap);
 void fy_tcp_cache_release(fy_tcp_iface_t *iface);
 
-/* tcp_conn.c: peers, links, handshakes */
+/* tcp_conn.c: peers, links, the connector's handshake, failures, timers, teardown */
 fy_tcp_peer_t *fy_tcp_peer_get(fy_tcp_iface_t *iface, uint64_t remote_id, int create);
 ferry_status_t fy_tcp_peer_connect(fy_tcp_peer_t *peer);
 void fy_tcp_peer_fail(fy_tcp_peer_t *peer, ferry_status_t status, const char *why);
 void fy_tcp_peer_closed(fy_tcp_peer_t *peer);
 void fy_tcp_peer_maybe_free(fy_tcp_peer_t *peer);
 void fy_tcp_peer_notify(fy_tcp_iface_t *iface);
-void fy_tcp_accept_new(fy_tcp_iface_t *iface);
-void fy_tcp_accept_read(fy_tcp_iface_t *iface, fy_tcp_accept_t *a, uint32_t events);
 void fy_tcp_link_connected(fy_tcp_link_t *link);
 int fy_tcp_link_hello_answer(fy_tcp_link_t *link);
 void fy_tcp_timers(fy_tcp_iface_t *iface, uint64_t now);
 void fy_tcp_peer_destroy_all(fy_tcp_iface_t *iface);
 void fy_tcp_free_dead(fy_tcp_iface_t *iface);
+/* shared by tcp_conn.c and tcp_accept.c (the handshake's two sides) */
+fy_tcp_peer_t *fy_tcp_peer_new(fy_tcp_iface_t *iface, uint64_t remote_id);
+void fy_tcp_peer_up(fy_tcp_peer_t *peer);
+void fy_tcp_conn_reset_seq(fy_tcp_peer_t *peer);
+fy_tcp_link_t *fy_tcp_link_new(fy_tcp_peer_t *peer, unsigned index, int fd);
+void fy_tcp_link_free(fy_tcp_iface_t *iface, fy_tcp_link_t *link);
+int fy_tcp_send_hello(int fd, const fy_tcp_hello_t *h);
+void fy_tcp_fill_hello(fy_tcp_iface_t *iface, fy_tcp_hello_t *h, uint8_t kind, unsigned link,
+                       unsigned nlinks, uint64_t dst, uint64_t conn_id);
+void fy_tcp_timer_arm(fy_tcp_iface_t *iface);
+void fy_tcp_timer_arm_first(fy_tcp_iface_t *iface, uint64_t first);
+/* tcp_accept.c: the listener, accepted sockets and their HELLO */
+void fy_tcp_accept_new(fy_tcp_iface_t *iface);
+void fy_tcp_accept_read(fy_tcp_iface_t *iface, fy_tcp_accept_t *a, uint32_t events);
+void fy_tcp_accept_drop(fy_tcp_iface_t *iface, fy_tcp_accept_t *a);
+int fy_tcp_accept_resume(fy_tcp_iface_t *iface, uint64_t now);
+void fy_tcp_accept_retry(fy_tcp_iface_t *iface, uint64_t remote_id);
 
 /* tcp_tx.c: sending.  A frame to send: its header, a part copied if the frame has to wait
  * (AM data of am_short, proto's header of am_zcopy) and a part sent from the caller's memory

@@ -121,7 +121,7 @@ static ferry_status_t send_op_sent(fy_op_t *op, ferry_status_t st)
 ferry_status_t fy_tag_rndv_send(ferry_ep_t *ep, uint64_t tag, const struct iovec *iov,
                                 size_t iovcnt, ferry_request_t *req)
 {
-    fy_op_t *op;
+    fy_op_t *op = NULL;
     ferry_status_t st = send_op_new(ep, tag, iov, iovcnt, req, &op);
     if (st != FERRY_OK)
         return st;
@@ -135,7 +135,7 @@ ferry_status_t fy_tag_rndv_send(ferry_ep_t *ep, uint64_t tag, const struct iovec
 ferry_status_t fy_tag_ssend_eager(ferry_ep_t *ep, uint64_t tag, const struct iovec *iov,
                                   size_t iovcnt, ferry_request_t *req)
 {
-    fy_op_t *op;
+    fy_op_t *op = NULL;
     ferry_status_t st = send_op_new(ep, tag, iov, iovcnt, req, &op);
     if (st != FERRY_OK)
         return st;

@@ -15,12 +15,13 @@ typedef struct pair {
     ferry_ep_t *ep[2]; /* ep[i]: from w[i] to w[1-i] */
 } pair_t;
 
-static inline void pair_open(pair_t *p)
+/* A context and two workers (each with params wp, NULL: defaults) with endpoints both ways. */
+static inline void pair_open_params(pair_t *p, const ferry_worker_params_t *wp)
 {
     memset(p, 0, sizeof(*p));
     FY_ASSERT_OK(ferry_context_create(NULL, &p->ctx));
     for (int i = 0; i < 2; i++)
-        FY_ASSERT_OK(ferry_worker_create(p->ctx, NULL, &p->w[i]));
+        FY_ASSERT_OK(ferry_worker_create(p->ctx, wp, &p->w[i]));
     for (int i = 0; i < 2; i++) {
         size_t len = 0;
         FY_ASSERT_STATUS(ferry_worker_get_address(p->w[1 - i], NULL, &len), FERRY_ERR_TRUNCATED);
@@ -31,6 +32,11 @@ static inline void pair_open(pair_t *p)
         FY_ASSERT_OK(ferry_ep_create(p->w[i], &ep, &p->ep[i]));
         free(addr);
     }
+}
+
+static inline void pair_open(pair_t *p)
+{
+    pair_open_params(p, NULL);
 }
 
 static inline void pair_progress(pair_t *p)

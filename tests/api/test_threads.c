@@ -50,25 +50,6 @@ static void astore(int *p, int v)
     __atomic_store_n(p, v, __ATOMIC_RELEASE);
 }
 
-/* A context and two workers with endpoints both ways, each worker with the given params. */
-static void pair_open_params(pair_t *p, const ferry_worker_params_t *wp)
-{
-    memset(p, 0, sizeof(*p));
-    FY_ASSERT_OK(ferry_context_create(NULL, &p->ctx));
-    for (int i = 0; i < 2; i++)
-        FY_ASSERT_OK(ferry_worker_create(p->ctx, wp, &p->w[i]));
-    for (int i = 0; i < 2; i++) {
-        size_t len = 0;
-        FY_ASSERT_STATUS(ferry_worker_get_address(p->w[1 - i], NULL, &len), FERRY_ERR_TRUNCATED);
-        void *addr = malloc(len);
-        FY_ASSERT_OK(ferry_worker_get_address(p->w[1 - i], addr, &len));
-        ferry_ep_params_t ep = {
-            .field_mask = FERRY_EP_FIELD_ADDRESS, .address = addr, .address_len = len};
-        FY_ASSERT_OK(ferry_ep_create(p->w[i], &ep, &p->ep[i]));
-        free(addr);
-    }
-}
-
 /* ---------------------------------------------------------------------------------------- */
 /* Several threads on one multi-threaded worker                                               */
 /* ---------------------------------------------------------------------------------------- */

@@ -337,34 +337,48 @@ static ferry_status_t rma_pieces(ferry_ep_t *ep, fy_op_type_t type, const struct
     return fy_op_parent_end(parent, st < 0 ? st : FERRY_OK);
 }
 
+/* The common start of putv and getv: the caller's pieces taken (empty ones dropped) into v,
+ * their count and total length, and the remote range checked against the key. */
+static ferry_status_t rmav_take(const char *fn, ferry_ep_t *ep, const struct iovec *iov,
+                                size_t iovcnt, uint64_t remote_addr, ferry_rkey_t *rkey,
+                                unsigned access, struct iovec *v, size_t *n, size_t *len)
+{
+    long k = fy_iov_take(fn, iov, iovcnt, v);
+    *n = 0;
+    *len = 0;
+    if (k < 0)
+        return FERRY_ERR_INVALID_PARAM;
+    *n = (size_t)k;
+    *len = fy_iov_total(v, *n);
+    return check_rkey(ep, rkey, remote_addr, *len, access);
+}
+
 ferry_status_t ferry_putv(ferry_ep_t *ep, const struct iovec *iov, size_t iovcnt,
                           uint64_t remote_addr, ferry_rkey_t *rkey, ferry_request_t *req)
 {
     FY_EP_GUARD(ep);
     struct iovec v[FY_MAX_IOV];
-    long n = fy_iov_take("ferry_putv", iov, iovcnt, v);
-    if (n < 0)
-        return FERRY_ERR_INVALID_PARAM;
-    size_t len = fy_iov_total(v, (size_t)n);
-    ferry_status_t st = check_rkey(ep, rkey, remote_addr, len, FERRY_MEM_REMOTE_WRITE);
+    size_t n, len;
+    ferry_status_t st = rmav_take("ferry_putv", ep, iov, iovcnt, remote_addr, rkey,
+                                  FERRY_MEM_REMOTE_WRITE, v, &n, &len);
     if (st != FERRY_OK || n == 0)
         return st;
     if (n == 1)
         return ferry_put(ep, v[0].iov_base, len, remote_addr, rkey, req);
     if (!ep->rma_native || rkey->tl_rkey == NULL)
-        return fy_rma_emu_putv(ep, v, (size_t)n, remote_addr, rkey, req);
+        return fy_rma_emu_putv(ep, v, n, remote_addr, rkey, req);
     if (fy_ep_queue_full(ep, len))
         return FERRY_ERR_NO_RESOURCE; /* FERRY_MAX_QUEUED: nothing taken */
     if (req == NULL) { /* the caller's pieces are free at return: one contiguous copy */
         void *tmp = malloc(len);
         if (tmp == NULL)
             return FERRY_ERR_NO_MEMORY;
-        fy_iov_gather(tmp, v, (size_t)n);
+        fy_iov_gather(tmp, v, n);
         st = ferry_put(ep, tmp, len, remote_addr, rkey, NULL);
         free(tmp);
         return st;
     }
-    return rma_pieces(ep, FY_OP_PUT, v, (size_t)n, remote_addr, rkey, req);
+    return rma_pieces(ep, FY_OP_PUT, v, n, remote_addr, rkey, req);
 }
 
 ferry_status_t ferry_getv(ferry_ep_t *ep, const struct iovec *iov, size_t iovcnt,
@@ -372,11 +386,9 @@ ferry_status_t ferry_getv(ferry_ep_t *ep, const struct iovec *iov, size_t iovcnt
 {
     FY_EP_GUARD(ep);
     struct iovec v[FY_MAX_IOV];
-    long n = fy_iov_take("ferry_getv", iov, iovcnt, v);
-    if (n < 0)
-        return FERRY_ERR_INVALID_PARAM;
-    size_t len = fy_iov_total(v, (size_t)n);
-    ferry_status_t st = check_rkey(ep, rkey, remote_addr, len, FERRY_MEM_REMOTE_READ);
+    size_t n, len;
+    ferry_status_t st = rmav_take("ferry_getv", ep, iov, iovcnt, remote_addr, rkey,
+                                  FERRY_MEM_REMOTE_READ, v, &n, &len);
     if (st != FERRY_OK || n == 0)
         return st;
     if (n == 1)
@@ -388,7 +400,7 @@ ferry_status_t ferry_getv(ferry_ep_t *ep, const struct iovec *iov, size_t iovcnt
         r = &local;
     }
     r->length = len;
-    st = rma_pieces(ep, FY_OP_GET, v, (size_t)n, remote_addr, rkey, r);
+    st = rma_pieces(ep, FY_OP_GET, v, n, remote_addr, rkey, r);
     if (st == FERRY_INPROGRESS && req == NULL)
         st = wait_done(ep->worker, r);
     return st;

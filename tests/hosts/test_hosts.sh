@@ -2,7 +2,7 @@
 # test_hosts.sh - ferry across "hosts" made of namespaces (tests/hosts/testbed.sh), and
 # ferryrun's multi-host launch (--hosts, --hostfile, --agent, --boot-addr, -x).
 #
-#   test_hosts.sh CASE FERRYRUN ALLTOALL [RAILS_CHECK]
+#   test_hosts.sh CASE FERRYRUN ALLTOALL [RAILS_CHECK [WORLD_CHECK]]
 #
 # Each case builds its own testbed (names carry this shell's pid), runs, and tears it down
 # (trap on exit, also on failure or timeout).  ferryrun itself runs on host tbA, as it would
@@ -14,7 +14,16 @@
 # Cases:
 #   args          bad --hosts/--hostfile/--boot-addr/-x/--agent input: clear errors (no testbed)
 #   local         --hosts localhost:2 starts ranks directly, per-host FERRY_LOCAL_* (no testbed)
+#   secret        the job secret is not on a remote rank's command line (the agent's argv, what
+#                 ps shows) but reaches it on stdin: a remote rank (an agent that records its
+#                 argv and runs the command here) has the local rank's secret, and alltoall
+#                 over two such ranks passes the bootstrap's check (no testbed)
 #   alltoall      examples/alltoall, 2 hosts x 2 ranks, default lanes, data checked
+#   world         2 hosts x 2 ranks, every pair: an AM, a rendezvous tagged message, a put read
+#                 back by a get, all checked (world_check); pairs of one host on shm, pairs
+#                 across the hosts on tcp (the best network lane there)
+#   peer_death    a rank of the other host dies (as after kill -9) while rank 0 connects to it,
+#                 and once connected: rank 0's endpoint fails within 10 s each time, no hang
 #   hostfile      the same from a --hostfile, with --boot-addr eth0:PORT
 #   env           FERRY_* and -x variables reach remote ranks on the command line; per-host
 #                 local rank/size; each rank on the host it was placed on
@@ -42,6 +51,7 @@ CASE=${1:?case}
 FRUN=${2:?ferryrun}
 A2A=${3:?alltoall}
 RAILS=${4:-}
+WORLD=${5:-}
 HERE=$(cd "$(dirname "$0")" && pwd)
 AGENT=$HERE/tb-agent
 TMO=40
@@ -74,7 +84,7 @@ run_on_a() {
 show() { sed 's/^/    | /' "$OUT"; }
 
 source "$HERE/testbed.sh"
-case $CASE in args | local) ;; *) tb_reexec_unprivileged "$0" "$@" ;; esac
+case $CASE in args | local | secret) ;; *) tb_reexec_unprivileged "$0" "$@" ;; esac
 
 two_hosts() {
     tb_can || exit 77
@@ -135,9 +145,62 @@ local)
     "$FRUN" --hosts localhost:2 "$A2A" > "$OUT" 2>&1 || { show; fail "alltoall on localhost:2"; }
     echo "ok: localhost ranks"
     ;;
+secret)
+    # an ssh stand-in for host h1 that keeps its argv and runs the command on this machine,
+    # with no FERRY_BOOT_SECRET in its environment (what it knows comes from ferryrun)
+    fake=$OUT.agent
+    trap 'rm -f "$OUT" "$OUT.agent" "$OUT.argv"' EXIT
+    printf '#!/bin/sh\nprintf "%%s\\n" "$@" >> "%s"\nshift\nexec env -u FERRY_BOOT_SECRET sh -c "$*"\n' \
+        "$OUT.argv" > "$fake"
+    chmod +x "$fake"
+    "$FRUN" --timeout $TMO "${XS[@]}" --hosts localhost:1,h1:1 --agent "$fake" \
+        --boot-addr 127.0.0.1 sh -c 'echo "r=$FERRY_RANK secret=$FERRY_BOOT_SECRET"' > "$OUT" 2>&1 ||
+        { show; fail "ferryrun with a remote rank failed"; }
+    show
+    s0=$(sed -n 's/^r=0 secret=//p' "$OUT")
+    s1=$(sed -n 's/^r=1 secret=//p' "$OUT")
+    [ ${#s0} -ge 32 ] || fail "the local rank has no secret"
+    [ "$s0" = "$s1" ] || fail "the remote rank's secret ('$s1') is not the job's ('$s0')"
+    grep -q "read -r FERRY_BOOT_SECRET" "$OUT.argv" || fail "the agent's command does not read it"
+    if grep -qF -e "$s0" -e "FERRY_BOOT_SECRET=" "$OUT.argv"; then
+        sed 's/^/    argv| /' "$OUT.argv"
+        fail "the secret is on the agent's command line"
+    fi
+    : > "$OUT.argv"
+    "$FRUN" --timeout $TMO "${XS[@]}" --hosts h1:2 --agent "$fake" --boot-addr 127.0.0.1 "$A2A" \
+        > "$OUT" 2>&1 || { show; fail "alltoall through the agent"; }
+    grep -q "[0-9] ranks (builtin).*all verified" "$OUT" || { show; fail "no verdict from alltoall"; }
+    [ "$(grep -c "read -r FERRY_BOOT_SECRET" "$OUT.argv")" = 2 ] || fail "not both ranks by agent"
+    echo "ok: the secret travels on stdin, not on the command line"
+    ;;
 alltoall)
     two_hosts
     expect_alltoall_ok "2 hosts x 2 ranks, default lanes" --hosts tbA:2,tbB:2 "$A2A"
+    ;;
+world)
+    [ -n "$WORLD" ] || fail "no world_check program given"
+    two_hosts
+    run_on_a --hosts tbA:2,tbB:2 "$WORLD" tcp
+    rc=$?
+    show
+    [ $rc = 0 ] || fail "world_check exited with $rc"
+    [ "$(grep -c "am, tag and rma to every rank checked" "$OUT")" = 4 ] || fail "not every rank checked"
+    [ "$(grep -c "(same host): am lane shm" "$OUT")" = 4 ] || fail "same-host pairs not on shm"
+    [ "$(grep -c "(other host): am lane tcp" "$OUT")" = 8 ] || fail "cross-host pairs not on tcp"
+    echo "ok: am, tag and rma between every pair; shm within a host, tcp between hosts"
+    ;;
+peer_death)
+    two_hosts
+    PD=$(dirname "$WORLD")/peer_death
+    for when in connect after; do
+        run_on_a --hosts tbA:1,tbB:1 "$PD" $when
+        rc=$?
+        show
+        [ $rc = 0 ] || fail "peer_death $when: exited with $rc"
+        secs=$(sed -n 's/.*the endpoint failed (.*) after \([0-9]*\)\.[0-9] s$/\1/p' "$OUT")
+        [ -n "$secs" ] && [ "$secs" -lt 10 ] || fail "peer_death $when: no error within 10 s"
+        echo "ok: the peer died during $when: the endpoint failed in ${secs}.x s"
+    done
     ;;
 hostfile)
     two_hosts

@@ -24,6 +24,8 @@
 #                 across the hosts on tcp (the best network lane there)
 #   peer_death    a rank of the other host dies (as after kill -9) while rank 0 connects to it,
 #                 and once connected: rank 0's endpoint fails within 10 s each time, no hang
+#   sockaddr      no launcher: examples/client_server's server listens on tbA's address, the
+#                 client on tbB makes its endpoint from ip:port, 20 echoes come back intact
 #   hostfile      the same from a --hostfile, with --boot-addr eth0:PORT
 #   env           FERRY_* and -x variables reach remote ranks on the command line; per-host
 #                 local rank/size; each rank on the host it was placed on
@@ -201,6 +203,25 @@ peer_death)
         [ -n "$secs" ] && [ "$secs" -lt 10 ] || fail "peer_death $when: no error within 10 s"
         echo "ok: the peer died during $when: the endpoint failed in ${secs}.x s"
     done
+    ;;
+sockaddr)
+    two_hosts
+    CS=$(dirname "$A2A")/client_server
+    coproc SRV { exec "$AGENT" -E tbA "exec $(printf '%q' "$CS") server 10.99.0.1 0" 2>&1; }
+    port=
+    while IFS= read -r -t 20 line <&"${SRV[0]}"; do
+        echo "    | $line"
+        case $line in "server: listening on "*) port=${line##*:}; break ;; esac
+    done
+    [ -n "$port" ] || { kill "$SRV_PID" 2>/dev/null; fail "the server did not say its port"; }
+    timeout $TMO "$AGENT" -E tbB "$(printf '%q ' "$CS" client 10.99.0.1 "$port" 20)" > "$OUT" 2>&1
+    rc=$?
+    kill "$SRV_PID" 2>/dev/null
+    wait "$SRV_PID" 2>/dev/null
+    show
+    [ $rc = 0 ] || fail "the client exited with $rc"
+    grep -q "client: 20 of 20 echoes back, intact" "$OUT" || fail "the echoes did not come back"
+    echo "ok: listener on tbA, endpoint by ip:port from tbB"
     ;;
 hostfile)
     two_hosts

@@ -89,9 +89,14 @@ typedef struct fy_am_hdr {
  *   | id (ferry's numbering: user   | user hdr len  | 0             |
  *   | ids, then internal ones)      |               |               |
  *   +-------------------------------+---------------+---------------+
- *   | anchor:1 (bit 31) message:31  | 0                             |
+ *   | anchor:1 rail:3 message:28    | 0                             |
  *   +-------------------------------+-------------------------------+
  *   fragment bytes (the first fragment starts with the user header)
+ *
+ * rail: the sender's rail the fragment went on (rail 0: the AM lane).  With id FY_AM_ID_FRAG
+ * itself (never a message's id) the header is an abort, sent on the AM lane when that rail
+ * failed at the sender (rails.c): message `message`'s share on `rail` is `total` bytes, and
+ * those not arrived yet never will; no bytes follow.
  */
 #define FY_AM_ID_FRAG (FY_AM_ID_INTERNAL_BASE + 4)
 typedef struct fy_am_frag_hdr {
@@ -100,11 +105,13 @@ typedef struct fy_am_frag_hdr {
     uint32_t id;
     uint16_t user_hdr_len;
     uint16_t reserved;
-    uint32_t seq; /* the message's number on the ep, | FY_AM_FRAG_ANCHOR at offset 0 */
+    uint32_t seq; /* the message's number on the ep, | rail, | FY_AM_FRAG_ANCHOR at offset 0 */
     uint32_t reserved2;
 } fy_am_frag_hdr_t;
-#define FY_AM_FRAG_ANCHOR   0x80000000u
-#define FY_AM_FRAG_SEQ_MASK 0x7fffffffu
+#define FY_AM_FRAG_ANCHOR     0x80000000u
+#define FY_AM_FRAG_RAIL_SHIFT 28
+#define FY_AM_FRAG_RAIL_MASK  0x70000000u
+#define FY_AM_FRAG_SEQ_MASK   0x0fffffffu
 
 typedef struct fy_wireup_msg {
     uint64_t src_uuid;
@@ -231,7 +238,8 @@ struct ferry_ep {
     struct fy_wireup_state *wu; /* while WIREUP: the peer's address and the lanes tried */
     /* fragmented AMs being received, and messages waiting behind them (rails.c) */
     struct fy_rails_rx *frag_rx;
-    uint32_t frag_seq; /* the next fragmented message's number */
+    struct fy_rails_tx *frag_tx; /* the last striped messages sent, per rail (rails.c) */
+    uint32_t frag_seq;           /* the next fragmented message's number */
     /* multi-rail (rails.c): rails[0] is the AM lane; weights by bandwidth (MB/s) */
     unsigned nrails;
     fy_lane_t rails[FY_MAX_RAILS];

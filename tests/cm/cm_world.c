@@ -93,8 +93,9 @@ int main(int argc, char **argv)
         for (unsigned l = 0; l < a.nlanes; l++) {
             const char *cm = a.lanes[l].cm != NULL ? a.lanes[l].cm : "(none)";
             if (strcmp(cm, argv[1]) != 0) {
-                fprintf(stderr, "cm_world: rank %d to %d: lane %s over %s connected by %s, not %s\n",
-                        rank, r, a.lanes[l].op_class, a.lanes[l].transport, cm, argv[1]);
+                fprintf(stderr,
+                        "cm_world: rank %d to %d: lane %s over %s connected by %s, not %s\n", rank,
+                        r, a.lanes[l].op_class, a.lanes[l].transport, cm, argv[1]);
                 rc = 1;
             }
         }

@@ -62,7 +62,7 @@ int main(int argc, char **argv)
     }
     int rank = ferry_world_rank(world);
     if (rank == 1 && !after)
-        _exit(0); /* dead before anyone connects */
+        _exit(0);          /* dead before anyone connects */
     ferry_ep_t *ep = NULL; /* made from the address in the bootstrap store (oob) */
     if (rank == 1) {
         /* after: answer rank 0's first message, then die */

@@ -92,8 +92,8 @@ static int wait_for(ferry_worker_t *w, const int *count, int n, int rank, const 
     double end = now_s() + LIMIT_S;
     while (*count < n) {
         if (now_s() > end) {
-            fprintf(stderr, "world_check: rank %d: %s: %d of %d after %.0f s\n", rank, what,
-                    *count, n, LIMIT_S);
+            fprintf(stderr, "world_check: rank %d: %s: %d of %d after %.0f s\n", rank, what, *count,
+                    n, LIMIT_S);
             return -1;
         }
         ferry_worker_progress(w);
@@ -166,8 +166,8 @@ int main(int argc, char **argv)
         tag_rreq[p] = (ferry_request_t){.cb = on_done, .user_data = &recvd};
         if (tag_in[p] == NULL)
             return 2;
-        ferry_status_t st = ferry_tag_recv(w, tag_in[p], TAG_LEN, ((uint64_t)p << 32) | (unsigned)me,
-                                           ~0ull, &tag_rreq[p]);
+        ferry_status_t st = ferry_tag_recv(w, tag_in[p], TAG_LEN,
+                                           ((uint64_t)p << 32) | (unsigned)me, ~0ull, &tag_rreq[p]);
         if (st == FERRY_OK)
             recvd++;
         else

@@ -189,6 +189,30 @@ static int never_ready(fy_tl_ep_t *ep)
     return 0;
 }
 
+static int always_ready(fy_tl_ep_t *ep)
+{
+    (void)ep;
+    return 1;
+}
+
+/* An interface like the AM lane's whose transport's ep_ready is the one given. */
+typedef struct fake_iface {
+    fy_tl_ops_t ops;
+    fy_tl_component_t tl;
+    fy_iface_t fi;
+} fake_iface_t;
+
+static fy_iface_t *fake_iface(fake_iface_t *f, const fy_lane_t *like, int (*ready)(fy_tl_ep_t *))
+{
+    f->ops = *like->iface->tl->ops;
+    f->ops.ep_ready = ready;
+    f->tl = *like->iface->tl;
+    f->tl.ops = &f->ops;
+    f->fi = *like->iface;
+    f->fi.tl = &f->tl;
+    return &f->fi;
+}
+
 /* A rail whose connection is not up (ep_ready 0) gets no share; none up: nothing striped. */
 static void unready_rails_left_out(void)
 {
@@ -197,19 +221,14 @@ static void unready_rails_left_out(void)
     static frag_t f[4096];
     const uint32_t w[3] = {1000, 1000, 1000};
     set_rails(s.ep, 3, w);
-    fy_tl_ops_t ops = *s.ep->rails[2].iface->tl->ops;
-    ops.ep_ready = never_ready;
-    fy_tl_component_t tl = *s.ep->rails[2].iface->tl;
-    tl.ops = &ops;
-    fy_iface_t fake = *s.ep->rails[2].iface;
-    fake.tl = &tl;
-    s.ep->rails[2].iface = &fake;
+    fake_iface_t fake;
+    s.ep->rails[2].iface = fake_iface(&fake, &s.ep->rails[2], never_ready);
     size_t total = (2u << 20) + 5, per[FY_MAX_RAILS];
     unsigned n = cut(s.ep, total, f, 4096);
     check_cover(s.ep, f, n, total, per);
     FY_ASSERT_EQ(per[2], 0);
     FY_ASSERT(absdiff(per[0], per[1]) <= 2);
-    s.ep->rails[1].iface = &fake; /* neither extra rail up */
+    s.ep->rails[1].iface = &fake.fi; /* neither extra rail up */
     FY_ASSERT(!fy_rails_stripe(s.ep, total));
     close_self(&s);
 }
@@ -363,12 +382,6 @@ static void abort_releases_order(void)
     close_self(&s);
 }
 
-static int always_ready(fy_tl_ep_t *ep)
-{
-    (void)ep;
-    return 1;
-}
-
 /* The sender: a message striped over three rails, of which rail 1's transport endpoint fails
  * with part of its share undelivered.  The rail is dropped, the peer (this same endpoint, over
  * the self transport) gets the abort on the AM lane, drops the message and runs the one that
@@ -384,16 +397,12 @@ static void failed_rail_announced(void)
     const uint32_t wts[3] = {1000, 1000, 1000};
     set_rails(s.ep, 3, wts);
     /* rails 1 and 2: transport endpoints of their own (fakes: nothing is sent on them) */
-    fy_tl_ops_t ops = *s.ep->rails[1].iface->tl->ops;
-    ops.ep_ready = always_ready;
-    fy_tl_component_t tl = *s.ep->rails[1].iface->tl;
-    tl.ops = &ops;
-    fy_iface_t fake = *s.ep->rails[1].iface;
-    fake.tl = &tl;
+    fake_iface_t fake;
+    fy_iface_t *fi = fake_iface(&fake, &s.ep->rails[1], always_ready);
     fy_tl_ep_t te[2] = {{.iface = s.ep->rails[1].tl_ep->iface},
                         {.iface = s.ep->rails[1].tl_ep->iface}};
     for (int r = 1; r <= 2; r++) {
-        s.ep->rails[r].iface = &fake;
+        s.ep->rails[r].iface = fi;
         s.ep->rails[r].tl_ep = &te[r - 1];
     }
     size_t total = (1u << 20) + 8, per[FY_MAX_RAILS];

@@ -45,6 +45,11 @@
 #                 (striped and small AMs mixed, both ways) passes, bytes and order checked, and
 #                 each link carried at least 30% of the bytes (with FERRY_MAX_RAILS=1: eth1 none);
 #                 1 MiB puts (ferry_perf -c) spread over both links too
+#   rail_fails    two links (rate-limited by tbf so that the transfer lasts), tcp dropped on the
+#                 second one while striped messages cross it both ways: the rail fails
+#                 (FERRY_TCP_USER_TIMEOUT), is dropped with a warning, the messages with bytes
+#                 lost on it are dropped at the receiver after the sender's abort (or their sends
+#                 fail), and everything else still arrives whole and in order: no hang
 #
 # PENDING: a case that fails today only because of work in progress elsewhere calls `pending`
 # and runs only with FYHOSTS_PENDING=1; otherwise it prints why and skips.  (None does now.)
@@ -360,6 +365,43 @@ shm_separate)
         fail "FERRY_TLS=self,shm between separate /dev/shm hung instead of failing"
     echo "ok: separate /dev/shm is not reachable over shm (status $rc, a clean failure)"
     ;;
+rail_fails)
+    [ -n "$RAILS" ] || fail "no rails_check program given"
+    tb_can || exit 77
+    tb_init
+    trap 'rm -f "$OUT" "$OUT.hf"; tb_down' EXIT
+    tb_host tbA shm=private links=2
+    tb_host tbB shm=private links=2
+    tb_up || fail "could not build the testbed"
+    for h in tbA tbB; do
+        for k in 0 1; do
+            "$AGENT" $h tc qdisc add dev eth$k root tbf rate 200mbit burst 64kb latency 200ms ||
+                { echo "SKIP: tc tbf is not available here"; exit 77; }
+        done
+    done
+    txb() { "$AGENT" tbA cat /sys/class/net/eth$1/statistics/tx_bytes; }
+    export FERRY_TCP_USER_TIMEOUT=2s # unacknowledged data on a dead link fails the rail
+    b1=$(txb 1)
+    start=$SECONDS
+    # 7 rounds: 56 messages each way, no more than the receiver gathers or holds at once
+    run_on_a --hosts tbA:1,tbB:1 "$RAILS" 7 lossy &
+    job=$!
+    # the cut: once eth1 carried 3 MB (the counter polled, bounded by a deadline)
+    until [ $(($(txb 1) - b1)) -gt 3000000 ] || [ $((SECONDS - start)) -gt 30 ]; do
+        sleep 0.02
+    done
+    tb_drop tbA tcp 1 || fail "iptables"
+    echo "eth1 cut after $(($(txb 1) - b1)) B"
+    wait $job
+    rc=$?
+    show
+    [ $rc = 0 ] || fail "rails_check (lossy) exited with $rc: messages out of order, or a hang"
+    grep -q "the rail tcp eth1 failed" "$OUT" || fail "no rank saw the rail fail"
+    [ "$(grep -c "rails_check: rank [01]: .*: ok" "$OUT")" = 2 ] || fail "a rank did not finish"
+    grep -Eq "dropped: [0-9]+ of its bytes were on the sender's rail|[1-9][0-9]* sends failed" \
+        "$OUT" || fail "nothing was lost with the rail: was it cut mid-transfer?"
+    echo "ok: a rail cut mid-transfer: dropped, its messages dropped or failed, the rest in order"
+    ;;
 rails)
     # two links between two hosts: AMs above FERRY_RAILS_THRESH are striped over both
     [ -n "$RAILS" ] || fail "no rails_check program given"
@@ -380,7 +422,7 @@ rails)
         rc=$?
         show
         [ $rc = 0 ] || fail "FERRY_MAX_RAILS=$rails: rails_check exited with $rc"
-        [ "$(grep -c "in order, 0 errors: ok" "$OUT")" = 2 ] || fail "no verdict of both ranks"
+        [ "$(grep -c "in order (0 lost), 0 errors, 0 sends failed: ok" "$OUT")" = 2 ] || fail "no verdict of both ranks"
         d0=$(($(txb 0) - a0)) d1=$(($(txb 1) - a1))
         echo "FERRY_MAX_RAILS=$rails: tbA sent $d0 B on eth0, $d1 B on eth1"
         if [ $rails = 1 ]; then

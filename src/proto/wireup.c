@@ -229,6 +229,16 @@ static void log_plan(ferry_ep_t *ep, const fy_remote_addr_t *ra, const fy_lane_p
     if (f == NULL)
         return;
     fy_lanes_print(ep->worker, ra, plan, f);
+    /* the plan names the manager asked first; the one that connected may be another (the
+     * one the peer's address came through) */
+    static const char *const cls[FY_LANE_COUNT] = {"am", "rma", "amo"};
+    fprintf(f, "  connected by");
+    for (int l = 0; l < FY_LANE_COUNT; l++) {
+        const char *cm = fy_wireup_tl_ep_cm(ep, ep->lanes[l].tl_ep);
+        if (cm != NULL)
+            fprintf(f, " %s=%s", cls[l], cm);
+    }
+    fprintf(f, "\n");
     fclose(f);
     if (len > 0 && text[len - 1] == '\n')
         text[len - 1] = '\0';

@@ -119,12 +119,21 @@ ferry_status_t fy_cm_connect_lane(const fy_cm_set_t *set, const fy_cm_iface_info
                                   const fy_cm_target_t *t, void **ep_p,
                                   const fy_cm_component_t **cm_p, char *why, size_t why_len)
 {
-    int prio[FY_CM_MAX];
-    for (unsigned i = 0; i < set->n; i++) {
-        prio[i] = set->cms[i]->ops->query(iface);
-        if (prio[i] >= 0 && set->cms[i] == t->via)
-            prio[i] = 1000; /* the manager the address came through, where it answers */
+    /* The common case first, without asking every manager: the one the address came through
+     * (direct for an address the application gave), where it is selected and answers. */
+    const fy_cm_component_t *first = t->via != NULL ? t->via : &fy_cm_direct;
+    int first_at = -1;
+    for (unsigned i = 0; i < set->n && first_at < 0; i++)
+        if (set->cms[i] == first)
+            first_at = (int)i;
+    if (first_at >= 0 && first->ops->query(iface) >= 0 &&
+        first->ops->start_connect(NULL, t, ep_p) == FERRY_OK) {
+        *cm_p = first;
+        return FERRY_OK;
     }
+    int prio[FY_CM_MAX];
+    for (unsigned i = 0; i < set->n; i++)
+        prio[i] = (int)i == first_at ? 1000 : set->cms[i]->ops->query(iface);
     size_t o = 0;
     why[0] = '\0';
     ferry_status_t st = FERRY_ERR_UNSUPPORTED;

@@ -126,10 +126,16 @@ ferry_status_t fy_cm_connect_lane(const fy_cm_set_t *set, const fy_cm_iface_info
     for (unsigned i = 0; i < set->n && first_at < 0; i++)
         if (set->cms[i] == first)
             first_at = (int)i;
-    if (first_at >= 0 && first->ops->query(iface) >= 0 &&
-        first->ops->start_connect(NULL, t, ep_p) == FERRY_OK) {
-        *cm_p = first;
-        return FERRY_OK;
+    if (first_at >= 0 && first->ops->query(iface) >= 0) {
+        ferry_status_t st = first->ops->start_connect(NULL, t, ep_p);
+        if (st == FERRY_OK) {
+            *cm_p = first;
+            return FERRY_OK;
+        }
+        if (st != FERRY_ERR_UNSUPPORTED) { /* the transport refused: so would it for others */
+            snprintf(why, why_len, "%s: %s", first->name, ferry_status_string(st));
+            return st;
+        }
     }
     int prio[FY_CM_MAX];
     for (unsigned i = 0; i < set->n; i++)

@@ -21,7 +21,8 @@
 #   alltoall      examples/alltoall, 2 hosts x 2 ranks, default lanes, data checked
 #   world         2 hosts x 2 ranks, every pair: an AM, a rendezvous tagged message, a put read
 #                 back by a get, all checked (world_check); pairs of one host on shm, pairs
-#                 across the hosts on tcp (the best network lane there)
+#                 across the hosts on tcp (the best network lane there); simultaneous
+#                 connects end in one endpoint per peer, the handler's is the application's
 #   peer_death    a rank of the other host dies (as after kill -9) while rank 0 connects to it,
 #                 and once connected: rank 0's endpoint fails within 10 s each time, no hang
 #   sockaddr      no launcher: examples/client_server's server listens on tbA's address, the

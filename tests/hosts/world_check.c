@@ -4,7 +4,9 @@
  * rendezvous threshold and a put into its registered memory, gets the put back, and checks
  * every byte; then it checks the lane each endpoint got: shared memory to a rank of its own
  * host (the same network namespace, learnt by an allgather), the transport named in argv[1]
- * to a rank of another host.
+ * to a rank of another host.  Every rank connects to every other before progressing, so each
+ * pair connects from both sides at once: that must end in one endpoint per peer (no reply
+ * endpoint left over), and the endpoint a handler is given must be the application's.
  *
  *   ferryrun --hosts tbA:2,tbB:2 --agent tb-agent world_check tcp
  *
@@ -52,13 +54,13 @@ static int same(const uint8_t *b, size_t n, int src, int dst, int kind)
 typedef struct state {
     int rank;
     int am_got[MAXR];
+    ferry_ep_t *am_ep[MAXR]; /* the endpoint the handler was given, per sender */
     int errors;
 } state_t;
 
 static ferry_status_t on_am(void *arg, const void *hdr, size_t hdr_len, const void *data,
                             size_t len, ferry_ep_t *ep)
 {
-    (void)ep;
     state_t *s = arg;
     int src = -1;
     if (hdr_len == sizeof(src))
@@ -70,6 +72,7 @@ static ferry_status_t on_am(void *arg, const void *hdr, size_t hdr_len, const vo
         return FERRY_OK;
     }
     s->am_got[src]++;
+    s->am_ep[src] = ep;
     return FERRY_OK;
 }
 
@@ -262,6 +265,12 @@ int main(int argc, char **argv)
             fprintf(stderr, "world_check: rank %d: %d active messages from %d\n", me, s.am_got[p],
                     p);
             s.errors++;
+        } else if (s.am_ep[p] != eps[p]) {
+            fprintf(stderr,
+                    "world_check: rank %d: the handler got another endpoint for %d than "
+                    "the application's\n",
+                    me, p);
+            s.errors++;
         }
         if (!same((uint8_t *)base + (size_t)p * RMA_SLOT, RMA_SLOT, p, me, KIND_RMA)) {
             fprintf(stderr, "world_check: rank %d: the put from %d is not in memory\n", me, p);
@@ -281,8 +290,17 @@ int main(int argc, char **argv)
             s.errors++;
         }
     }
+    ferry_worker_attr_t wa = {.field_mask = FERRY_WORKER_ATTR_FIELD_COUNTERS};
+    CHECK(ferry_worker_query(w, &wa));
+    if (wa.neps != (unsigned)npeers) { /* simultaneous connects: one endpoint per peer */
+        fprintf(stderr, "world_check: rank %d: %u endpoints open for %d peers\n", me, wa.neps,
+                npeers);
+        s.errors++;
+    }
     if (s.errors == 0)
-        printf("world_check: rank %d of %d: am, tag and rma to every rank checked\n", me, size);
+        printf("world_check: rank %d of %d: am, tag and rma to every rank checked; one endpoint "
+               "per peer, the handler's\n",
+               me, size);
     for (int p = 0; p < size; p++) {
         if (rkeys[p] != NULL)
             ferry_rkey_destroy(rkeys[p]);

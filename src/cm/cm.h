@@ -15,7 +15,7 @@
  *                   that to the host's connect function (proto's endpoint path), noting that
  *                   the address came through it.  A lane (t->tl_iface set): make the transport
  *                   endpoint to one interface of a worker address in hand, the way proto's
- *                   wireup connects each lane it chose; *ep_p is then a fy_tl_ep_t.  A manager
+ *                   wireup connects each lane it chose; host is NULL, *ep_p a fy_tl_ep_t.  A manager
  *                   connects only the lanes of endpoints whose address it can vouch for
  *                   (t->via): direct any address in hand, oob one from the bootstrap store,
  *                   sockaddr one from its own exchange, am one that came by a peer's wireup

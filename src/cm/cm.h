@@ -13,13 +13,14 @@
  *                   this manager knows (an ip:port, a rank in the bootstrap store, a worker
  *                   address): the manager resolves it to the peer's worker address and hands
  *                   that to the host's connect function (proto's endpoint path), noting that
- *                   the address came through it.  A lane (t->tl_iface set): make the transport
- *                   endpoint to one interface of a worker address in hand, the way proto's
- *                   wireup connects each lane it chose; host is NULL, *ep_p a fy_tl_ep_t.  A manager
- *                   connects only the lanes of endpoints whose address it can vouch for
- *                   (t->via): direct any address in hand, oob one from the bootstrap store,
- *                   sockaddr one from its own exchange, am one that came by a peer's wireup
- *                   message; otherwise FERRY_ERR_UNSUPPORTED and wireup asks the next manager.
+ *                   the address came through it.  A lane (t->tl_iface set, host NULL): make
+ *                   the transport endpoint (*ep_p, a fy_tl_ep_t) to one interface of a
+ *                   worker address in hand, as wireup connects each lane it chose.  A
+ *                   manager connects only the lanes of endpoints whose address it vouches
+ *                   for (t->via): direct any address in hand, oob one from the bootstrap
+ *                   store, sockaddr one from its own exchange, am one that came by a peer's
+ *                   wireup message; otherwise FERRY_ERR_UNSUPPORTED, and wireup asks the
+ *                   next manager.
  *   ep_finalize()   a lane connected through this manager is being destroyed.  May be NULL.
  *   finalize()      once per context, the end.  May be NULL.
  *

@@ -406,7 +406,9 @@ typedef struct ferry_ep_lane_attr {
     const char *op_class;  /* "am", "rma", "amo", or "rail" (an extra multi-rail lane) */
     const char *transport; /* "shm", "tcp"...; static strings, valid as long as the worker */
     const char *device;
-    int emulated; /* rma/amo: done over AM at the target, not by the transport */
+    int emulated;   /* rma/amo: done over AM at the target, not by the transport */
+    const char *cm; /* the connection manager that connected it: "direct", "oob", "am" (the
+                     * endpoint answers a peer's wireup), "sockaddr"; NULL: none yet */
 } ferry_ep_lane_attr_t;
 
 enum ferry_ep_attr_field {

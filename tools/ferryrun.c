@@ -501,7 +501,10 @@ static int add_stream(int rank, stream_t *s, int fd, int dest, unsigned kind)
  * mask, stdin from /dev/null, stdout and stderr to the pipes.  An exec failure is reported
  * through errfd (close-on-exec, so the parent reads end of file when exec succeeds).
  */
-static void child_exec(int out_w, int err_w, int errfd, pid_t parent, char **argv, char **env)
+/* in_r: the child's stdin (a remote rank's agent reads the job secret from it), or -1 for
+ * /dev/null. */
+static void child_exec(int in_r, int out_w, int err_w, int errfd, pid_t parent, char **argv,
+                       char **env)
 {
     setpgid(0, 0);
     prctl(PR_SET_PDEATHSIG, SIGKILL);
@@ -513,11 +516,9 @@ static void child_exec(int out_w, int err_w, int errfd, pid_t parent, char **arg
     for (size_t i = 0; i < sizeof(defaulted) / sizeof(defaulted[0]); i++)
         signal(defaulted[i], SIG_DFL);
     sigprocmask(SIG_SETMASK, &none, NULL);
-    int devnull = open("/dev/null", O_RDONLY);
-    if (devnull >= 0 && devnull != 0) {
-        dup2(devnull, 0);
-        close(devnull);
-    }
+    int devnull = in_r >= 0 ? in_r : open("/dev/null", O_RDONLY);
+    if (devnull >= 0 && devnull != 0)
+        dup2(devnull, 0); /* dup2 clears close-on-exec on fd 0; the original closes at exec */
     if (dup2(out_w, 1) < 0 || dup2(err_w, 2) < 0) {
         int e = errno;
         ssize_t w = write(errfd, &e, sizeof(e));
@@ -572,6 +573,25 @@ static int choose_boot_addr(void)
     return 0;
 }
 
+/* A remote rank's agent gets the secret as the first line of its stdin (never in its argv,
+ * which ps shows to every user of the host): written whole into the pipe before the agent
+ * starts (65 bytes: the pipe holds them), the write end closed so the rank then sees EOF. */
+static int send_secret(int pi[2], const char *secret)
+{
+    char line[128]; /* the secret is 64 hex digits (make_job_key) */
+    int n = snprintf(line, sizeof(line), "%s\n", secret);
+    ssize_t w = n > 0 && (size_t)n < sizeof(line) ? write(pi[1], line, (size_t)n) : -1;
+    int e = errno;
+    close(pi[1]);
+    pi[1] = -1;
+    if (w != n) {
+        close(pi[0]);
+        errno = w < 0 ? e : EPIPE;
+        return -1;
+    }
+    return 0;
+}
+
 static int spawn_ranks(const char *addr, const char *job_key, const char *secret)
 {
     char e_addr[160], e_size[48], e_lsize[48], e_key[80], e_rank[48], e_lrank[48], e_sec[112];
@@ -615,18 +635,34 @@ static int spawn_ranks(const char *addr, const char *job_key, const char *secret
                 break;
             }
         }
-        int po[2], pe[2], px[2];
-        if (pipe2(po, O_CLOEXEC) != 0 || pipe2(pe, O_CLOEXEC) != 0 || pipe2(px, O_CLOEXEC) != 0) {
+        int po[2], pe[2], px[2], pi[2] = {-1, -1};
+        if (pipe2(po, O_CLOEXEC) != 0 || pipe2(pe, O_CLOEXEC) != 0 || pipe2(px, O_CLOEXEC) != 0 ||
+            (cmd != NULL && pipe2(pi, O_CLOEXEC) != 0)) {
             fy_run_say("cannot create pipes for rank %d: %s (raise the limit of open files?)", r,
                        strerror(errno));
             rc = -1;
+        } else if (cmd != NULL && send_secret(pi, secret) != 0) {
+            fy_run_say("cannot pass the job secret to rank %d's agent: %s", r, strerror(errno));
+            int fds[] = {po[0], po[1], pe[0], pe[1], px[0], px[1]};
+            for (size_t k = 0; k < sizeof(fds) / sizeof(fds[0]); k++)
+                close(fds[k]);
+            rc = -1;
+        }
+        if (rc != 0) {
+            if (cmd != NULL) {
+                free(words);
+                free(argv);
+                free(cmd);
+            }
             break;
         }
         fflush(NULL);
         pid_t pid = fork();
         int err = pid < 0 ? errno : 0;
         if (pid == 0)
-            child_exec(po[1], pe[1], px[1], self, argv, cenv);
+            child_exec(pi[0], po[1], pe[1], px[1], self, argv, cenv);
+        if (pi[0] >= 0)
+            close(pi[0]);
         close(po[1]);
         close(pe[1]);
         close(px[1]);

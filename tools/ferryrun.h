@@ -86,8 +86,12 @@ typedef struct fy_run_remote {
     char **argv;
 } fy_run_remote_t;
 
-/* "cd 'CWD' 2>/dev/null; exec env 'K=V'... 'prog' 'args'...", quoted for sh; NULL if out of
- * memory.  The caller frees it. */
+/* The bootstrap's secret: never on a remote rank's command line, always on its stdin. */
+#define FY_RUN_SECRET_VAR "FERRY_BOOT_SECRET"
+
+/* "IFS= read -r FERRY_BOOT_SECRET && export FERRY_BOOT_SECRET; cd 'CWD' 2>/dev/null; exec env
+ * 'K=V'... 'prog' 'args'...", quoted for sh, without any FERRY_BOOT_SECRET=...: the agent's
+ * stdin carries the secret and a newline.  NULL if out of memory.  The caller frees it. */
 char *fy_run_remote_command(const fy_run_remote_t *r);
 /* argv of the agent: the words of `agent` (split at blanks), the host, the command.  Free the
  * array and *words_p (which the words point into). */

@@ -5,11 +5,13 @@
  *
  * The agent is given one string, run there by sh -c (as ssh does), so every word is single-
  * quoted; the rank's environment travels inside it, through env(1), because an agent such as
- * ssh passes none of ours.  The bootstrap address must be one the hosts can reach: the local
- * end of the route to the first remote host is what they will see when they connect back,
- * so it is the first guess; host names that do not resolve here (the testbed's) leave the
- * first interface that is up and not loopback.  Errors are printed here, one line each, as
- * ferryrun prints its own.
+ * ssh passes none of ours.  All but the job's secret: a command line is visible to every user
+ * of the host (ps), so the secret is the first line of the agent's stdin, which ssh carries to
+ * the remote command, and the remote shell reads it into the rank's environment.  The bootstrap
+ * address must be one the hosts can reach: the local end of the route to the first remote host is
+ * what they will see when they connect back, so it is the first guess; host names that do not
+ * resolve here (the testbed's) leave the first interface that is up and not loopback.  Errors are
+ * printed here, one line each, as ferryrun prints its own.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -314,11 +316,20 @@ static int append_quoted(char **buf, size_t *len, size_t *cap, const char *s, in
     return 0;
 }
 
+/* The job's secret never goes on the command line (any user of the host sees it in ps): it
+ * is the first line of the agent's stdin, read there by the shell into the environment. */
+static int is_secret(const char *kv)
+{
+    return strncmp(kv, FY_RUN_SECRET_VAR "=", sizeof(FY_RUN_SECRET_VAR)) == 0;
+}
+
 char *fy_run_remote_command(const fy_run_remote_t *r)
 {
     char *b = NULL, cwd[4096];
     size_t len = 0, cap = 0;
     int rc = 0;
+    rc |= append_quoted(&b, &len, &cap,
+                        "IFS= read -r " FY_RUN_SECRET_VAR " && export " FY_RUN_SECRET_VAR ";", 0);
     if (getcwd(cwd, sizeof(cwd)) != NULL) {
         rc |= append_quoted(&b, &len, &cap, "cd", 0);
         rc |= append_quoted(&b, &len, &cap, cwd, 1);
@@ -326,16 +337,18 @@ char *fy_run_remote_command(const fy_run_remote_t *r)
     }
     rc |= append_quoted(&b, &len, &cap, "exec env", 0);
     for (size_t i = 0; environ[i] != NULL; i++)
-        if (strncmp(environ[i], "FERRY_", 6) == 0 && strchr(environ[i], '=') != NULL)
+        if (strncmp(environ[i], "FERRY_", 6) == 0 && strchr(environ[i], '=') != NULL &&
+            !is_secret(environ[i]))
             rc |= append_quoted(&b, &len, &cap, environ[i], 1);
     for (size_t i = 0; i < r->nx; i++) {
         const char *x = r->xnames[i], *v = getenv(x);
         if (strchr(x, '=') != NULL) {
-            rc |= append_quoted(&b, &len, &cap, x, 1);
+            if (!is_secret(x))
+                rc |= append_quoted(&b, &len, &cap, x, 1);
             continue;
         }
-        if (v == NULL)
-            continue; /* not set here: not set there */
+        if (v == NULL || strcmp(x, FY_RUN_SECRET_VAR) == 0)
+            continue; /* not set here: not set there; the secret: on stdin */
         char *kv = malloc(strlen(x) + strlen(v) + 2);
         if (kv == NULL) {
             rc = -1;
@@ -346,9 +359,11 @@ char *fy_run_remote_command(const fy_run_remote_t *r)
         free(kv);
     }
     for (size_t i = 0; i < r->nvars; i++)
-        rc |= append_quoted(&b, &len, &cap, r->vars[i], 1);
+        if (!is_secret(r->vars[i]))
+            rc |= append_quoted(&b, &len, &cap, r->vars[i], 1);
     for (size_t i = 0; i < r->nenvs; i++)
-        rc |= append_quoted(&b, &len, &cap, r->envs[i], 1);
+        if (!is_secret(r->envs[i]))
+            rc |= append_quoted(&b, &len, &cap, r->envs[i], 1);
     for (char **a = r->argv; *a != NULL; a++)
         rc |= append_quoted(&b, &len, &cap, *a, 1);
     if (rc != 0) {

@@ -1,21 +1,31 @@
 /*
- * cm.c - the registry of connection managers, their selection by FERRY_CM, and the three
- * small managers that wrap what proto already does: direct, oob and am.
+ * cm.c - the registry of connection managers, their selection by FERRY_CM, the lane connect
+ * that wireup goes through, and the three small managers direct, oob and am.
  *
  * The registry is a plain array (no constructors: static archives drop them).  FERRY_CM is a
  * list like FERRY_TLS: names to keep, or with a leading ^ names to drop; an unknown name is a
  * configuration error that names the accepted ones.  Among the selected managers that answer
  * for an interface, the highest priority wins (0-100, as in the design).
  *
- *   direct   the worker address names each interface's own address: connect to it.
- *   oob      the peer published its worker address in the bootstrap key-value store (a
- *            launched job): fetch it, then connect as direct does.
- *   am       exchange endpoint addresses by active messages over a lane already connected
- *            (for connect-to-endpoint transports).  The exchange itself is proto's wireup
- *            (WIREUP_REQ / WIREUP_REP); this entry gives it a name, a priority and a place
- *            in FERRY_CM.
- *   sockaddr see sockaddr.c.
+ * Wireup connects every lane it chose through fy_cm_connect_lane: the managers that answer
+ * for the lane's interface are asked, the one the endpoint's address came through first, then
+ * the others best first; the first that takes the lane makes its transport endpoint and is
+ * told (ep_finalize) when it goes.  A manager takes only the lanes
+ * of endpoints whose worker address it can vouch for, so FERRY_CM decides how endpoints
+ * connect and not only what ferry_info prints:
+ *
+ *   direct   the worker address in hand names each interface's own address: connect to it.
+ *            Any address the application (or a peer's wireup) gave.
+ *   oob      a peer known by rank: fetch its worker address from the bootstrap key-value
+ *            store (a launched job), make the endpoint, and connect the lanes of endpoints
+ *            made that way.  With direct excluded, a launched job connects through it.
+ *   am       endpoint addresses exchanged by active messages over a lane already connected:
+ *            proto's WIREUP_REQ carries the peer's worker address and endpoint id, and the
+ *            endpoint made from it (the reply endpoint, wireup.c) is connected through am.
+ *   sockaddr see sockaddr.c: endpoints from ip:port and from a listener's requests.
  */
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cm/cm.h"
@@ -95,6 +105,82 @@ const fy_cm_component_t *fy_cm_select_for_iface(const fy_cm_set_t *set,
     return best;
 }
 
+ferry_status_t fy_cm_lane_connect(const fy_cm_target_t *t, void **ep_p)
+{
+    fy_tl_iface_t *ti = t->tl_iface;
+    fy_tl_ep_t *te = NULL;
+    ferry_status_t st = ti->component->ops->ep_create(ti, t->dev_addr, t->iface_addr, &te);
+    if (st == FERRY_OK)
+        *ep_p = te;
+    return st;
+}
+
+ferry_status_t fy_cm_connect_lane(const fy_cm_set_t *set, const fy_cm_iface_info_t *iface,
+                                  const fy_cm_target_t *t, void **ep_p,
+                                  const fy_cm_component_t **cm_p, char *why, size_t why_len)
+{
+    /* The common case first, without asking every manager: the one the address came through
+     * (direct for an address the application gave), where it is selected and answers. */
+    const fy_cm_component_t *first = t->via != NULL ? t->via : &fy_cm_direct;
+    int first_at = -1;
+    for (unsigned i = 0; i < set->n && first_at < 0; i++)
+        if (set->cms[i] == first)
+            first_at = (int)i;
+    if (first_at >= 0 && first->ops->query(iface) >= 0) {
+        ferry_status_t st = first->ops->start_connect(NULL, t, ep_p);
+        if (st == FERRY_OK) {
+            *cm_p = first;
+            return FERRY_OK;
+        }
+        if (st != FERRY_ERR_UNSUPPORTED) { /* the transport refused: so would it for others */
+            snprintf(why, why_len, "%s: %s", first->name, ferry_status_string(st));
+            return st;
+        }
+    }
+    int prio[FY_CM_MAX];
+    for (unsigned i = 0; i < set->n; i++)
+        prio[i] = (int)i == first_at ? 1000 : set->cms[i]->ops->query(iface);
+    size_t o = 0;
+    why[0] = '\0';
+    ferry_status_t st = FERRY_ERR_UNSUPPORTED;
+    for (;;) {
+        int best = -1;
+        for (unsigned i = 0; i < set->n; i++)
+            if (prio[i] >= 0 && (best < 0 || prio[i] > prio[best]))
+                best = (int)i;
+        if (best < 0)
+            break;
+        prio[best] = -1;
+        const fy_cm_component_t *cm = set->cms[best];
+        st = cm->ops->start_connect(NULL, t, ep_p);
+        if (st == FERRY_OK) {
+            *cm_p = cm;
+            return FERRY_OK;
+        }
+        if (st != FERRY_ERR_UNSUPPORTED) { /* the transport refused: so would it for others */
+            snprintf(why, why_len, "%s: %s", cm->name, ferry_status_string(st));
+            return st;
+        }
+        if (o < why_len) { /* the managers that do not vouch for the address, listed */
+            int n = snprintf(why + o, why_len - o, "%s%s", o != 0 ? ", " : "", cm->name);
+            o += n > 0 ? (size_t)n : 0;
+        }
+    }
+    if (o != 0 && o < why_len)
+        snprintf(why + o, why_len - o, ": not how its address came (FERRY_CM)");
+    else if (o == 0)
+        snprintf(why, why_len, "no connection manager in FERRY_CM connects on it");
+    return st;
+}
+
+void fy_cm_lane_finalize(const fy_cm_component_t *cm, void *tl_ep)
+{
+    if (cm != NULL && cm->ops->ep_finalize != NULL)
+        cm->ops->ep_finalize(tl_ep);
+    fy_tl_ep_t *te = tl_ep;
+    te->iface->component->ops->ep_destroy(te);
+}
+
 /* --- direct ------------------------------------------------------------------------------- */
 
 static int direct_query(const fy_cm_iface_info_t *iface)
@@ -105,6 +191,8 @@ static int direct_query(const fy_cm_iface_info_t *iface)
 static ferry_status_t direct_start_connect(const fy_cm_host_t *host, const fy_cm_target_t *t,
                                            void **ep_p)
 {
+    if (t->tl_iface != NULL)
+        return fy_cm_lane_connect(t, ep_p); /* any worker address in hand */
     if (t->address == NULL || t->address_len == 0)
         return FERRY_ERR_INVALID_PARAM;
     return host->connect_address(host->arg, t->address, t->address_len, ep_p);
@@ -126,14 +214,22 @@ static int oob_query(const fy_cm_iface_info_t *iface)
 static ferry_status_t oob_start_connect(const fy_cm_host_t *host, const fy_cm_target_t *t,
                                         void **ep_p)
 {
-    if (t->kv_key == NULL || host->kv_get == NULL)
+    if (t->tl_iface != NULL) /* a lane: of an endpoint made from the store */
+        return t->via == &fy_cm_oob ? fy_cm_lane_connect(t, ep_p) : FERRY_ERR_UNSUPPORTED;
+    if (t->kv_key == NULL || host == NULL || host->kv_get == NULL)
         return FERRY_ERR_INVALID_PARAM;
-    uint8_t buf[FY_CM_ADDR_MAX];
-    size_t len = sizeof(buf);
-    ferry_status_t st = host->kv_get(host->arg, t->kv_key, buf, &len);
-    if (st != FERRY_OK)
-        return st;
-    return host->connect_address(host->arg, buf, len, ep_p);
+    uint8_t small[512], *buf = small;
+    size_t len = sizeof(small);
+    ferry_status_t st = host->kv_get(host->arg, t->rank, t->kv_key, buf, &len);
+    if (st == FERRY_ERR_TRUNCATED && len <= FY_CM_ADDR_MAX && (buf = malloc(len)) != NULL)
+        st = host->kv_get(host->arg, t->rank, t->kv_key, buf, &len);
+    else if (st == FERRY_ERR_TRUNCATED)
+        st = buf == NULL ? FERRY_ERR_NO_MEMORY : FERRY_ERR_INVALID_PARAM;
+    if (st == FERRY_OK)
+        st = host->connect_address(host->arg, buf, len, ep_p);
+    if (buf != small)
+        free(buf);
+    return st;
 }
 
 static const fy_cm_ops_t oob_ops = {.query = oob_query, .start_connect = oob_start_connect};
@@ -144,18 +240,21 @@ const fy_cm_component_t fy_cm_oob = {
 
 static int am_query(const fy_cm_iface_info_t *iface)
 {
-    /* For transports whose endpoints need the peer endpoint's address: it travels by AM
-     * over a lane that is already up. */
-    return (iface->tl_caps & FY_TL_CAP_CONNECT_TO_IFACE) ? -1 : 40;
+    /* First for transports whose endpoints need the peer endpoint's address: it travels by
+     * AM over a lane that is already up.  Below oob elsewhere: there it connects only the
+     * endpoints made from a peer's wireup message. */
+    return (iface->tl_caps & FY_TL_CAP_CONNECT_TO_IFACE) ? 20 : 40;
 }
 
 static ferry_status_t am_start_connect(const fy_cm_host_t *host, const fy_cm_target_t *t,
                                        void **ep_p)
 {
-    (void)host;
-    (void)t;
-    (void)ep_p;
-    return FERRY_ERR_UNSUPPORTED; /* driven by proto's wireup, not started from here */
+    if (t->tl_iface != NULL) /* a lane: of an endpoint made from a WIREUP_REQ */
+        return t->via == &fy_cm_am ? fy_cm_lane_connect(t, ep_p) : FERRY_ERR_UNSUPPORTED;
+    /* an endpoint: the worker address a peer's WIREUP_REQ carried (wireup.c) */
+    if (t->address == NULL || t->address_len == 0 || host == NULL)
+        return FERRY_ERR_INVALID_PARAM;
+    return host->connect_address(host->arg, t->address, t->address_len, ep_p);
 }
 
 static const fy_cm_ops_t am_ops = {.query = am_query, .start_connect = am_start_connect};

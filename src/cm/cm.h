@@ -9,11 +9,19 @@
  *                   takes it quietly out of consideration; any other error fails the context.
  *   query(iface)    per interface: the manager's priority (0-100) on it, or -1 ("I cannot
  *                   connect on this one").  Among those that answer, the highest wins.
- *   start_connect() begin a connection to a peer described by what this manager knows (an
- *                   interface address, an ip:port, a rank in the bootstrap store).  The
- *                   manager resolves it to the peer's worker address and hands that to the
- *                   host's connect function (proto's normal endpoint path).
- *   ep_finalize()   an endpoint made through this manager is being destroyed.  May be NULL.
+ *   start_connect() two forms, by the target given.  An endpoint: a peer described by what
+ *                   this manager knows (an ip:port, a rank in the bootstrap store, a worker
+ *                   address): the manager resolves it to the peer's worker address and hands
+ *                   that to the host's connect function (proto's endpoint path), noting that
+ *                   the address came through it.  A lane (t->tl_iface set, host NULL): make
+ *                   the transport endpoint (*ep_p, a fy_tl_ep_t) to one interface of a
+ *                   worker address in hand, as wireup connects each lane it chose.  A
+ *                   manager connects only the lanes of endpoints whose address it vouches
+ *                   for (t->via): direct any address in hand, oob one from the bootstrap
+ *                   store, sockaddr one from its own exchange, am one that came by a peer's
+ *                   wireup message; otherwise FERRY_ERR_UNSUPPORTED, and wireup asks the
+ *                   next manager.
+ *   ep_finalize()   a lane connected through this manager is being destroyed.  May be NULL.
  *   finalize()      once per context, the end.  May be NULL.
  *
  * cm/ sits between proto/ and tl/: it never sees a proto object.  What it needs of proto
@@ -48,17 +56,27 @@ typedef struct fy_cm_host {
     int timeout_ms; /* FERRY_CM_TIMEOUT */
     /* Create (lazily connected) an endpoint to the worker whose address is given. */
     ferry_status_t (*connect_address)(void *arg, const void *addr, size_t len, void **ep_p);
-    /* Fetch the worker address published under key in the bootstrap store (oob). */
-    ferry_status_t (*kv_get)(void *arg, const char *key, void *buf, size_t *len);
+    /* Fetch the worker address rank published under key in the bootstrap store (oob);
+     * FERRY_ERR_TRUNCATED with *len the size needed when buf is too small. */
+    ferry_status_t (*kv_get)(void *arg, int rank, const char *key, void *buf, size_t *len);
 } fy_cm_host_t;
+
+struct fy_tl_iface;
+struct fy_cm_component;
 
 /* A peer as a manager knows it: exactly one of the forms is set. */
 typedef struct fy_cm_target {
     const void *address; /* direct: the peer's worker address */
     size_t address_len;
-    const char *kv_key; /* oob: a key in the bootstrap store */
-    const char *ip;     /* sockaddr: the peer's listener */
+    const char *kv_key; /* oob: a key in the bootstrap store, published by rank */
+    int rank;
+    const char *ip; /* sockaddr: the peer's listener */
     uint16_t port;
+    /* a lane: this interface to the remote one at dev_addr/iface_addr, for an endpoint whose
+     * worker address came through via (NULL: the application gave it) */
+    struct fy_tl_iface *tl_iface;
+    const void *dev_addr, *iface_addr;
+    const struct fy_cm_component *via;
 } fy_cm_target_t;
 
 typedef struct fy_cm_ops {
@@ -75,6 +93,10 @@ typedef struct fy_cm_component {
     const char *doc;
     const fy_cm_ops_t *ops;
 } fy_cm_component_t;
+
+/* The lane form of start_connect, shared by the managers: the transport endpoint to the
+ * interface address in the target (what every manager does once it has a worker address). */
+ferry_status_t fy_cm_lane_connect(const fy_cm_target_t *t, void **ep_p);
 
 extern const fy_cm_component_t fy_cm_direct, fy_cm_oob, fy_cm_sockaddr, fy_cm_am;
 
@@ -97,6 +119,14 @@ const fy_cm_component_t *fy_cm_find(const fy_cm_set_t *set, const char *name);
 /* The best selected manager for an interface (highest query answer), or NULL. */
 const fy_cm_component_t *fy_cm_select_for_iface(const fy_cm_set_t *set,
                                                 const fy_cm_iface_info_t *iface, int *prio_p);
+/* Connect a lane (t in the lane form) through the selected managers that answer for its
+ * interface, best first, until one takes it: *ep_p the transport endpoint, *cm_p the manager
+ * (for its ep_finalize).  When none does, why says what each answered. */
+ferry_status_t fy_cm_connect_lane(const fy_cm_set_t *set, const fy_cm_iface_info_t *iface,
+                                  const fy_cm_target_t *t, void **ep_p,
+                                  const fy_cm_component_t **cm_p, char *why, size_t why_len);
+/* The lane's manager is told its lane goes, then the transport endpoint is destroyed. */
+void fy_cm_lane_finalize(const fy_cm_component_t *cm, void *tl_ep);
 
 /* ------------------------------------------------------------------------------------------ */
 /* The sockaddr side channel                                                                   */

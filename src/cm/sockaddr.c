@@ -316,6 +316,8 @@ static int sockaddr_query(const fy_cm_iface_info_t *iface)
 static ferry_status_t sockaddr_start_connect(const fy_cm_host_t *host, const fy_cm_target_t *t,
                                              void **ep_p)
 {
+    if (t->tl_iface != NULL) /* a lane: of an endpoint made from this manager's exchange */
+        return t->via == &fy_cm_sockaddr ? fy_cm_lane_connect(t, ep_p) : FERRY_ERR_UNSUPPORTED;
     if (t->ip == NULL)
         return FERRY_ERR_INVALID_PARAM;
     void *peer = NULL;

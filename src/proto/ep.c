@@ -16,28 +16,21 @@
 
 #include "proto/proto_int.h"
 
-/* Destroy a transport endpoint and count it off its interface. */
-static void fy_ep_tl_destroy(fy_tl_ep_t *te)
-{
-    fy_iface_t *fi = te->iface->params.am_arg;
-    if (fi->neps > 0)
-        fi->neps--;
-    te->iface->component->ops->ep_destroy(te);
-}
-
-ferry_status_t fy_ep_create_internal(ferry_worker_t *w, const void *addr, size_t len, int is_reply,
-                                     ferry_ep_t **ep_p)
+ferry_status_t fy_ep_create_internal(ferry_worker_t *w, const void *addr, size_t len,
+                                     const fy_cm_component_t *via, ferry_ep_t **ep_p)
 {
     ferry_ep_t *ep;
     ferry_status_t st = fy_worker_ep_alloc(w, &ep);
     if (st != FERRY_OK)
         return st;
+    int is_reply = via == &fy_cm_am;
     ep->is_reply = is_reply;
+    ep->via = via;
     ep->state = FY_EP_WIREUP;
     st = fy_ep_connect(ep, addr, len);
     if (st != FERRY_OK) {
         for (unsigned i = 0; i < ep->ntl_eps; i++)
-            fy_ep_tl_destroy(ep->tl_eps[i]);
+            fy_wireup_tl_ep_destroy(ep, i);
         fy_rails_rx_free(ep);
         fy_worker_ep_free(w, ep);
         return st;
@@ -57,6 +50,12 @@ ferry_status_t ferry_ep_create(ferry_worker_t *w, const ferry_ep_params_t *param
                                ferry_ep_t **ep_p)
 {
     FY_WORKER_GUARD(w);
+    return fy_ep_create_via(w, params, NULL, ep_p);
+}
+
+ferry_status_t fy_ep_create_via(ferry_worker_t *w, const ferry_ep_params_t *params,
+                                const fy_cm_component_t *via, ferry_ep_t **ep_p)
+{
     if (w == NULL || params == NULL || ep_p == NULL)
         return FERRY_ERR_INVALID_PARAM;
     uint64_t known = FERRY_EP_FIELD_ADDRESS | FERRY_EP_FIELD_ERR_HANDLER |
@@ -82,7 +81,7 @@ ferry_status_t ferry_ep_create(ferry_worker_t *w, const ferry_ep_params_t *param
     if (peer == FERRY_EP_FIELD_ADDRESS) {
         ep = fy_wireup_adopt(w, params->address, params->address_len);
         if (ep == NULL)
-            st = fy_ep_create_internal(w, params->address, params->address_len, 0, &ep);
+            st = fy_ep_create_internal(w, params->address, params->address_len, via, &ep);
     } else {
         st = fy_listener_ep_create(w, params, &ep); /* the sockaddr manager (listener.c) */
     }
@@ -529,7 +528,7 @@ void fy_ep_destroy_now(ferry_ep_t *ep)
 {
     ferry_worker_t *w = ep->worker;
     for (unsigned i = 0; i < ep->ntl_eps; i++)
-        fy_ep_tl_destroy(ep->tl_eps[i]);
+        fy_wireup_tl_ep_destroy(ep, i);
     ep->ntl_eps = 0;
     fy_wireup_forget(ep);
     if (fy_list_is_linked(&ep->pending_link))
@@ -617,7 +616,7 @@ void fy_ep_close_now(ferry_ep_t *ep)
         fy_ep_fail(ep, FERRY_ERR_CANCELED);
     ep->state = FY_EP_CLOSED;
     for (unsigned i = 0; i < ep->ntl_eps; i++)
-        fy_ep_tl_destroy(ep->tl_eps[i]);
+        fy_wireup_tl_ep_destroy(ep, i);
     ep->ntl_eps = 0;
     if (ep->outstanding == 0 && fy_list_is_empty(&ep->close_waiters))
         fy_ep_destroy_now(ep);

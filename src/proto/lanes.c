@@ -155,11 +155,12 @@ static const fy_iface_t *find_local_tl(ferry_worker_t *w, const char *tl)
     return NULL;
 }
 
-/* Does a connection manager FERRY_CM selected answer for this interface (cm.h query)? */
-static int cm_connects(ferry_worker_t *w, const fy_iface_t *fi)
+/* The best connection manager FERRY_CM selected that answers for this interface (cm.h
+ * query), or NULL.  Wireup asks it first to connect the lane (fy_cm_connect_lane). */
+static const fy_cm_component_t *cm_connects(ferry_worker_t *w, const fy_iface_t *fi)
 {
     fy_cm_iface_info_t info = {fi->tl->name, fi->tl_iface->dev_name, fi->attr.caps};
-    return fy_cm_select_for_iface(&w->ctx->cms, &info, NULL) != NULL;
+    return fy_cm_select_for_iface(&w->ctx->cms, &info, NULL);
 }
 
 void fy_lanes_plan(ferry_worker_t *w, const fy_remote_addr_t *ra, const fy_lane_fail_t *fails,
@@ -197,6 +198,8 @@ void fy_lanes_plan(ferry_worker_t *w, const fy_remote_addr_t *ra, const fy_lane_
             score(w, fi, ri, rma_emulate, c);
             unsigned bit = fy_lane_pair_bit((int)i, (int)j);
             const fy_lane_fail_t *f;
+            const fy_cm_component_t *cm = cm_connects(w, fi);
+            c->cm = cm != NULL ? cm->name : "none";
             if (ri->dev_addr_len != fi->attr.device_addr_len ||
                 ri->iface_addr_len != fi->attr.iface_addr_len) {
                 snprintf(c->why, sizeof(c->why),
@@ -213,11 +216,11 @@ void fy_lanes_plan(ferry_worker_t *w, const fy_remote_addr_t *ra, const fy_lane_
                                                        c->why, sizeof(c->why));
                 if (c->why[0] == '\0')
                     snprintf(c->why, sizeof(c->why), "not reachable");
-            } else if (!cm_connects(w, fi)) {
-                snprintf(c->why, sizeof(c->why),
-                         "no connection manager in FERRY_CM connects on it (%s)",
-                         (fi->attr.caps & FY_TL_CAP_CONNECT_TO_IFACE) ? "direct, oob or sockaddr"
-                                                                      : "am");
+            } else if (cm == NULL) {
+                snprintf(
+                    c->why, sizeof(c->why), "no connection manager in FERRY_CM connects on it (%s)",
+                    (fi->attr.caps & FY_TL_CAP_CONNECT_TO_IFACE) ? "direct, oob, am or sockaddr"
+                                                                 : "am");
             } else if ((f = find_fail(fails, nfails, bit)) != NULL) {
                 snprintf(c->why, sizeof(c->why), "failed: %.80s", f->why);
             } else if (c->am_cost < 0) {
@@ -385,7 +388,8 @@ void fy_lanes_print(ferry_worker_t *w, const fy_remote_addr_t *ra, const fy_lane
             double s = c->cost[k] >= 0   ? c->cost[k]
                        : k == FY_CLS_AMO ? c->cost[FY_CLS_AM_SHORT] + c->cost[FY_CLS_AM_SHORT]
                                          : c->cost[FY_CLS_AM_BULK];
-            fprintf(f, "  %-9s %-28s score %10.1f ns%s\n", fy_lane_class_names[k], name, s, note);
+            fprintf(f, "  %-9s %-28s score %10.1f ns, cm %s%s\n", fy_lane_class_names[k], name, s,
+                    c->cm, note);
         }
     }
     if (plan->nrails > 1) {

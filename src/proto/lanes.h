@@ -62,6 +62,7 @@ typedef struct fy_lane_cand {
     double cost[FY_CLS_COUNT]; /* ns for the class's typical operation; <0: cannot */
     double am_cost;            /* the cost that picks the AM lane (FERRY_AM_LANE) */
     char why[FY_LANE_WHY_LEN]; /* when not usable: the reason */
+    const char *cm;            /* the connection manager asked first to connect it */
 } fy_lane_cand_t;
 
 typedef struct fy_lane_plan {

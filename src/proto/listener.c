@@ -318,7 +318,7 @@ void fy_listener_destroy_all(ferry_worker_t *w)
 static ferry_status_t host_connect(void *arg, const void *addr, size_t len, void **ep_p)
 {
     ferry_ep_t *ep;
-    ferry_status_t st = fy_ep_create_internal(arg, addr, len, 0, &ep);
+    ferry_status_t st = fy_ep_create_internal(arg, addr, len, &fy_cm_sockaddr, &ep);
     if (st == FERRY_OK)
         *ep_p = ep;
     return st;
@@ -338,7 +338,8 @@ ferry_status_t fy_listener_ep_create(ferry_worker_t *w, const ferry_ep_params_t 
         fy_cm_msg_hdr_t h;
         memcpy(&h, c->rx.buf, sizeof(h));
         ferry_ep_t *ep;
-        ferry_status_t st = fy_ep_create_internal(w, c->rx.buf + sizeof(h), h.addr_len, 0, &ep);
+        ferry_status_t st =
+            fy_ep_create_internal(w, c->rx.buf + sizeof(h), h.addr_len, &fy_cm_sockaddr, &ep);
         if (st != FERRY_OK) {
             fy_error("ferry_ep_create: the client %s is not reachable: %s", c->peer,
                      ferry_status_string(st));

@@ -89,9 +89,14 @@ typedef struct fy_am_hdr {
  *   | id (ferry's numbering: user   | user hdr len  | 0             |
  *   | ids, then internal ones)      |               |               |
  *   +-------------------------------+---------------+---------------+
- *   | anchor:1 (bit 31) message:31  | 0                             |
+ *   | anchor:1 rail:3 message:28    | 0                             |
  *   +-------------------------------+-------------------------------+
  *   fragment bytes (the first fragment starts with the user header)
+ *
+ * rail: the sender's rail the fragment went on (rail 0: the AM lane).  With id FY_AM_ID_FRAG
+ * itself (never a message's id) the header is an abort, sent on the AM lane when that rail
+ * failed at the sender (rails.c): message `message`'s share on `rail` is `total` bytes, and
+ * those not arrived yet never will; no bytes follow.
  */
 #define FY_AM_ID_FRAG (FY_AM_ID_INTERNAL_BASE + 4)
 typedef struct fy_am_frag_hdr {
@@ -100,11 +105,13 @@ typedef struct fy_am_frag_hdr {
     uint32_t id;
     uint16_t user_hdr_len;
     uint16_t reserved;
-    uint32_t seq; /* the message's number on the ep, | FY_AM_FRAG_ANCHOR at offset 0 */
+    uint32_t seq; /* the message's number on the ep, | rail, | FY_AM_FRAG_ANCHOR at offset 0 */
     uint32_t reserved2;
 } fy_am_frag_hdr_t;
-#define FY_AM_FRAG_ANCHOR   0x80000000u
-#define FY_AM_FRAG_SEQ_MASK 0x7fffffffu
+#define FY_AM_FRAG_ANCHOR     0x80000000u
+#define FY_AM_FRAG_RAIL_SHIFT 28
+#define FY_AM_FRAG_RAIL_MASK  0x70000000u
+#define FY_AM_FRAG_SEQ_MASK   0x0fffffffu
 
 typedef struct fy_wireup_msg {
     uint64_t src_uuid;
@@ -208,6 +215,8 @@ struct ferry_ep {
     fy_lane_t lanes[FY_LANE_COUNT];     /* lanes may share an iface/tl ep */
     fy_tl_ep_t *tl_eps[FY_MAX_IFACES];  /* distinct tl eps, for flush/destroy */
     uint16_t tl_ep_pair[FY_MAX_IFACES]; /* each one's (local, remote) pair (lanes.h) */
+    uint8_t tl_ep_cm[FY_MAX_IFACES];    /* each one's connection manager (index in ctx->cms) */
+    const fy_cm_component_t *via;       /* how the peer's address came: NULL = the application */
     unsigned ntl_eps;
     int rma_native;
     int amo_native;         /* widths done natively: bit 0 32-bit, bit 1 64-bit (fy_amo_widths) */
@@ -229,7 +238,8 @@ struct ferry_ep {
     struct fy_wireup_state *wu; /* while WIREUP: the peer's address and the lanes tried */
     /* fragmented AMs being received, and messages waiting behind them (rails.c) */
     struct fy_rails_rx *frag_rx;
-    uint32_t frag_seq; /* the next fragmented message's number */
+    struct fy_rails_tx *frag_tx; /* the last striped messages sent, per rail (rails.c) */
+    uint32_t frag_seq;           /* the next fragmented message's number */
     /* multi-rail (rails.c): rails[0] is the AM lane; weights by bandwidth (MB/s) */
     unsigned nrails;
     fy_lane_t rails[FY_MAX_RAILS];
@@ -513,9 +523,17 @@ void fy_wireup_am_cb(void *arg, uint8_t am_id, const void *data, size_t len);
 ferry_ep_t *fy_wireup_find_src(ferry_worker_t *w, uint64_t uuid, uint32_t ep_id);
 void fy_wireup_forget(ferry_ep_t *ep);
 void fy_wireup_cache_free(ferry_worker_t *w);
-/* ep.c */
-ferry_status_t fy_ep_create_internal(ferry_worker_t *w, const void *addr, size_t len, int is_reply,
-                                     ferry_ep_t **ep_p);
+/* Destroy the endpoint's i-th transport endpoint through the manager that connected it. */
+void fy_wireup_tl_ep_destroy(ferry_ep_t *ep, unsigned i);
+/* The name of the manager that connected a transport endpoint of ep, or NULL. */
+const char *fy_wireup_tl_ep_cm(const ferry_ep_t *ep, const fy_tl_ep_t *tl_ep);
+/* ep.c.  via: the connection manager the peer's address came through (NULL: the application
+ * gave it; fy_cm_am: a peer's wireup, which makes a reply endpoint). */
+ferry_status_t fy_ep_create_internal(ferry_worker_t *w, const void *addr, size_t len,
+                                     const fy_cm_component_t *via, ferry_ep_t **ep_p);
+/* ferry_ep_create for an address that came through via (world.c: oob). */
+ferry_status_t fy_ep_create_via(ferry_worker_t *w, const ferry_ep_params_t *params,
+                                const fy_cm_component_t *via, ferry_ep_t **ep_p);
 void fy_ep_fail(ferry_ep_t *ep, ferry_status_t st);
 void fy_ep_add_pending(ferry_ep_t *ep, fy_op_t *op); /* retried by fy_op_start from progress */
 fy_op_t *fy_ep_pop_pending(ferry_ep_t *ep);

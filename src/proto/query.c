@@ -17,12 +17,14 @@
 
 static const char *const lane_class[FY_LANE_COUNT] = {"am", "rma", "amo"};
 
-static void lane_attr(const fy_lane_t *l, const char *cls, int emulated, ferry_ep_lane_attr_t *a)
+static void lane_attr(const ferry_ep_t *ep, const fy_lane_t *l, const char *cls, int emulated,
+                      ferry_ep_lane_attr_t *a)
 {
     a->op_class = cls;
     a->transport = l->iface->tl->name;
     a->device = l->iface->tl_iface->dev_name;
     a->emulated = emulated;
+    a->cm = fy_wireup_tl_ep_cm(ep, l->tl_ep);
 }
 
 ferry_status_t ferry_ep_query(const ferry_ep_t *ep, ferry_ep_attr_t *attr)
@@ -52,10 +54,10 @@ ferry_status_t ferry_ep_query(const ferry_ep_t *ep, ferry_ep_attr_t *attr)
                     continue;
                 int emu =
                     (c == FY_LANE_RMA && !ep->rma_native) || (c == FY_LANE_AMO && !ep->amo_native);
-                lane_attr(&ep->lanes[c], lane_class[c], emu, &attr->lanes[n++]);
+                lane_attr(ep, &ep->lanes[c], lane_class[c], emu, &attr->lanes[n++]);
             }
             for (unsigned r = 1; r < ep->nrails && n < FERRY_EP_MAX_LANES; r++)
-                lane_attr(&ep->rails[r], "rail", 0, &attr->lanes[n++]);
+                lane_attr(ep, &ep->rails[r], "rail", 0, &attr->lanes[n++]);
         }
         attr->nlanes = n;
     }

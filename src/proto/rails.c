@@ -28,8 +28,20 @@
  *
  * RMA: a native put or get above the threshold is split into pieces over the RMA lane and
  * the rails of its transport (fy_rails_begin_rma).  Nothing is striped while the endpoint is
- * in wireup.  A rail that fails after the endpoint connected
- * is dropped from the rails; messages it was carrying fail with its error.
+ * in wireup.
+ *
+ * A rail that fails.  It is dropped from the rails with a warning; the pieces in flight on it
+ * fail with its error (so does the request of their message).  The pieces it carried cannot
+ * be sent again: the transport may have taken and lost them after the request completed and
+ * the caller reused its buffer.  So the receiver is told instead, so that no message waits
+ * for them forever: the sender remembers, for its last FY_RAILS_TX_KEEP striped messages, the
+ * rail each share went on and its size, and for each that had a share on the failed rail it
+ * sends an abort on the AM lane (in order behind the message's anchor, so the message is known
+ * there when it comes).  Every fragment names the rail it went on, and the receiver counts the
+ * bytes of each message per rail: a message still missing bytes of that share when the abort
+ * comes is dropped with a warning, and what waited behind it in the endpoint's order is
+ * delivered; fragments of it arriving later are dropped.  A message whose share on that rail
+ * had all arrived is left to complete (its other shares are on working rails).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -37,6 +49,8 @@
 #include "proto/proto_int.h"
 
 #define FY_RAILS_MAX_MSGS 64
+#define FY_RAILS_TX_KEEP  64 /* striped messages remembered for a rail's failure */
+#define FY_RAILS_ABORTED  16 /* messages dropped on an abort, remembered for late fragments */
 
 /* A message being gathered or held; for a rendezvous handler's id, also the descriptor the
  * handler is given (ferry_am_desc_t) once the header is in, until its data is placed. */
@@ -51,19 +65,37 @@ struct ferry_am_desc {
     uint8_t *buf; /* header + data; with rndv, the header alone */
     /* rendezvous: the id had a rendezvous handler when the first fragment came */
     int rndv;
-    int released;           /* ferry_am_data_release: later fragments are dropped */
-    unsigned hdr_got;       /* header bytes arrived */
-    uint8_t *stage;         /* data that came before the handler gave a buffer */
-    uint8_t *ubuf;          /* the handler's buffer (ferry_am_recv_data) */
-    fy_op_t *op;            /* recv_data's request, completed when the last byte is in */
-    ferry_ep_t *ep;         /* announced: its endpoint (NULL once it failed) */
-    ferry_status_t failure; /* why the data will not come */
+    int released;                    /* ferry_am_data_release: later fragments are dropped */
+    unsigned hdr_got;                /* header bytes arrived */
+    uint8_t *stage;                  /* data that came before the handler gave a buffer */
+    uint8_t *ubuf;                   /* the handler's buffer (ferry_am_recv_data) */
+    fy_op_t *op;                     /* recv_data's request, completed when the last byte is in */
+    ferry_ep_t *ep;                  /* announced: its endpoint (NULL once it failed) */
+    ferry_status_t failure;          /* why the data will not come */
+    uint64_t got_rail[FY_MAX_RAILS]; /* bytes arrived per sender's rail */
 };
 
 struct fy_rails_rx {
     fy_rails_msg_t *head, *tail; /* the endpoint's order: anchored and held messages */
     fy_rails_msg_t *loose;       /* reassemblies whose anchor has not arrived */
     unsigned count;
+    uint32_t aborted[FY_RAILS_ABORTED]; /* messages dropped on an abort (seq + 1; 0: none) */
+    unsigned naborted;
+};
+
+/* What a sender keeps of one striped message: each share on a rail other than the AM lane. */
+typedef struct fy_rails_sent {
+    uint32_t seq;
+    uint8_t n;
+    uint8_t rail[FY_MAX_RAILS];      /* the rail's index when it was sent (in the fragments) */
+    fy_tl_ep_t *tl_ep[FY_MAX_RAILS]; /* the rail's transport endpoint */
+    uint64_t len[FY_MAX_RAILS];      /* the share's bytes */
+} fy_rails_sent_t;
+
+typedef struct fy_rails_tx fy_rails_tx_t;
+struct fy_rails_tx {
+    unsigned next; /* ring */
+    fy_rails_sent_t sent[FY_RAILS_TX_KEEP];
 };
 
 /* ---- sending ------------------------------------------------------------------------------ */
@@ -137,6 +169,21 @@ void fy_rails_begin(ferry_ep_t *ep, size_t total, size_t room, fy_rails_cursor_t
     }
     if (start < total) /* rails skipped: rail 0 takes the rest after the others */
         c->end[c->n - 1] = total;
+    if (c->n < 2)
+        return;
+    /* remembered, in case one of its rails fails (the top of this file) */
+    if (ep->frag_tx == NULL && (ep->frag_tx = calloc(1, sizeof(*ep->frag_tx))) == NULL)
+        return; /* out of memory: a failure of its rail is not announced for this message */
+    fy_rails_sent_t *e = &ep->frag_tx->sent[ep->frag_tx->next++ % FY_RAILS_TX_KEEP];
+    e->seq = c->seq;
+    e->n = 0;
+    for (unsigned k = 0; k < c->n; k++) {
+        if (c->rail[k] == 0 || c->end[k] <= c->pos[k])
+            continue;
+        e->rail[e->n] = (uint8_t)c->rail[k];
+        e->tl_ep[e->n] = ep->rails[c->rail[k]].tl_ep;
+        e->len[e->n++] = c->end[k] - c->pos[k];
+    }
 }
 
 size_t fy_rails_next(ferry_ep_t *ep, fy_rails_cursor_t *c, size_t *off, fy_lane_t **lane,
@@ -153,7 +200,8 @@ size_t fy_rails_next(ferry_ep_t *ep, fy_rails_cursor_t *c, size_t *off, fy_lane_
         c->pos[s] += len;
         c->turn = s + 1;
         *lane = c->lane[s] != NULL ? c->lane[s] : c->rail[s] == 0 ? NULL : &ep->rails[c->rail[s]];
-        *tag = c->seq | (*off == 0 ? FY_AM_FRAG_ANCHOR : 0);
+        *tag = c->seq | (*off == 0 ? FY_AM_FRAG_ANCHOR : 0) |
+               ((uint32_t)c->rail[s] << FY_AM_FRAG_RAIL_SHIFT & FY_AM_FRAG_RAIL_MASK);
         return len;
     }
     return 0;
@@ -222,6 +270,8 @@ static void msg_free(fy_rails_msg_t *m)
 
 void fy_rails_rx_free(ferry_ep_t *ep)
 {
+    free(ep->frag_tx);
+    ep->frag_tx = NULL;
     fy_rails_rx_t *rx = ep->frag_rx;
     if (rx == NULL)
         return;
@@ -277,10 +327,12 @@ static void desc_done(ferry_worker_t *w, fy_rails_msg_t *m, ferry_status_t st)
     msg_free(m);
 }
 
-/* Bytes [off, off + len) of a message's header + data arrived: put them where they belong. */
-static void place(fy_rails_msg_t *m, uint64_t off, const uint8_t *data, size_t len)
+/* Bytes [off, off + len) of a message's header + data arrived on the sender's rail: put them
+ * where they belong. */
+static void place(fy_rails_msg_t *m, unsigned rail, uint64_t off, const uint8_t *data, size_t len)
 {
     m->got += len;
+    m->got_rail[rail] += len;
     if (!m->rndv) {
         memcpy(m->buf + off, data, len);
         return;
@@ -508,6 +560,69 @@ static fy_rails_msg_t *find(fy_rails_msg_t *l, uint32_t seq, fy_rails_msg_t **pr
     return NULL;
 }
 
+/* Was message seq dropped on an abort?  (Its fragments still on their way are dropped too.) */
+static int was_aborted(const fy_rails_rx_t *rx, uint32_t seq)
+{
+    for (unsigned k = 0; rx != NULL && k < FY_RAILS_ABORTED; k++)
+        if (rx->aborted[k] == seq + 1)
+            return 1;
+    return 0;
+}
+
+/* Unlink m from the list *l (prev its predecessor or NULL); tail fixed when l is the order. */
+static void unlink_msg(fy_rails_rx_t *rx, fy_rails_msg_t **l, fy_rails_msg_t *prev,
+                       fy_rails_msg_t *m)
+{
+    if (prev != NULL)
+        prev->next = m->next;
+    else
+        *l = m->next;
+    if (l == &rx->head && rx->tail == m)
+        rx->tail = prev;
+    rx->count--;
+}
+
+/* The sender's rail failed: message seq's share of len bytes on it will not come in whole. */
+static void rails_abort(ferry_worker_t *w, ferry_ep_t *ep, uint32_t seq, unsigned rail,
+                        uint64_t len)
+{
+    fy_rails_msg_t *m, *prev;
+    for (m = w->am_descs; m != NULL; m = m->next) /* announced to a rendezvous handler */
+        if (m->ep == ep && m->seq == seq)
+            break;
+    fy_rails_rx_t *rx = ep->frag_rx;
+    fy_rails_msg_t **l = NULL;
+    if (m == NULL && rx != NULL) {
+        if ((m = find(rx->head, seq, &prev)) != NULL)
+            l = &rx->head;
+        else if ((m = find(rx->loose, seq, &prev)) != NULL)
+            l = &rx->loose;
+    }
+    int in_order = rx != NULL && l == &rx->head;
+    if (m == NULL || m->got_rail[rail] >= len || (in_order && ready(m)))
+        return; /* delivered, or its share on that rail is all here: it completes */
+    fy_warn("endpoint %u: an active message of %llu bytes (id %u) dropped: %llu of its bytes "
+            "were on the sender's rail %u, which failed",
+            ep->id, (unsigned long long)m->total, m->id,
+            (unsigned long long)(len - m->got_rail[rail]), rail);
+    w->drops_malformed++;
+    fy_rails_rx_t *arx = rx_of(ep); /* NULL (out of memory): late fragments make a loose one */
+    if (arx != NULL)
+        arx->aborted[arx->naborted++ % FY_RAILS_ABORTED] = seq + 1;
+    if (l == NULL) { /* announced: the receive of its data fails (now, or when it is asked) */
+        if (m->op != NULL || m->released) {
+            desc_done(w, m, FERRY_ERR_CONNECTION_RESET);
+        } else {
+            m->ep = NULL; /* no more fragments are placed; recv_data gets the failure */
+            m->failure = FERRY_ERR_CONNECTION_RESET;
+        }
+        return;
+    }
+    unlink_msg(rx, l, prev, m);
+    msg_free(m);
+    drain(w, ep); /* what waited behind it */
+}
+
 void fy_rails_frag_recv(ferry_worker_t *w, ferry_ep_t *ep, const uint8_t *hdr, size_t hdr_len,
                         const uint8_t *data, size_t len)
 {
@@ -516,14 +631,25 @@ void fy_rails_frag_recv(ferry_worker_t *w, ferry_ep_t *ep, const uint8_t *hdr, s
     if (hdr_len != sizeof(fh))
         goto drop;
     memcpy(&fh, hdr, sizeof(fh));
-    if (fh.id >= FY_AM_ID_TOTAL || fh.id == FY_AM_ID_FRAG ||
-        fh.user_hdr_len > FERRY_AM_HEADER_MAX || fh.user_hdr_len > fh.total ||
-        fh.offset > fh.total || len > fh.total - fh.offset || fh.total >= SIZE_MAX)
-        goto drop;
     uint32_t seq = fh.seq & FY_AM_FRAG_SEQ_MASK;
+    unsigned rail = (fh.seq & FY_AM_FRAG_RAIL_MASK) >> FY_AM_FRAG_RAIL_SHIFT;
     int anchor = (fh.seq & FY_AM_FRAG_ANCHOR) != 0;
+    if (rail >= FY_MAX_RAILS)
+        goto drop;
+    if (fh.id == FY_AM_ID_FRAG) { /* an abort: the sender's rail failed */
+        if (len != 0 || anchor || rail == 0)
+            goto drop;
+        rails_abort(w, ep, seq, rail, fh.total);
+        return;
+    }
+    if (fh.id >= FY_AM_ID_TOTAL || fh.user_hdr_len > FERRY_AM_HEADER_MAX ||
+        fh.user_hdr_len > fh.total || fh.offset > fh.total || len > fh.total - fh.offset ||
+        fh.total >= SIZE_MAX)
+        goto drop;
     if (anchor && fh.offset != 0)
         goto drop;
+    if (FY_UNLIKELY(was_aborted(ep->frag_rx, seq)))
+        return; /* the rest of a message dropped on an abort (counted then) */
     fy_rails_msg_t *prev, *m;
     for (m = w->am_descs; m != NULL; m = m->next) /* announced to a rendezvous handler */
         if (m->ep == ep && m->seq == seq)
@@ -532,7 +658,7 @@ void fy_rails_frag_recv(ferry_worker_t *w, ferry_ep_t *ep, const uint8_t *hdr, s
         if (anchor || m->total != fh.total || m->id != fh.id || m->hdr_len != fh.user_hdr_len ||
             m->got + len > m->total)
             goto drop;
-        place(m, fh.offset, data, len);
+        place(m, rail, fh.offset, data, len);
         if (m->got == m->total && (m->ubuf != NULL || m->released))
             desc_done(w, m, FERRY_OK);
         return;
@@ -585,7 +711,7 @@ void fy_rails_frag_recv(ferry_worker_t *w, ferry_ep_t *ep, const uint8_t *hdr, s
         goto drop;
     }
     if (len != 0)
-        place(m, fh.offset, data, len);
+        place(m, rail, fh.offset, data, len);
     drain(w, ep);
     return;
 drop:
@@ -614,6 +740,34 @@ void fy_rails_set(ferry_ep_t *ep, const fy_lane_plan_t *plan, const fy_lane_t *l
     ep->nrails = plan->nrails < n + 1 ? plan->nrails : n + 1;
 }
 
+/* Tell the peer which striped messages had a share on the failed transport endpoint (the top
+ * of this file); those shares are forgotten here. */
+static void announce_failed(ferry_ep_t *ep, const fy_tl_ep_t *tl_ep)
+{
+    fy_rails_tx_t *tx = ep->frag_tx;
+    unsigned n = 0;
+    for (unsigned k = 0; tx != NULL && k < FY_RAILS_TX_KEEP; k++) {
+        fy_rails_sent_t *e = &tx->sent[k];
+        for (unsigned i = 0; i < e->n; i++) {
+            if (e->tl_ep[i] != tl_ep)
+                continue;
+            fy_am_frag_hdr_t fh = {.total = e->len[i],
+                                   .id = FY_AM_ID_FRAG,
+                                   .seq = e->seq | ((uint32_t)e->rail[i] << FY_AM_FRAG_RAIL_SHIFT)};
+            ferry_status_t st = fy_am_send(ep, FY_AM_ID_FRAG, &fh, sizeof(fh), NULL, 0, NULL);
+            if (st < 0)
+                fy_warn("endpoint %u: cannot tell the peer of a message on the failed rail: %s",
+                        ep->id, ferry_status_string(st));
+            e->tl_ep[i] = NULL;
+            n++;
+        }
+    }
+    if (n != 0)
+        fy_info("endpoint %u: %u striped message(s) had a share on the failed rail: the peer is "
+                "told, it drops those missing bytes",
+                ep->id, n);
+}
+
 int fy_rails_tl_failed(ferry_ep_t *ep, fy_tl_ep_t *tl_ep)
 {
     for (unsigned r = 1; r < ep->nrails; r++) {
@@ -624,6 +778,7 @@ int fy_rails_tl_failed(ferry_ep_t *ep, fy_tl_ep_t *tl_ep)
             return 0;
         fy_warn("endpoint %u: the rail %s %s failed: bulk messages go on the other rail(s)", ep->id,
                 ep->rails[r].iface->tl->name, ep->rails[r].iface->tl_iface->dev_name);
+        announce_failed(ep, tl_ep);
         for (unsigned k = r; k + 1 < ep->nrails; k++) {
             ep->rails[k] = ep->rails[k + 1];
             ep->rail_weight[k] = ep->rail_weight[k + 1];

@@ -111,18 +111,53 @@ static uint64_t src_key(uint64_t uuid, uint32_t ep_id)
     return fy_hash_mix64(uuid ^ ((uint64_t)ep_id * 0x9e3779b97f4a7c15ull));
 }
 
-static void tl_ep_destroy(fy_tl_ep_t *te)
+void fy_wireup_tl_ep_destroy(ferry_ep_t *ep, unsigned i)
 {
+    fy_tl_ep_t *te = ep->tl_eps[i];
     fy_iface_t *fi = te->iface->params.am_arg;
     if (fi->neps > 0)
         fi->neps--;
-    te->iface->component->ops->ep_destroy(te);
+    const fy_cm_set_t *cms = &ep->worker->ctx->cms;
+    fy_cm_lane_finalize(ep->tl_ep_cm[i] < cms->n ? cms->cms[ep->tl_ep_cm[i]] : NULL, te);
+}
+
+const char *fy_wireup_tl_ep_cm(const ferry_ep_t *ep, const fy_tl_ep_t *tl_ep)
+{
+    const fy_cm_set_t *cms = &ep->worker->ctx->cms;
+    for (unsigned i = 0; i < ep->ntl_eps && tl_ep != NULL; i++)
+        if (ep->tl_eps[i] == tl_ep)
+            return ep->tl_ep_cm[i] < cms->n ? cms->cms[ep->tl_ep_cm[i]]->name : NULL;
+    return NULL;
+}
+
+/* Make the transport endpoint of a lane through the connection managers (cm.c): the best
+ * that answers for the interface and vouches for how the peer's address came (ep->via). */
+static ferry_status_t lane_connect(ferry_ep_t *ep, fy_iface_t *fi, const fy_remote_iface_t *ri,
+                                   fy_tl_ep_t **tl_ep_p, uint8_t *cm_p, char *why, size_t len)
+{
+    const fy_cm_set_t *cms = &ep->worker->ctx->cms;
+    fy_cm_iface_info_t info = {fi->tl->name, fi->tl_iface->dev_name, fi->attr.caps};
+    fy_cm_target_t t = {.tl_iface = fi->tl_iface,
+                        .dev_addr = ri->dev_addr,
+                        .iface_addr = ri->iface_addr,
+                        .via = ep->via};
+    const fy_cm_component_t *cm = NULL;
+    void *te = NULL;
+    ferry_status_t st = fy_cm_connect_lane(cms, &info, &t, &te, &cm, why, len);
+    if (st != FERRY_OK)
+        return st;
+    unsigned k = 0;
+    while (k < cms->n && cms->cms[k] != cm)
+        k++;
+    *cm_p = (uint8_t)k;
+    *tl_ep_p = te;
+    return FERRY_OK;
 }
 
 static void destroy_tl_eps(ferry_ep_t *ep)
 {
     for (unsigned i = 0; i < ep->ntl_eps; i++)
-        tl_ep_destroy(ep->tl_eps[i]);
+        fy_wireup_tl_ep_destroy(ep, i);
     ep->ntl_eps = 0;
     memset(ep->lanes, 0, sizeof(ep->lanes));
     ep->nrails = 0;
@@ -194,6 +229,16 @@ static void log_plan(ferry_ep_t *ep, const fy_remote_addr_t *ra, const fy_lane_p
     if (f == NULL)
         return;
     fy_lanes_print(ep->worker, ra, plan, f);
+    /* the plan names the manager asked first; the one that connected may be another (the
+     * one the peer's address came through) */
+    static const char *const cls[FY_LANE_COUNT] = {"am", "rma", "amo"};
+    fprintf(f, "  connected by");
+    for (int l = 0; l < FY_LANE_COUNT; l++) {
+        const char *cm = fy_wireup_tl_ep_cm(ep, ep->lanes[l].tl_ep);
+        if (cm != NULL)
+            fprintf(f, " %s=%s", cls[l], cm);
+    }
+    fprintf(f, "\n");
     fclose(f);
     if (len > 0 && text[len - 1] == '\n')
         text[len - 1] = '\0';
@@ -238,14 +283,16 @@ static ferry_status_t choose(ferry_ep_t *ep, const fy_remote_addr_t *ra, fy_lane
                 keep |= ep->tl_ep_pair[i] == want[l];
             if (keep) {
                 ep->tl_eps[n] = ep->tl_eps[i];
+                ep->tl_ep_cm[n] = ep->tl_ep_cm[i];
                 ep->tl_ep_pair[n++] = ep->tl_ep_pair[i];
             } else {
-                tl_ep_destroy(ep->tl_eps[i]);
+                fy_wireup_tl_ep_destroy(ep, i);
             }
         }
         ep->ntl_eps = n;
         memset(ep->lanes, 0, sizeof(ep->lanes));
         ferry_status_t st = FERRY_OK;
+        char why[FY_LANE_WHY_LEN];
         int l;
         for (l = 0; l < nwant; l++) {
             unsigned i;
@@ -256,7 +303,7 @@ static ferry_status_t choose(ferry_ep_t *ep, const fy_remote_addr_t *ra, fy_lane
             if (i == ep->ntl_eps) {
                 const fy_remote_iface_t *ri = &ra->ifaces[c->remote];
                 fy_tl_ep_t *tl_ep;
-                st = fi->tl->ops->ep_create(fi->tl_iface, ri->dev_addr, ri->iface_addr, &tl_ep);
+                st = lane_connect(ep, fi, ri, &tl_ep, &ep->tl_ep_cm[i], why, sizeof(why));
                 if (st != FERRY_OK)
                     break;
                 tl_ep->owner = ep;
@@ -282,8 +329,6 @@ static ferry_status_t choose(ferry_ep_t *ep, const fy_remote_addr_t *ra, fy_lane
             fy_rails_set(ep, plan, rails, (unsigned)(nwant - FY_LANE_COUNT));
             return FERRY_OK;
         }
-        char why[FY_LANE_WHY_LEN];
-        snprintf(why, sizeof(why), "endpoint creation: %s", ferry_status_string(st));
         add_fail(fails, nfails, want[l], why);
         if (st == FERRY_ERR_NO_MEMORY) {
             destroy_tl_eps(ep);
@@ -750,6 +795,32 @@ static void send_first(ferry_ep_t *ep, fy_op_t *op)
     }
 }
 
+static ferry_status_t reply_connect(void *arg, const void *addr, size_t len, void **ep_p)
+{
+    ferry_ep_t *ep;
+    ferry_status_t st = fy_ep_create_internal(arg, addr, len, &fy_cm_am, &ep);
+    if (st == FERRY_OK)
+        *ep_p = ep;
+    return st;
+}
+
+/* The endpoint answering a peer's WIREUP_REQ: its worker address came by AM over the lane
+ * the request arrived on, so the am connection manager makes it (and connects its lanes). */
+static ferry_status_t reply_ep_create(ferry_worker_t *w, const void *addr, size_t len,
+                                      ferry_ep_t **ep_p)
+{
+    const fy_cm_component_t *am = fy_cm_find(&w->ctx->cms, "am");
+    if (am == NULL)
+        return FERRY_ERR_UNSUPPORTED; /* FERRY_CM excludes am: said by the caller */
+    fy_cm_host_t host = {.arg = w, .connect_address = reply_connect};
+    fy_cm_target_t t = {.address = addr, .address_len = len};
+    void *ep = NULL;
+    ferry_status_t st = am->ops->start_connect(&host, &t, &ep);
+    if (st == FERRY_OK)
+        *ep_p = ep;
+    return st;
+}
+
 static void wireup_req(fy_iface_t *fi, const fy_wireup_msg_t *m, const void *addr)
 {
     ferry_worker_t *w = fi->worker;
@@ -762,10 +833,13 @@ static void wireup_req(fy_iface_t *fi, const fy_wireup_msg_t *m, const void *add
             return;
         }
     } else if (ep == NULL) {
-        ferry_status_t st = fy_ep_create_internal(w, addr, m->addr_len, 1, &ep);
+        ferry_status_t st = reply_ep_create(w, addr, m->addr_len, &ep);
         if (st != FERRY_OK) {
             fy_warn("wireup from %016llx ep %u: cannot reach it back: %s",
-                    (unsigned long long)m->src_uuid, m->src_ep_id, ferry_status_string(st));
+                    (unsigned long long)m->src_uuid, m->src_ep_id,
+                    fy_cm_find(&w->ctx->cms, "am") == NULL
+                        ? "FERRY_CM excludes am, the manager of endpoints made from a peer's wireup"
+                        : ferry_status_string(st));
             return;
         }
         if (connected(ep, m->src_ep_id) != FERRY_OK) {

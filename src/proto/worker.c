@@ -797,6 +797,9 @@ void ferry_worker_print_info(const ferry_worker_t *w, void *file)
                                 (l == FY_LANE_AMO && !ep->amo_native)
                             ? "(emulated)"
                             : "");
+        const char *cm = fy_wireup_tl_ep_cm(ep, ep->lanes[FY_LANE_AM].tl_ep);
+        if (cm != NULL) /* the connection manager of the am lane (cm/cm.c) */
+            fprintf(f, " cm=%s", cm);
         for (unsigned r = 0; r < ep->nrails && ep->nrails > 1; r++) /* multi-rail (rails.c) */
             fprintf(f, "%s%s/%s:%u", r == 0 ? " rails=" : "+", ep->rails[r].iface->tl->name,
                     ep->rails[r].iface->tl_iface->dev_name, ep->rail_weight[r]);

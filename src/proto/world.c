@@ -340,6 +340,60 @@ const char *ferry_world_backend(const ferry_world_t *w)
     return w != NULL ? w->info.backend : "none";
 }
 
+/* A rank's endpoint through the oob connection manager (cm/cm.c): it fetches the rank's
+ * worker address from the bootstrap store and makes the endpoint, whose lanes it connects. */
+typedef struct world_oob {
+    ferry_world_t *w;
+    int rank;
+} world_oob_t;
+
+static ferry_status_t oob_kv_get(void *arg, int rank, const char *key, void *buf, size_t *len)
+{
+    world_oob_t *o = arg;
+    ferry_status_t st = fy_boot_get(o->w->boot, rank, key, buf, len);
+    if (st == FERRY_ERR_NO_ELEM)
+        fy_error("rank %d published no worker address: did it call ferry_world_create?", rank);
+    return st;
+}
+
+static ferry_status_t oob_connect(void *arg, const void *addr, size_t len, void **ep_p)
+{
+    world_oob_t *o = arg;
+    ferry_ep_params_t p = {
+        .field_mask = FERRY_EP_FIELD_ADDRESS | FERRY_EP_FIELD_ERR_HANDLER,
+        .address = addr,
+        .address_len = len,
+        .err_cb = world_ep_error,
+        .err_arg = o->w,
+    };
+    ferry_ep_t *ep = NULL;
+    ferry_status_t st = fy_ep_create_via(o->w->worker, &p, &fy_cm_oob, &ep);
+    if (st == FERRY_OK)
+        *ep_p = ep;
+    return st;
+}
+
+static ferry_status_t world_ep_oob(ferry_world_t *w, int rank)
+{
+    ferry_context_t *ctx = fy_worker_context(w->worker);
+    const fy_cm_component_t *oob = fy_cm_find(&ctx->cms, "oob");
+    if (oob == NULL)
+        return FERRY_ERR_UNSUPPORTED;
+    world_oob_t o = {w, rank};
+    fy_cm_host_t host = {.arg = &o, .connect_address = oob_connect, .kv_get = oob_kv_get};
+    fy_cm_target_t t = {.kv_key = WORLD_ADDR_KEY, .rank = rank};
+    void *ep = NULL;
+    ferry_status_t st = oob->ops->start_connect(&host, &t, &ep);
+    if (st == FERRY_ERR_UNSUPPORTED)
+        st = FERRY_ERR_UNREACHABLE; /* not "try without oob": it answered */
+    if (st != FERRY_OK) {
+        fy_error("cannot create an endpoint to rank %d: %s", rank, ferry_status_string(st));
+        return st;
+    }
+    w->eps[rank] = ep;
+    return FERRY_OK;
+}
+
 ferry_status_t ferry_world_ep(ferry_world_t *w, int rank, ferry_ep_t **ep_p)
 {
     FY_WORKER_GUARD(w != NULL ? w->worker : NULL);
@@ -353,10 +407,17 @@ ferry_status_t ferry_world_ep(ferry_world_t *w, int rank, ferry_ep_t **ep_p)
         *ep_p = w->eps[rank];
         return FERRY_OK;
     }
+    ferry_status_t st = world_ep_oob(w, rank);
+    if (st != FERRY_ERR_UNSUPPORTED) {
+        if (st == FERRY_OK)
+            *ep_p = w->eps[rank];
+        return st;
+    }
+    /* FERRY_CM excludes oob: the address from the store, connected as any other (direct) */
     uint8_t small[512];
     void *addr = small;
     size_t len = sizeof(small);
-    ferry_status_t st = fy_boot_get(w->boot, rank, WORLD_ADDR_KEY, addr, &len);
+    st = fy_boot_get(w->boot, rank, WORLD_ADDR_KEY, addr, &len);
     if (st == FERRY_ERR_TRUNCATED) {
         addr = malloc(len);
         if (addr == NULL)

@@ -37,6 +37,18 @@ static int check(const uint8_t *b, size_t n, unsigned seed)
     return 1;
 }
 
+/* Were all of ep's lanes connected by the manager called name (ferry_ep_query)? */
+static int lanes_by(const ferry_ep_t *ep, const char *name)
+{
+    ferry_ep_attr_t a = {.field_mask = FERRY_EP_ATTR_FIELD_LANES};
+    if (ferry_ep_query(ep, &a) != FERRY_OK || a.nlanes == 0)
+        return 0;
+    for (unsigned l = 0; l < a.nlanes; l++)
+        if (a.lanes[l].cm == NULL || strcmp(a.lanes[l].cm, name) != 0)
+            return 0;
+    return 1;
+}
+
 /* ---- the server process ---------------------------------------------------------------- */
 
 typedef struct server {
@@ -121,6 +133,7 @@ static void server_main(int wfd, int reject_first)
         ferry_worker_wait(s.w, -1);
     if (s.ep == NULL || ferry_ep_get_user_data(s.ep) != &s)
         _exit(15);
+    int by_sockaddr = lanes_by(s.ep, "sockaddr"); /* made from the listener's request */
     uint8_t *buf = malloc(DATA_LEN);
     fill(buf, DATA_LEN, 2);
     if (ferry_am_send(s.ep, AM_REPLY, "r", 1, buf, DATA_LEN, NULL) != FERRY_OK)
@@ -132,7 +145,7 @@ static void server_main(int wfd, int reject_first)
     ferry_listener_destroy(s.l);
     ferry_worker_destroy(s.w);
     ferry_context_destroy(ctx);
-    _exit(s.bad ? 17 : s.nrequests == 1 + reject_first ? 0 : 18);
+    _exit(s.bad ? 17 : !by_sockaddr ? 19 : s.nrequests == 1 + reject_first ? 0 : 18);
 }
 
 static pid_t start_server(int reject_first, uint16_t *port_p)
@@ -226,6 +239,7 @@ static void connect_and_exchange(void)
     ferry_ep_t *ep = NULL;
     FY_ASSERT_OK(connect_to(&c, port, &ep));
     FY_ASSERT(ep != NULL);
+    FY_ASSERT(lanes_by(ep, "sockaddr")); /* its lanes too, not only the address exchange */
     round_trip(&c, ep);
     expect_server_ok(c.w, pid);
     FY_ASSERT_OK(ferry_ep_close(ep, FERRY_EP_CLOSE_FORCE, NULL));

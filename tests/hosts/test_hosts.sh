@@ -2,7 +2,7 @@
 # test_hosts.sh - ferry across "hosts" made of namespaces (tests/hosts/testbed.sh), and
 # ferryrun's multi-host launch (--hosts, --hostfile, --agent, --boot-addr, -x).
 #
-#   test_hosts.sh CASE FERRYRUN ALLTOALL [RAILS_CHECK]
+#   test_hosts.sh CASE FERRYRUN ALLTOALL [RAILS_CHECK [WORLD_CHECK]]
 #
 # Each case builds its own testbed (names carry this shell's pid), runs, and tears it down
 # (trap on exit, also on failure or timeout).  ferryrun itself runs on host tbA, as it would
@@ -14,7 +14,19 @@
 # Cases:
 #   args          bad --hosts/--hostfile/--boot-addr/-x/--agent input: clear errors (no testbed)
 #   local         --hosts localhost:2 starts ranks directly, per-host FERRY_LOCAL_* (no testbed)
+#   secret        the job secret is not on a remote rank's command line (the agent's argv, what
+#                 ps shows) but reaches it on stdin: a remote rank (an agent that records its
+#                 argv and runs the command here) has the local rank's secret, and alltoall
+#                 over two such ranks passes the bootstrap's check (no testbed)
 #   alltoall      examples/alltoall, 2 hosts x 2 ranks, default lanes, data checked
+#   world         2 hosts x 2 ranks, every pair: an AM, a rendezvous tagged message, a put read
+#                 back by a get, all checked (world_check); pairs of one host on shm, pairs
+#                 across the hosts on tcp (the best network lane there); simultaneous
+#                 connects end in one endpoint per peer, the handler's is the application's
+#   peer_death    a rank of the other host dies (as after kill -9) while rank 0 connects to it,
+#                 and once connected: rank 0's endpoint fails within 10 s each time, no hang
+#   sockaddr      no launcher: examples/client_server's server listens on tbA's address, the
+#                 client on tbB makes its endpoint from ip:port, 20 echoes come back intact
 #   hostfile      the same from a --hostfile, with --boot-addr eth0:PORT
 #   env           FERRY_* and -x variables reach remote ranks on the command line; per-host
 #                 local rank/size; each rank on the host it was placed on
@@ -34,6 +46,11 @@
 #                 (striped and small AMs mixed, both ways) passes, bytes and order checked, and
 #                 each link carried at least 30% of the bytes (with FERRY_MAX_RAILS=1: eth1 none);
 #                 1 MiB puts (ferry_perf -c) spread over both links too
+#   rail_fails    two links (rate-limited by tbf so that the transfer lasts), tcp dropped on the
+#                 second one while striped messages cross it both ways: the rail fails
+#                 (FERRY_TCP_USER_TIMEOUT), is dropped with a warning, the messages with bytes
+#                 lost on it are dropped at the receiver after the sender's abort (or their sends
+#                 fail), and everything else still arrives whole and in order: no hang
 #
 # PENDING: a case that fails today only because of work in progress elsewhere calls `pending`
 # and runs only with FYHOSTS_PENDING=1; otherwise it prints why and skips.  (None does now.)
@@ -42,6 +59,7 @@ CASE=${1:?case}
 FRUN=${2:?ferryrun}
 A2A=${3:?alltoall}
 RAILS=${4:-}
+WORLD=${5:-}
 HERE=$(cd "$(dirname "$0")" && pwd)
 AGENT=$HERE/tb-agent
 TMO=40
@@ -74,7 +92,7 @@ run_on_a() {
 show() { sed 's/^/    | /' "$OUT"; }
 
 source "$HERE/testbed.sh"
-case $CASE in args | local) ;; *) tb_reexec_unprivileged "$0" "$@" ;; esac
+case $CASE in args | local | secret) ;; *) tb_reexec_unprivileged "$0" "$@" ;; esac
 
 two_hosts() {
     tb_can || exit 77
@@ -135,9 +153,81 @@ local)
     "$FRUN" --hosts localhost:2 "$A2A" > "$OUT" 2>&1 || { show; fail "alltoall on localhost:2"; }
     echo "ok: localhost ranks"
     ;;
+secret)
+    # an ssh stand-in for host h1 that keeps its argv and runs the command on this machine,
+    # with no FERRY_BOOT_SECRET in its environment (what it knows comes from ferryrun)
+    fake=$OUT.agent
+    trap 'rm -f "$OUT" "$OUT.agent" "$OUT.argv"' EXIT
+    printf '#!/bin/sh\nprintf "%%s\\n" "$@" >> "%s"\nshift\nexec env -u FERRY_BOOT_SECRET sh -c "$*"\n' \
+        "$OUT.argv" > "$fake"
+    chmod +x "$fake"
+    "$FRUN" --timeout $TMO "${XS[@]}" --hosts localhost:1,h1:1 --agent "$fake" \
+        --boot-addr 127.0.0.1 sh -c 'echo "r=$FERRY_RANK secret=$FERRY_BOOT_SECRET"' > "$OUT" 2>&1 ||
+        { show; fail "ferryrun with a remote rank failed"; }
+    show
+    s0=$(sed -n 's/^r=0 secret=//p' "$OUT")
+    s1=$(sed -n 's/^r=1 secret=//p' "$OUT")
+    [ ${#s0} -ge 32 ] || fail "the local rank has no secret"
+    [ "$s0" = "$s1" ] || fail "the remote rank's secret ('$s1') is not the job's ('$s0')"
+    grep -q "read -r FERRY_BOOT_SECRET" "$OUT.argv" || fail "the agent's command does not read it"
+    if grep -qF -e "$s0" -e "FERRY_BOOT_SECRET=" "$OUT.argv"; then
+        sed 's/^/    argv| /' "$OUT.argv"
+        fail "the secret is on the agent's command line"
+    fi
+    : > "$OUT.argv"
+    "$FRUN" --timeout $TMO "${XS[@]}" --hosts h1:2 --agent "$fake" --boot-addr 127.0.0.1 "$A2A" \
+        > "$OUT" 2>&1 || { show; fail "alltoall through the agent"; }
+    grep -q "[0-9] ranks (builtin).*all verified" "$OUT" || { show; fail "no verdict from alltoall"; }
+    [ "$(grep -c "read -r FERRY_BOOT_SECRET" "$OUT.argv")" = 2 ] || fail "not both ranks by agent"
+    echo "ok: the secret travels on stdin, not on the command line"
+    ;;
 alltoall)
     two_hosts
     expect_alltoall_ok "2 hosts x 2 ranks, default lanes" --hosts tbA:2,tbB:2 "$A2A"
+    ;;
+world)
+    [ -n "$WORLD" ] || fail "no world_check program given"
+    two_hosts
+    run_on_a --hosts tbA:2,tbB:2 "$WORLD" tcp
+    rc=$?
+    show
+    [ $rc = 0 ] || fail "world_check exited with $rc"
+    [ "$(grep -c "am, tag and rma to every rank checked" "$OUT")" = 4 ] || fail "not every rank checked"
+    [ "$(grep -c "(same host): am lane shm" "$OUT")" = 4 ] || fail "same-host pairs not on shm"
+    [ "$(grep -c "(other host): am lane tcp" "$OUT")" = 8 ] || fail "cross-host pairs not on tcp"
+    echo "ok: am, tag and rma between every pair; shm within a host, tcp between hosts"
+    ;;
+peer_death)
+    two_hosts
+    PD=$(dirname "$WORLD")/peer_death
+    for when in connect after; do
+        run_on_a --hosts tbA:1,tbB:1 "$PD" $when
+        rc=$?
+        show
+        [ $rc = 0 ] || fail "peer_death $when: exited with $rc"
+        secs=$(sed -n 's/.*the endpoint failed (.*) after \([0-9]*\)\.[0-9] s$/\1/p' "$OUT")
+        [ -n "$secs" ] && [ "$secs" -lt 10 ] || fail "peer_death $when: no error within 10 s"
+        echo "ok: the peer died during $when: the endpoint failed in ${secs}.x s"
+    done
+    ;;
+sockaddr)
+    two_hosts
+    CS=$(dirname "$A2A")/client_server
+    coproc SRV { exec "$AGENT" -E tbA "exec $(printf '%q' "$CS") server 10.99.0.1 0" 2>&1; }
+    port=
+    while IFS= read -r -t 20 line <&"${SRV[0]}"; do
+        echo "    | $line"
+        case $line in "server: listening on "*) port=${line##*:}; break ;; esac
+    done
+    [ -n "$port" ] || { kill "$SRV_PID" 2>/dev/null; fail "the server did not say its port"; }
+    timeout $TMO "$AGENT" -E tbB "$(printf '%q ' "$CS" client 10.99.0.1 "$port" 20)" > "$OUT" 2>&1
+    rc=$?
+    kill "$SRV_PID" 2>/dev/null
+    wait "$SRV_PID" 2>/dev/null
+    show
+    [ $rc = 0 ] || fail "the client exited with $rc"
+    grep -q "client: 20 of 20 echoes back, intact" "$OUT" || fail "the echoes did not come back"
+    echo "ok: listener on tbA, endpoint by ip:port from tbB"
     ;;
 hostfile)
     two_hosts
@@ -276,6 +366,43 @@ shm_separate)
         fail "FERRY_TLS=self,shm between separate /dev/shm hung instead of failing"
     echo "ok: separate /dev/shm is not reachable over shm (status $rc, a clean failure)"
     ;;
+rail_fails)
+    [ -n "$RAILS" ] || fail "no rails_check program given"
+    tb_can || exit 77
+    tb_init
+    trap 'rm -f "$OUT" "$OUT.hf"; tb_down' EXIT
+    tb_host tbA shm=private links=2
+    tb_host tbB shm=private links=2
+    tb_up || fail "could not build the testbed"
+    for h in tbA tbB; do
+        for k in 0 1; do
+            "$AGENT" $h tc qdisc add dev eth$k root tbf rate 200mbit burst 64kb latency 200ms ||
+                { echo "SKIP: tc tbf is not available here"; exit 77; }
+        done
+    done
+    txb() { "$AGENT" tbA cat /sys/class/net/eth$1/statistics/tx_bytes; }
+    export FERRY_TCP_USER_TIMEOUT=2s # unacknowledged data on a dead link fails the rail
+    b1=$(txb 1)
+    start=$SECONDS
+    # 7 rounds: 56 messages each way, no more than the receiver gathers or holds at once
+    run_on_a --hosts tbA:1,tbB:1 "$RAILS" 7 lossy &
+    job=$!
+    # the cut: once eth1 carried 3 MB (the counter polled, bounded by a deadline)
+    until [ $(($(txb 1) - b1)) -gt 3000000 ] || [ $((SECONDS - start)) -gt 30 ]; do
+        sleep 0.02
+    done
+    tb_drop tbA tcp 1 || fail "iptables"
+    echo "eth1 cut after $(($(txb 1) - b1)) B"
+    wait $job
+    rc=$?
+    show
+    [ $rc = 0 ] || fail "rails_check (lossy) exited with $rc: messages out of order, or a hang"
+    grep -q "the rail tcp eth1 failed" "$OUT" || fail "no rank saw the rail fail"
+    [ "$(grep -c "rails_check: rank [01]: .*: ok" "$OUT")" = 2 ] || fail "a rank did not finish"
+    grep -Eq "dropped: [0-9]+ of its bytes were on the sender's rail|[1-9][0-9]* sends failed" \
+        "$OUT" || fail "nothing was lost with the rail: was it cut mid-transfer?"
+    echo "ok: a rail cut mid-transfer: dropped, its messages dropped or failed, the rest in order"
+    ;;
 rails)
     # two links between two hosts: AMs above FERRY_RAILS_THRESH are striped over both
     [ -n "$RAILS" ] || fail "no rails_check program given"
@@ -296,7 +423,7 @@ rails)
         rc=$?
         show
         [ $rc = 0 ] || fail "FERRY_MAX_RAILS=$rails: rails_check exited with $rc"
-        [ "$(grep -c "in order, 0 errors: ok" "$OUT")" = 2 ] || fail "no verdict of both ranks"
+        [ "$(grep -c "in order (0 lost), 0 errors, 0 sends failed: ok" "$OUT")" = 2 ] || fail "no verdict of both ranks"
         d0=$(($(txb 0) - a0)) d1=$(($(txb 1) - a1))
         echo "FERRY_MAX_RAILS=$rails: tbA sent $d0 B on eth0, $d1 B on eth1"
         if [ $rails = 1 ]; then

@@ -193,12 +193,12 @@ static void latency_mode_short_udp_bulk_tcp(void)
     two_close(&t);
 }
 
-/* FERRY_CM narrows the lanes: with only am (which connects only transports that need the peer
- * endpoint's address), no candidate has a manager, each says why, and there is no lane; with
- * direct excluded, oob (and sockaddr) still answer for every interface. */
+/* FERRY_CM narrows the lanes: with every manager excluded no candidate has one, each says why,
+ * and there is no lane; otherwise each candidate names the manager wireup asks first (whether
+ * it takes an endpoint's lanes depends on how the address came: tests/cm/test_cm_lanes). */
 static void cm_narrowing(void)
 {
-    setenv("FERRY_CM", "am", 1);
+    setenv("FERRY_CM", "^direct,am,oob,sockaddr", 1);
     two_t t;
     fy_remote_addr_t ra;
     fy_lane_plan_t plan;
@@ -221,12 +221,19 @@ static void cm_narrowing(void)
                   "%s", text);
     free(text);
     two_close(&t);
-    setenv("FERRY_CM", "^direct", 1);
-    two_open(&t, "udp");
-    two_addrs(&t);
-    plan_to(t.w[0], t.addr[1], t.len[1], &ra, &plan);
-    FY_ASSERT(plan.am >= 0);
-    two_close(&t);
+    /* each candidate names the manager asked first to connect it: the best that answers */
+    const char *const cms[][2] = {
+        {"all", "direct"}, {"^direct", "oob"}, {"am", "am"}, {"sockaddr", "sockaddr"}};
+    for (size_t k = 0; k < sizeof(cms) / sizeof(cms[0]); k++) {
+        setenv("FERRY_CM", cms[k][0], 1);
+        two_open(&t, "udp");
+        two_addrs(&t);
+        plan_to(t.w[0], t.addr[1], t.len[1], &ra, &plan);
+        FY_ASSERT(plan.am >= 0);
+        FY_ASSERT_MSG(strcmp(plan.cand[plan.am].cm, cms[k][1]) == 0, "FERRY_CM=%s: cm %s, not %s",
+                      cms[k][0], plan.cand[plan.am].cm, cms[k][1]);
+        two_close(&t);
+    }
 }
 
 /* Random figures for every interface of both workers: the two ends always choose the same

@@ -3,7 +3,8 @@
  * address to a file (raw, and hex as `ferry_info -a` prints it), the real ferry_info binary
  * explains the lanes it would use to it, and the output is checked: shared memory chosen for
  * a process of this host (its /dev/shm probe proved), per class a line with a score, the
- * candidates it passed over or rejected with the reason, FERRY_TLS narrowing named, a worker
+ * candidates it passed over or rejected with the reason, the connection manager of each lane,
+ * FERRY_TLS and FERRY_CM narrowing named, a worker
  * that is gone refused shared memory, and bad input a clear error with exit status 2.
  */
 #include <stdlib.h>
@@ -100,6 +101,7 @@ static void shm_for_a_local_process(void)
         expect(out, line);
     }
     expect(out, " score ");
+    expect(out, " ns, cm direct"); /* the connection manager of each lane */
     expect(out, "rejected  self process->process        another process");
     /* network lanes on this host are passed over for their higher score */
     expect(out, "passed    ");
@@ -129,6 +131,11 @@ static void tls_narrowing_named(void)
     out = run("FERRY_TLS=^self,shm", args, &st);
     FY_ASSERT_EQ(st, 0);
     expect(out, "  am bulk   udp ");
+    free(out);
+    /* FERRY_CM narrowing named too: without direct, oob is the manager asked first */
+    out = run("FERRY_TLS=tcp FERRY_CM=^direct", args, &st);
+    FY_ASSERT_EQ(st, 0);
+    expect(out, " ns, cm oob");
     free(out);
     peer_close(&p);
     peer_unlink(&p);

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <strings.h>
 
 #include "proto/proto_int.h"
@@ -118,6 +119,14 @@ static const fy_config_field_t ctx_fields[] = {
                     "rendezvous handler is told of them before their data arrives; inf: the "
                     "lane's own maximum.  At least 4k (smaller values count as 4k).",
                     FY_CFG_SIZE, fy_ctx_opts_t, am_eager_max),
+    FY_CONFIG_FIELD("AM_RECV_MAX", "inf",
+                    "The largest fragmented active message gathered for a plain handler (one "
+                    "buffer of its whole size, which the receiver allocates when its first "
+                    "fragment arrives): a larger one is dropped with a warning naming its size, "
+                    "so a peer cannot make this process allocate what it has not got.  inf: "
+                    "half of this machine's physical memory.  Rendezvous handlers, which "
+                    "place data in their own buffers, are not bound by it.",
+                    FY_CFG_SIZE, fy_ctx_opts_t, am_recv_max),
 };
 
 const fy_config_table_t fy_ctx_config_table = {"context", "", ctx_fields,
@@ -197,7 +206,12 @@ ferry_status_t ferry_context_create(const ferry_context_params_t *params,
     if (st != FERRY_OK)
         goto err_opts;
     if (ctx->opts.am_eager_max < 4096)
-        ctx->opts.am_eager_max = 4096; /* a fragment must hold a whole user header */
+        ctx->opts.am_eager_max = 4096;       /* a fragment must hold a whole user header */
+    if (ctx->opts.am_recv_max == SIZE_MAX) { /* inf: half the machine */
+        long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
+        if (pages > 0 && psz > 0)
+            ctx->opts.am_recv_max = (size_t)pages / 2 * (size_t)psz;
+    }
     ctx->opts.tag_rndv_thresh = FY_TAG_THRESH_AUTO;
     if (strcasecmp(ctx->opts.tag_rndv_thresh_str, "auto") != 0 &&
         fy_config_parse_size(ctx->opts.tag_rndv_thresh_str, &ctx->opts.tag_rndv_thresh) !=

@@ -149,6 +149,7 @@ typedef struct fy_ctx_opts {
     uint64_t pt_interval_ns;    /* FERRY_PROGRESS_THREAD_INTERVAL: its longest sleep */
     int thread_multi;           /* FERRY_WORKER_THREAD_MULTI: every worker multi-threaded */
     size_t am_eager_max;        /* FERRY_AM_EAGER_MAX: larger AMs go as fragments (0: lane's) */
+    size_t am_recv_max;         /* FERRY_AM_RECV_MAX: largest fragmented AM gathered */
     int am_lane_mode;           /* FERRY_AM_LANE: FY_AM_LANE_* (lanes.c) */
 } fy_ctx_opts_t;
 enum { FY_AM_LANE_BLEND, FY_AM_LANE_LATENCY };

@@ -682,9 +682,17 @@ void fy_rails_frag_recv(ferry_worker_t *w, ferry_ep_t *ep, const uint8_t *hdr, s
             why = "too many messages gathered at once";
             goto drop;
         }
-        m = calloc(1, sizeof(*m));
         fy_am_entry_t *e = fy_am_entry(w, fh.id);
         int rndv = e != NULL && e->rndv_cb != NULL; /* gather the header alone */
+        if (!rndv && fh.total > w->ctx->opts.am_recv_max) {
+            fy_warn("dropping an active message of %llu bytes (id %u): above "
+                    "FERRY_AM_RECV_MAX (%zu)",
+                    (unsigned long long)fh.total, (unsigned)fh.id, w->ctx->opts.am_recv_max);
+            w->drops_malformed++;
+            rx->aborted[rx->naborted++ % FY_RAILS_ABORTED] = seq + 1; /* and its other pieces */
+            return;
+        }
+        m = calloc(1, sizeof(*m));
         if (m == NULL || (m->buf = malloc(rndv            ? fh.user_hdr_len + 1u
                                           : fh.total != 0 ? fh.total
                                                           : 1)) == NULL) {

@@ -253,6 +253,44 @@ static void bad_fragments(void)
     pair_close(&p);
 }
 
+/* FERRY_AM_RECV_MAX: a plain handler's message announced above it is dropped with a warning
+ * at its first fragment, before anything is allocated, and so are its later fragments; the
+ * endpoint's order goes on (a whole message after it runs); a rendezvous handler, which
+ * places data in its own buffer, still gets a message of the same size. */
+static void recv_max(void)
+{
+    setenv("FERRY_AM_RECV_MAX", "8k", 1); /* MSG_LEN is 10000 */
+    pair_t p;
+    wire_t wi;
+    rx_t rx;
+    setup(&p, &wi, &rx);
+    unsetenv("FERRY_AM_RECV_MAX");
+    FY_ASSERT_OK(ferry_worker_set_am_handler(p.w[1], 8, on_plain, &rx));
+    uint64_t drops = p.w[1]->drops_malformed;
+    frag(&wi, 8, 20, 21, 1, 0); /* a piece before its anchor */
+    frag(&wi, 8, 20, 21, 0, 0);
+    FY_ASSERT_EQ(p.w[1]->drops_malformed, drops + 1);
+    for (unsigned k = 2; k < NFRAGS; k++)
+        frag(&wi, 8, 20, 21, k, 0);
+    unsigned s = 22;
+    inject(&wi, 9, &s, sizeof(s), NULL, 0);
+    FY_ASSERT_EQ(rx.calls, 1u);
+    FY_ASSERT_EQ(rx.order[0], 22u);
+    FY_ASSERT_EQ(rx.whole, 1u);
+    /* a 2.5 GB announcement: refused the same way, nothing allocated */
+    frag(&wi, 8, 23, 24, 0, 2500000000ull);
+    FY_ASSERT_EQ(p.w[1]->drops_malformed, drops + 2);
+    rx.recv_now = 1; /* the rendezvous handler is not bound by the maximum */
+    for (unsigned k = 0; k < NFRAGS; k++)
+        frag(&wi, 7, 25, 26, k, 0);
+    for (int i = 0; i < 10; i++)
+        pair_progress(&p);
+    FY_ASSERT_EQ(rx.done.calls, 1);
+    FY_ASSERT_MSG(check_pattern(rx.buf, MSG_LEN, 26), "the rendezvous data was not placed");
+    FY_ASSERT_EQ(rx.bad, 0u);
+    pair_close(&p);
+}
+
 /* The receiver's endpoint goes while data is due: a pending recv_data completes with the
  * endpoint's status, a kept descriptor reports it, a kept one whose bytes had all come still
  * gives them. */
@@ -292,4 +330,4 @@ static void ep_gone(void)
 }
 
 FYTEST_MAIN(FYTEST_CASE(anchor_last), FYTEST_CASE(anchor_first), FYTEST_CASE(kept_and_plain_order),
-            FYTEST_CASE(bad_fragments), FYTEST_CASE(ep_gone))
+            FYTEST_CASE(bad_fragments), FYTEST_CASE(ep_gone), FYTEST_CASE(recv_max))

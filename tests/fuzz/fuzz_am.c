@@ -108,6 +108,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     (void)argc, (void)argv;
     fz_quiet();
     setenv("FERRY_TLS", "self", 1);
+    setenv("FERRY_AM_RECV_MAX", "16m", 1); /* announced sizes above it: dropped, not allocated */
     FZ_CHECK(ferry_context_create(NULL, &ctx) == FERRY_OK);
     FZ_CHECK(ferry_worker_create(ctx, NULL, &w0) == FERRY_OK);
     FZ_CHECK(ferry_worker_create(ctx, NULL, &w1) == FERRY_OK);

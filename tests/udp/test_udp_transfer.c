@@ -50,6 +50,20 @@ static void clean_needless(void)
     unsetenv("FERRY_UDP_RTO_MIN");
 }
 
+/* A receiver whose application stops for 1.5 s in a handler (no progress, no ACKs) while the
+ * sender has a full window out: nothing is lost, and the sender does not resend its window
+ * over and over into a socket nobody reads - one probe per backed-off timeout (~15 in 1.5 s;
+ * a window is up to 128 segments of 64 KiB here). */
+static void slow_receiver(void)
+{
+    static const size_t sz[] = {65000, 1 << 20, 200000, 8};
+    stream_stall_at = 9;
+    stream_stall_ms = 1500;
+    stream_max_resends = 40;
+    run_transfer(sz, FY_ARRAY_SIZE(sz), 12, 0);
+    stream_stall_at = stream_stall_ms = stream_max_resends = 0;
+}
+
 static void loss1(void)
 {
     set_faults("11", "1", "1", "1", "0.5");
@@ -134,6 +148,6 @@ static void devices(void)
 }
 
 FYTEST_MAIN(FYTEST_CASE(clean), FYTEST_CASE(clean_needless), FYTEST_CASE(many_small),
-            FYTEST_CASE(loss1), FYTEST_CASE(loss5), FYTEST_CASE(loss20), FYTEST_CASE(loss20_small),
-            FYTEST_CASE(sleepy_loss5), FYTEST_CASE(mtu_mismatch), FYTEST_CASE(ipv6),
-            FYTEST_CASE(devices))
+            FYTEST_CASE(slow_receiver), FYTEST_CASE(loss1), FYTEST_CASE(loss5), FYTEST_CASE(loss20),
+            FYTEST_CASE(loss20_small), FYTEST_CASE(sleepy_loss5), FYTEST_CASE(mtu_mismatch),
+            FYTEST_CASE(ipv6), FYTEST_CASE(devices))

@@ -16,6 +16,10 @@ static void (*stream_child_setup)(void);
  * for processes descheduled past a retransmission timeout on a loaded machine) arrived
  * twice - needless resends. */
 static unsigned stream_max_dup_permille;
+/* Set by a case: the receiver's application stops for stream_stall_ms inside the handler of
+ * message stream_stall_at (no progress, no ACKs: a slow receiver); the sender may resend at
+ * most stream_max_resends segments in the whole stream (0: not checked). */
+static unsigned stream_stall_at, stream_stall_ms, stream_max_resends;
 
 typedef struct ut_comp {
     fy_tl_comp_t comp;
@@ -39,9 +43,11 @@ typedef struct peer_state {
 static void am_cb(void *arg, uint8_t id, const void *data, size_t len)
 {
     peer_state_t *ps = arg;
-    if (id == 1)
+    if (id == 1) {
         ut_rx_check(&ps->rx, data, len);
-    else if (id == 2)
+        if (stream_stall_ms != 0 && ps->rx.expect == stream_stall_at)
+            usleep(stream_stall_ms * 1000u);
+    } else if (id == 2)
         ps->got_done = 1;
 }
 
@@ -144,6 +150,12 @@ static int sender(int rfd, int wfd, const size_t *sizes, unsigned nsizes, unsign
                 (unsigned long long)es.retransmits, (unsigned long long)es.rtt_ns,
                 (unsigned long long)es.rto_ns, (unsigned long long)es.window_max);
         return 15;
+    }
+    if (stream_max_resends != 0) {
+        fprintf(stderr, "sender: %llu segments resent (%llu by the timer)\n",
+                (unsigned long long)es.retransmits, (unsigned long long)es.timeouts);
+        if (es.retransmits > stream_max_resends)
+            return 16;
     }
     ut_close(&n);
     return 0;

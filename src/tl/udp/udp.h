@@ -274,6 +274,8 @@ typedef struct fy_udp_conn {
                                    * channel (the two channels overtake each other) */
     uint8_t ts_echo_chan;         /* receive: the channel ts_echo's segment came on */
     uint64_t una_moved_ns;        /* send: snd_una last moved */
+    uint8_t rto_probing;          /* send: a timeout fired and no ACK brought news since:
+                                   * only the oldest segment is resent (backed off) */
     /* ---- connection management (udp_conn.c, udp_live.c) ---- */
     uint64_t cookie;           /* the responder's cookie, echoed in our CONN_REQ */
     uint64_t conn_last_tx;     /* last handshake send (a gap: we did not progress) */

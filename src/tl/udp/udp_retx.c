@@ -234,8 +234,10 @@ static void process_ack(fy_udp_conn_t *c, const fy_udp_hdr_t *h, int pure,
     } else if (d < 0) {
         return; /* an old ACK, overtaken */
     }
-    if (c->snd_una == c->snd_nxt)
+    if (c->snd_una == c->snd_nxt) {
+        c->rto_probing = 0;
         return;
+    }
     /* The highest seq the peer holds: below it, what is missing is lost (or overtaken). */
     uint32_t top = ack;
     if (ext != NULL) {
@@ -247,9 +249,19 @@ static void process_ack(fy_udp_conn_t *c, const fy_udp_hdr_t *h, int pure,
     }
     if (top == ack && sack != 0)
         top = ack + 1 + (31u - (uint32_t)__builtin_clz(sack)) + 1;
+    int news = d > 0;
     if (fy_udp_seq_diff(top - 1, c->snd_high) > 0) {
         c->snd_high = top - 1;
         c->last_ack_ns = iface->now; /* news from the receiver: the path is moving */
+        news = 1;
+    }
+    if (news && c->rto_probing) {
+        /* The first news after a timeout: the receiver is back.  What was sent before the
+         * segment this ACK answers and is still missing is lost (RACK over the whole
+         * window, once); the rest waits for its own timer again. */
+        c->rto_probing = 0;
+        resend_holes(c, ack, sack, ext, c->snd_nxt);
+        return;
     }
     if (top != ack || (d == 0 && pure))
         resend_holes(c, ack, sack, ext, top == ack ? ack + 1 : top);
@@ -303,6 +315,19 @@ void fy_udp_hotel_expired(fy_hotel_t *hotel, fy_hotel_room_t *room, void *arg)
                          iface->now);
         return;
     }
+    /* A timeout fired and nothing was heard since: the path or the receiver stopped (a
+     * receiver descheduled, an application that does not call progress, a link down).
+     * Resending the whole window into it is a flood that helps nothing: as TCP, only the
+     * oldest segment goes, at a backed-off interval, as the probe; the others wait until
+     * an ACK says the receiver is back (then RACK judges them at once). */
+    if (c->rto_probing && seg->seq != c->snd_una) {
+        fy_udp_seg_t *old = c->win[c->snd_una & (iface->wsize - 1)];
+        if (old != NULL) {
+            fy_hotel_checkin(&iface->hotel, &seg->timer.room, fy_udp_seg_stay(c, old), iface->now);
+            return;
+        }
+    }
+    c->rto_probing = 1;
     c->stats.timeouts++;
     fy_udp_cc_lost(c);
     /* Like TCP's single resend at a timeout: the others above what the peer holds wait

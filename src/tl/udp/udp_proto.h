@@ -77,6 +77,8 @@ enum fy_udp_flag {
     FY_UDP_F_DSACK = 1u << 2,     /* this ACK answers a segment received twice (a needless resend
                                    * or a network duplicate): the sender's reorder window grows */
     FY_UDP_F_ECHO_DATA = 1u << 3, /* the segment tsecr echoes came on the data channel */
+    FY_UDP_F_RWND = 1u << 4,      /* (ACK type only) seq is the receiver's window: the bytes,
+                                   * in KiB, it can take in flight now (its socket dropped) */
 };
 
 typedef struct fy_udp_hdr {

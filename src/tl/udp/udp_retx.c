@@ -163,6 +163,14 @@ static void process_ack(fy_udp_conn_t *c, const fy_udp_hdr_t *h, int pure,
 
     if (d > 0 && fy_udp_seq_diff(ack, c->snd_nxt) > 0)
         return; /* acknowledges what was never sent: not from our peer's stream */
+    /* The receiver's window: explicit ACKs carry it while its socket drops (F_RWND), and
+     * one without it lifts it.  Segments carrying ACKs say nothing of it: it lapses. */
+    if (pure && (h->flags & FY_UDP_F_RWND)) {
+        c->peer_rwnd = FY_MAX((uint64_t)h->seq << 10, (uint64_t)2 * c->seg_size);
+        c->peer_rwnd_ns = iface->now;
+    } else if (c->peer_rwnd != 0 && (pure || iface->now - c->peer_rwnd_ns > FY_UDP_RWND_LAPSE)) {
+        c->peer_rwnd = 0;
+    }
     if (d >= 0 && h->tsecr != 0 && h->tsecr != c->last_tsecr) {
         /* The echo: the send time of a segment that just arrived - a true round trip
          * (plus the receiver's ACK delay), and the RACK clock. */

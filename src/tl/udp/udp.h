@@ -277,6 +277,10 @@ typedef struct fy_udp_conn {
     uint64_t una_moved_ns;        /* send: snd_una last moved */
     uint64_t peer_rwnd;           /* send: the peer's advertised window, bytes (0: none) */
     uint64_t peer_rwnd_ns;        /* ... when it came (it lapses after FY_UDP_RWND_LAPSE) */
+    uint32_t ssthresh;            /* send, plain window: above it cwnd grows additively
+                                   * (0: never cut, it doubles per round trip) */
+    uint32_t cwnd_acc;            /* ... segments ACKed towards the next increment */
+    int64_t last_rtt;             /* the latest RTT sample, ns */
     uint8_t rto_probing;          /* send: a timeout fired and no ACK brought news since:
                                    * only the oldest segment is resent (backed off) */
     /* ---- connection management (udp_conn.c, udp_live.c) ---- */

@@ -41,6 +41,22 @@ uint64_t fy_udp_seg_stay(const fy_udp_conn_t *c, const fy_udp_seg_t *seg)
     return stay > max || (stay >> shift) != c->rto ? max : stay;
 }
 
+/* The plain window (no model: a peer at our own address, or FERRY_UDP_PACING=n) is cut by
+ * an eighth, at most once per round trip, when RTT samples show a long queue (random loss
+ * never cuts it).  After the first cut it grows by 4 segments per round trip instead of
+ * doubling: doubling from just below a full buffer overflows it by a window's worth,
+ * and those drops are resends that take the link's capacity. */
+static void plain_cut(fy_udp_conn_t *c)
+{
+    if (c->pace_ok || c->iface->now - c->cwnd_cut_ns <= (uint64_t)FY_MAX(c->srtt, c->min_rtt))
+        return;
+    uint32_t w = FY_MIN(c->cwnd, c->snd_nxt - c->snd_una - c->nsacked); /* really out */
+    c->cwnd = FY_MAX(w - w / 8, (uint32_t)FY_UDP_CWND_MIN);
+    c->ssthresh = c->cwnd;
+    c->cwnd_acc = 0;
+    c->cwnd_cut_ns = c->iface->now;
+}
+
 static void rtt_sample(fy_udp_conn_t *c, int64_t r)
 {
     const fy_udp_opts_t *o = c->iface->opts;
@@ -53,12 +69,9 @@ static void rtt_sample(fy_udp_conn_t *c, int64_t r)
      * window fills a bottleneck's buffer (a slow link, a busy receiver).  Shrink it by an eighth,
      * once per round trip, before that queue makes the round trip (and every loss recovery) long;
      * random loss alone never shrinks it. */
-    if (!c->pace_ok && r > 4 * c->min_rtt && r > c->min_rtt + FY_UDP_QUEUE_NS &&
-        c->iface->now - c->cwnd_cut_ns > (uint64_t)FY_MAX(c->srtt, c->min_rtt)) {
-        uint32_t w = FY_MIN(c->cwnd, c->snd_nxt - c->snd_una); /* what is really out */
-        c->cwnd = FY_MAX(w - w / 8, (uint32_t)FY_UDP_CWND_MIN);
-        c->cwnd_cut_ns = c->iface->now;
-    }
+    c->last_rtt = r;
+    if (r > 4 * c->min_rtt && r > c->min_rtt + FY_UDP_QUEUE_NS)
+        plain_cut(c);
     if (c->srtt == 0) {
         c->srtt = r;
         c->rttvar = r / 2;
@@ -226,8 +239,14 @@ static void process_ack(fy_udp_conn_t *c, const fy_udp_hdr_t *h, int pure,
          * closes only on queueing delay (rtt_sample).  Loss does not close it: random loss
          * is not congestion, and SACK recovery handles it.  (With the model, udp_cc.c
          * sets it.) */
-        if (!c->pace_ok && c->iface->now - c->cwnd_cut_ns > (uint64_t)c->srtt)
-            c->cwnd = FY_MIN(c->wnd, c->cwnd + (uint32_t)d);
+        if (!c->pace_ok && c->iface->now - c->cwnd_cut_ns > (uint64_t)c->srtt) {
+            if (c->ssthresh == 0 || c->cwnd < c->ssthresh) {
+                c->cwnd = FY_MIN(c->wnd, c->cwnd + (uint32_t)d);
+            } else if ((c->cwnd_acc += (uint32_t)d) >= c->cwnd / 4) {
+                c->cwnd_acc = 0;
+                c->cwnd = FY_MIN(c->wnd, c->cwnd + 1);
+            }
+        }
         c->snd_una = ack;
         c->last_ack_ns = iface->now;
         c->una_moved_ns = iface->now;

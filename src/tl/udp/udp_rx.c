@@ -502,10 +502,11 @@ static int rx_dgram(fy_udp_iface_t *iface, uint8_t chan, fy_udp_rxbuf_t *b, size
     if (!fy_udp_conn_alive(c))
         return 0;
     if (d < 0) {
-        /* Already processed: our ACK was lost, or the resend was needless (DSACK).  ACK
-         * again at once. */
+        /* Already processed: our ACK was lost, or the resend was needless (DSACK: only a
+         * copy marked as a resend says so - a network duplicate of a first send is no
+         * news about the sender's reorder window).  ACK again at once. */
         c->stats.drops_duplicate++;
-        c->dsack_pending = 1;
+        c->dsack_pending |= (h.flags & FY_UDP_F_RESENT) != 0;
         fy_udp_ack_schedule(c, 1, 0);
         return 0;
     }
@@ -530,7 +531,7 @@ static int rx_dgram(fy_udp_iface_t *iface, uint8_t chan, fy_udp_rxbuf_t *b, size
     uint32_t slot = h.seq & (iface->wsize - 1);
     if (c->stash[slot] != NULL) {
         c->stats.drops_duplicate++;
-        c->dsack_pending = 1;
+        c->dsack_pending |= (h.flags & FY_UDP_F_RESENT) != 0;
         return 0;
     }
     fy_udp_chan_t *ch = &iface->ch[chan];

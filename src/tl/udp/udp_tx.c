@@ -382,6 +382,7 @@ static void seg_xmit(fy_udp_iface_t *iface, fy_udp_conn_t *c, fy_udp_seg_t *seg,
     seg->tries++;
     fy_udp_cc_sent(c, seg);
     if (seg->tries > 1) {
+        ((fy_udp_hdr_t *)seg->hdr)->flags |= FY_UDP_F_RESENT;
         c->stats.retransmits++;
         c->resent_at = iface->now;
     }

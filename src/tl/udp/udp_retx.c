@@ -43,9 +43,10 @@ uint64_t fy_udp_seg_stay(const fy_udp_conn_t *c, const fy_udp_seg_t *seg)
 
 /* The plain window (no model: a peer at our own address, or FERRY_UDP_PACING=n) is cut by
  * an eighth, at most once per round trip, when RTT samples show a long queue (random loss
- * never cuts it).  After the first cut it grows by 4 segments per round trip instead of
- * doubling: doubling from just below a full buffer overflows it by a window's worth,
- * and those drops are resends that take the link's capacity. */
+ * never cuts it).  After the first cut, while the last sample shows a queue of a quarter
+ * of that or more, it grows by 4 segments per round trip instead of doubling: doubling
+ * from just below a full buffer overflows it by a window's worth.  Without a queue (the
+ * link is not full: heavy loss, an application that paused) it doubles again. */
 static void plain_cut(fy_udp_conn_t *c)
 {
     if (c->pace_ok || c->iface->now - c->cwnd_cut_ns <= (uint64_t)FY_MAX(c->srtt, c->min_rtt))
@@ -240,7 +241,8 @@ static void process_ack(fy_udp_conn_t *c, const fy_udp_hdr_t *h, int pure,
          * is not congestion, and SACK recovery handles it.  (With the model, udp_cc.c
          * sets it.) */
         if (!c->pace_ok && c->iface->now - c->cwnd_cut_ns > (uint64_t)c->srtt) {
-            if (c->ssthresh == 0 || c->cwnd < c->ssthresh) {
+            if (c->ssthresh == 0 || c->cwnd < c->ssthresh ||
+                c->last_rtt < c->min_rtt + FY_UDP_QUEUE_NS / 4) {
                 c->cwnd = FY_MIN(c->wnd, c->cwnd + (uint32_t)d);
             } else if ((c->cwnd_acc += (uint32_t)d) >= c->cwnd / 4) {
                 c->cwnd_acc = 0;

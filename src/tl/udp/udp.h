@@ -281,8 +281,9 @@ typedef struct fy_udp_conn {
                                    * (0: never cut, it doubles per round trip) */
     uint32_t cwnd_acc;            /* ... segments ACKed towards the next increment */
     int64_t last_rtt;             /* the latest RTT sample, ns */
-    uint8_t rto_probing;          /* send: a timeout fired and no ACK brought news since:
-                                   * only the oldest segment is resent (backed off) */
+    uint8_t rto_probing;          /* send: a timeout fired with the peer silent, and no ACK
+                                   * brought news since: only the oldest segment is resent
+                                   * (backed off) */
     /* ---- connection management (udp_conn.c, udp_live.c) ---- */
     uint64_t cookie;           /* the responder's cookie, echoed in our CONN_REQ */
     uint64_t conn_last_tx;     /* last handshake send (a gap: we did not progress) */

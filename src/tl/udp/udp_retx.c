@@ -343,19 +343,22 @@ void fy_udp_hotel_expired(fy_hotel_t *hotel, fy_hotel_room_t *room, void *arg)
                          iface->now);
         return;
     }
-    /* A timeout fired and nothing was heard since: the path or the receiver stopped (a
-     * receiver descheduled, an application that does not call progress, a link down).
+    /* A timeout fired, no ACK brought news since, and the peer has sent nothing at all for
+     * an RTO: the path or the receiver stopped (a receiver descheduled, an application
+     * that does not call progress, a link down).  (While datagrams still come, the
+     * timeouts are lost resends on a lossy path: each is resent at once.)
      * Resending the whole window into it is a flood that helps nothing: as TCP, only the
      * oldest segment goes, at a backed-off interval, as the probe; the others wait until
      * an ACK says the receiver is back (then RACK judges them at once). */
-    if (c->rto_probing && seg->seq != c->snd_una) {
+    int silent = iface->now - c->last_rx_ns >= c->rto;
+    if (silent && c->rto_probing && seg->seq != c->snd_una) {
         fy_udp_seg_t *old = c->win[c->snd_una & (iface->wsize - 1)];
         if (old != NULL) {
             fy_hotel_checkin(&iface->hotel, &seg->timer.room, fy_udp_seg_stay(c, old), iface->now);
             return;
         }
     }
-    c->rto_probing = 1;
+    c->rto_probing = (uint8_t)silent;
     c->stats.timeouts++;
     fy_udp_cc_lost(c);
     /* Like TCP's single resend at a timeout: the others above what the peer holds wait

@@ -11,6 +11,7 @@
 #include "fytest.h"
 #include "udp_test.h"
 #include "udp_stream.h"
+#include "tl/udp/udp.h"
 
 static void set_faults(const char *seed, const char *drop, const char *dup, const char *reorder,
                        const char *corrupt)
@@ -48,6 +49,70 @@ static void clean_needless(void)
     run_transfer(sz, FY_ARRAY_SIZE(sz), 1500, 0);
     stream_max_dup_permille = 0;
     unsetenv("FERRY_UDP_RTO_MIN");
+}
+
+/* A receiver whose application stops for 1.5 s in a handler (no progress, no ACKs) while the
+ * sender has a full window out: nothing is lost, and the sender does not resend its window
+ * over and over into a socket nobody reads - one probe per backed-off timeout (~15 in 1.5 s;
+ * a window is up to 128 segments of 64 KiB here). */
+static void slow_receiver(void)
+{
+    static const size_t sz[] = {65000, 1 << 20, 200000, 8};
+    stream_stall_at = 9;
+    stream_stall_ms = 1500;
+    stream_max_resends = 40;
+    run_transfer(sz, FY_ARRAY_SIZE(sz), 12, 0);
+    stream_stall_at = stream_stall_ms = stream_max_resends = 0;
+}
+
+/* A receiver that stops now and then while small messages stream in: each stop lets the
+ * window in flight pile up in its socket (on the priority channel, where the kernel charges
+ * a small datagram more than the credits count) until the socket drops.  The receiver
+ * sees the drops (SO_RXQ_OVFL) and advertises a smaller window; the sender keeps to it, so
+ * the later stops drop far fewer - the slow receiver slows the sender instead of making it
+ * resend.  Everything arrives, and the sender resends no more than was dropped (plus its
+ * timeout probes). */
+#define SMALL_STALLS 7
+static uint64_t stall_drops[SMALL_STALLS + 1];
+
+static uint64_t sock_drops(ut_node_t *n)
+{
+    return ((fy_udp_iface_t *)n->iface)->drops_sock;
+}
+
+static void on_stall(ut_node_t *n, unsigned k)
+{
+    if (k < SMALL_STALLS)
+        stall_drops[k] = sock_drops(n);
+}
+
+static void small_drops_check(ut_node_t *n)
+{
+    uint64_t first, later;
+    stall_drops[SMALL_STALLS] = sock_drops(n);
+    printf("  socket drops per stall:");
+    for (unsigned k = 0; k < SMALL_STALLS; k++)
+        printf(" %llu", (unsigned long long)(stall_drops[k + 1] - stall_drops[k]));
+    printf(" (%llu before the first)\n", (unsigned long long)stall_drops[0]);
+    first = stall_drops[1] - stall_drops[0];
+    later = stall_drops[SMALL_STALLS] - stall_drops[2];
+    FY_ASSERT_MSG(later <= first / 2, "stalls 3-%u dropped %llu datagrams, the first %llu",
+                  SMALL_STALLS, (unsigned long long)later, (unsigned long long)first);
+}
+
+static void slow_receiver_small(void)
+{
+    static const size_t sz[] = {700};
+    stream_stall_at = 3000;
+    stream_stall_every = 2500;
+    stream_stall_ms = 100;
+    stream_max_resends = 4096 + 400; /* what one stop can drop (a window), and the probes */
+    stream_on_stall = on_stall;
+    stream_rx_after = small_drops_check;
+    run_transfer(sz, FY_ARRAY_SIZE(sz), 3000 + 2500 * SMALL_STALLS, 0);
+    stream_stall_at = stream_stall_ms = stream_max_resends = stream_stall_every = 0;
+    stream_rx_after = NULL;
+    stream_on_stall = NULL;
 }
 
 static void loss1(void)
@@ -134,6 +199,7 @@ static void devices(void)
 }
 
 FYTEST_MAIN(FYTEST_CASE(clean), FYTEST_CASE(clean_needless), FYTEST_CASE(many_small),
-            FYTEST_CASE(loss1), FYTEST_CASE(loss5), FYTEST_CASE(loss20), FYTEST_CASE(loss20_small),
+            FYTEST_CASE(slow_receiver), FYTEST_CASE(slow_receiver_small), FYTEST_CASE(loss1),
+            FYTEST_CASE(loss5), FYTEST_CASE(loss20), FYTEST_CASE(loss20_small),
             FYTEST_CASE(sleepy_loss5), FYTEST_CASE(mtu_mismatch), FYTEST_CASE(ipv6),
             FYTEST_CASE(devices))

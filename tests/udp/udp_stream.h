@@ -16,6 +16,17 @@ static void (*stream_child_setup)(void);
  * for processes descheduled past a retransmission timeout on a loaded machine) arrived
  * twice - needless resends. */
 static unsigned stream_max_dup_permille;
+/* Set by a case: the receiver's application stops for stream_stall_ms inside the handler of
+ * message stream_stall_at (no progress, no ACKs: a slow receiver); the sender may resend at
+ * most stream_max_resends segments in the whole stream (0: not checked). */
+static unsigned stream_stall_at, stream_stall_ms, stream_max_resends;
+static unsigned stream_stall_every; /* then again every this many messages (0: once) */
+/* Set by a case: run by the receiver after the stream, before it closes (its checks), and
+ * at the start of each stall (k = 0, 1, ...). */
+static void (*stream_rx_after)(ut_node_t *n);
+static void (*stream_on_stall)(ut_node_t *n, unsigned k);
+static ut_node_t *stream_rx_node;
+static unsigned stream_nstalls;
 
 typedef struct ut_comp {
     fy_tl_comp_t comp;
@@ -39,9 +50,18 @@ typedef struct peer_state {
 static void am_cb(void *arg, uint8_t id, const void *data, size_t len)
 {
     peer_state_t *ps = arg;
-    if (id == 1)
+    if (id == 1) {
         ut_rx_check(&ps->rx, data, len);
-    else if (id == 2)
+        uint32_t e = ps->rx.expect;
+        if (stream_stall_ms != 0 &&
+            (e == stream_stall_at || (stream_stall_every != 0 && e > stream_stall_at &&
+                                      (e - stream_stall_at) % stream_stall_every == 0))) {
+            if (stream_on_stall != NULL && stream_rx_node != NULL)
+                stream_on_stall(stream_rx_node, stream_nstalls);
+            stream_nstalls++;
+            usleep(stream_stall_ms * 1000u);
+        }
+    } else if (id == 2)
         ps->got_done = 1;
 }
 
@@ -145,6 +165,12 @@ static int sender(int rfd, int wfd, const size_t *sizes, unsigned nsizes, unsign
                 (unsigned long long)es.rto_ns, (unsigned long long)es.window_max);
         return 15;
     }
+    if (stream_max_resends != 0) {
+        fprintf(stderr, "sender: %llu segments resent (%llu by the timer)\n",
+                (unsigned long long)es.retransmits, (unsigned long long)es.timeouts);
+        if (es.retransmits > stream_max_resends)
+            return 16;
+    }
     ut_close(&n);
     return 0;
 }
@@ -178,6 +204,8 @@ static void run_transfer(const size_t *sizes, unsigned nsizes, unsigned rounds, 
     setenv("FERRY_UDP_IF_INCLUDE", stream_dev_rx, 1);
     FY_ASSERT_EQ(ut_open(&n, stream_dev_rx, am_cb, &ps), 0);
     n.sleepy = sleepy;
+    stream_rx_node = &n;
+    stream_nstalls = 0;
     ut_get_addr(&n, &mine);
     FY_ASSERT_EQ(ut_write_all(peer.wfd, &mine, sizeof(mine)), 0);
     FY_ASSERT_EQ(ut_read_all(peer.rfd, &theirs, sizeof(theirs)), 0);
@@ -219,6 +247,9 @@ static void run_transfer(const size_t *sizes, unsigned nsizes, unsigned rounds, 
     }
     if (getenv("FERRY_STATS"))
         n.ops->iface_print(n.iface, stdout);
+    if (stream_rx_after != NULL)
+        stream_rx_after(&n);
+    stream_rx_node = NULL;
     ut_close(&n);
 }
 

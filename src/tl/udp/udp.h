@@ -40,8 +40,9 @@
 #define FY_UDP_SEG_HDR_MAX (FY_UDP_HDR_LEN + 48)
 #define FY_UDP_CWND_INIT   64 /* segments a new ep may have in flight before its first ACK */
 #define FY_UDP_CWND_MIN    32
-#define FY_UDP_QUEUE_NS    (20 * 1000 * 1000ll) /* queueing delay tolerated above 4x min RTT */
-#define FY_UDP_TX_BYTES    (1u << 20)           /* bytes of new segments one ep sends per pass */
+#define FY_UDP_QUEUE_NS    (20 * 1000 * 1000ll)   /* queueing delay tolerated above 4x min RTT */
+#define FY_UDP_RWND_LAPSE  (200 * 1000 * 1000ull) /* an advertised window without news */
+#define FY_UDP_TX_BYTES    (1u << 20)             /* bytes of new segments one ep sends per pass */
 #define FY_UDP_GSO_MAX     64    /* segments per GSO send (the kernel's UDP_MAX_SEGMENTS) */
 #define FY_UDP_GSO_BYTES   65000 /* payload of one GSO send */
 #define FY_UDP_WIN_SPARE   4     /* empty window arrays an iface keeps for reuse */
@@ -274,6 +275,15 @@ typedef struct fy_udp_conn {
                                    * channel (the two channels overtake each other) */
     uint8_t ts_echo_chan;         /* receive: the channel ts_echo's segment came on */
     uint64_t una_moved_ns;        /* send: snd_una last moved */
+    uint64_t peer_rwnd;           /* send: the peer's advertised window, bytes (0: none) */
+    uint64_t peer_rwnd_ns;        /* ... when it came (it lapses after FY_UDP_RWND_LAPSE) */
+    uint32_t ssthresh;            /* send, plain window: above it cwnd grows additively
+                                   * (0: never cut, it doubles per round trip) */
+    uint32_t cwnd_acc;            /* ... segments ACKed towards the next increment */
+    int64_t last_rtt;             /* the latest RTT sample, ns */
+    uint8_t rto_probing;          /* send: a timeout fired with the peer silent, and no ACK
+                                   * brought news since: only the oldest segment is resent
+                                   * (backed off) */
     /* ---- connection management (udp_conn.c, udp_live.c) ---- */
     uint64_t cookie;           /* the responder's cookie, echoed in our CONN_REQ */
     uint64_t conn_last_tx;     /* last handshake send (a gap: we did not progress) */
@@ -357,6 +367,9 @@ typedef struct fy_udp_chan {
     uint32_t mbytes[FY_UDP_BATCH];
     uint8_t mopen[FY_UDP_BATCH]; /* every datagram so far full-size: more may join */
     uint8_t cbuf[FY_UDP_BATCH][CMSG_SPACE(sizeof(uint16_t))] __attribute__((aligned(8)));
+    /* receive: each slot's control buffer, for the socket's drop count (SO_RXQ_OVFL) */
+    uint8_t rcbuf[FY_UDP_BATCH][CMSG_SPACE(sizeof(uint32_t))] __attribute__((aligned(8)));
+    uint32_t ovfl_seen; /* the socket's drop count when last read */
     /* unsequenced messages (handshake, explicit ACKs with their SACK bitmap) */
     uint8_t thdr[FY_UDP_BATCH][FY_UDP_HDR_LEN + sizeof(fy_udp_sack_ext_t)];
     unsigned idle;       /* empty polls in a row */
@@ -412,6 +425,10 @@ typedef struct fy_udp_iface {
     uint64_t cookies_sent, half_open_refused, passive_reclaimed, resets_sent, resets_rx;
     uint64_t hb_sent, hb_acked, peers_dead;
     uint64_t pace_due; /* earliest pace timer checked in (0: none), for event_arm */
+    /* ---- receiver-driven flow control (udp_rx.c, udp_tx.c) ---- */
+    uint64_t drops_sock; /* datagrams our sockets dropped (full receive buffer) */
+    uint64_t rwnd;       /* the window we advertise, bytes (0: none, the credit holds) */
+    uint64_t rwnd_ns;    /* its last change */
 
     /* empty (all NULL) window arrays, so a connection that goes idle and busy again in
      * turn does not allocate and clear wsize slots each time */
@@ -542,6 +559,8 @@ void fy_udp_stash_clear(fy_udp_conn_t *conn);
 /* Stop receiving into conn's reassembly buffer (it is about to go). */
 void fy_udp_rx_unplace(fy_udp_iface_t *iface, fy_udp_conn_t *conn);
 uint32_t fy_udp_sack_bits(const fy_udp_conn_t *conn);
+/* The receive window we advertise now, KiB (0: none - our sockets do not drop). */
+uint32_t fy_udp_rwnd_kib(fy_udp_iface_t *iface);
 
 /* udp_retx.c */
 void fy_udp_process_ack(fy_udp_conn_t *conn, const fy_udp_hdr_t *h, int pure,

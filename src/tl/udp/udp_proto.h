@@ -74,9 +74,14 @@ enum fy_udp_type {
 enum fy_udp_flag {
     FY_UDP_F_ACK = 1u << 0,       /* ack and sack are valid */
     FY_UDP_F_CSUM = 1u << 1,      /* csum is valid */
-    FY_UDP_F_DSACK = 1u << 2,     /* this ACK answers a segment received twice (a needless resend
-                                   * or a network duplicate): the sender's reorder window grows */
+    FY_UDP_F_DSACK = 1u << 2,     /* this ACK answers a resend (F_RESENT) of a segment already
+                                   * held - a needless resend: the sender's reorder window grows */
     FY_UDP_F_ECHO_DATA = 1u << 3, /* the segment tsecr echoes came on the data channel */
+    FY_UDP_F_RWND = 1u << 4,      /* (ACK type only) seq is the receiver's window: the bytes,
+                                   * in KiB, it can take in flight now (its socket dropped) */
+    FY_UDP_F_RESENT = 1u << 5,    /* (sequenced types) a retransmission: a copy the receiver
+                                   * already holds proves it needless (DSACK); a network
+                                   * duplicate of a first send does not */
 };
 
 typedef struct fy_udp_hdr {

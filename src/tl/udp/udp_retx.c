@@ -14,11 +14,10 @@
  * held by the receiver (the SACK bitmap covers the whole window) is lost and resent at once
  * - a resend too, so a lost resend is repaired after one more round trip, not by the timer.
  * The reorder window starts at a quarter of the minimum RTT and doubles (never beyond half
- * the SRTT or the RTO) each time the receiver reports a segment it got twice
- * (F_DSACK) after a resend: a resend that proved needless.  It halves after 64 calm
- * recoveries.  Reordering between the two channels (a tiny segment on the priority
- * channel overtakes a large one on the data channel) is expected: a segment is judged only
- * by segments sent after it on its own channel.
+ * the SRTT or the RTO) each time the receiver reports a resend (F_RESENT) of a segment it held
+ * already (F_DSACK): a resend that proved needless.  It halves after 64 calm recoveries. Reordering
+ * between the two channels (a tiny segment on the priority channel overtakes a large one on the
+ * data channel) is expected: a segment is judged only by segments sent after it on its own channel.
  *
  * What the receiver holds out of order leaves the pipe: the congestion window counts only
  * segments in flight, so new data keeps flowing while holes are repaired.
@@ -41,6 +40,23 @@ uint64_t fy_udp_seg_stay(const fy_udp_conn_t *c, const fy_udp_seg_t *seg)
     return stay > max || (stay >> shift) != c->rto ? max : stay;
 }
 
+/* The plain window (no model: a peer at our own address, or FERRY_UDP_PACING=n) is cut by
+ * an eighth, at most once per round trip, when RTT samples show a long queue (random loss
+ * never cuts it).  After the first cut, while the last sample shows a queue of a quarter
+ * of that or more, it grows by 4 segments per round trip instead of doubling: doubling
+ * from just below a full buffer overflows it by a window's worth.  Without a queue (the
+ * link is not full: heavy loss, an application that paused) it doubles again. */
+static void plain_cut(fy_udp_conn_t *c)
+{
+    if (c->pace_ok || c->iface->now - c->cwnd_cut_ns <= (uint64_t)FY_MAX(c->srtt, c->min_rtt))
+        return;
+    uint32_t w = FY_MIN(c->cwnd, c->snd_nxt - c->snd_una - c->nsacked); /* really out */
+    c->cwnd = FY_MAX(w - w / 8, (uint32_t)FY_UDP_CWND_MIN);
+    c->ssthresh = c->cwnd;
+    c->cwnd_acc = 0;
+    c->cwnd_cut_ns = c->iface->now;
+}
+
 static void rtt_sample(fy_udp_conn_t *c, int64_t r)
 {
     const fy_udp_opts_t *o = c->iface->opts;
@@ -53,12 +69,9 @@ static void rtt_sample(fy_udp_conn_t *c, int64_t r)
      * window fills a bottleneck's buffer (a slow link, a busy receiver).  Shrink it by an eighth,
      * once per round trip, before that queue makes the round trip (and every loss recovery) long;
      * random loss alone never shrinks it. */
-    if (!c->pace_ok && r > 4 * c->min_rtt && r > c->min_rtt + FY_UDP_QUEUE_NS &&
-        c->iface->now - c->cwnd_cut_ns > (uint64_t)FY_MAX(c->srtt, c->min_rtt)) {
-        uint32_t w = FY_MIN(c->cwnd, c->snd_nxt - c->snd_una); /* what is really out */
-        c->cwnd = FY_MAX(w - w / 8, (uint32_t)FY_UDP_CWND_MIN);
-        c->cwnd_cut_ns = c->iface->now;
-    }
+    c->last_rtt = r;
+    if (r > 4 * c->min_rtt && r > c->min_rtt + FY_UDP_QUEUE_NS)
+        plain_cut(c);
     if (c->srtt == 0) {
         c->srtt = r;
         c->rttvar = r / 2;
@@ -163,6 +176,14 @@ static void process_ack(fy_udp_conn_t *c, const fy_udp_hdr_t *h, int pure,
 
     if (d > 0 && fy_udp_seq_diff(ack, c->snd_nxt) > 0)
         return; /* acknowledges what was never sent: not from our peer's stream */
+    /* The receiver's window: explicit ACKs carry it while its socket drops (F_RWND), and
+     * one without it lifts it.  Segments carrying ACKs say nothing of it: it lapses. */
+    if (pure && (h->flags & FY_UDP_F_RWND)) {
+        c->peer_rwnd = FY_MAX((uint64_t)h->seq << 10, (uint64_t)2 * c->seg_size);
+        c->peer_rwnd_ns = iface->now;
+    } else if (c->peer_rwnd != 0 && (pure || iface->now - c->peer_rwnd_ns > FY_UDP_RWND_LAPSE)) {
+        c->peer_rwnd = 0;
+    }
     if (d >= 0 && h->tsecr != 0 && h->tsecr != c->last_tsecr) {
         /* The echo: the send time of a segment that just arrived - a true round trip
          * (plus the receiver's ACK delay), and the RACK clock. */
@@ -218,8 +239,15 @@ static void process_ack(fy_udp_conn_t *c, const fy_udp_hdr_t *h, int pure,
          * closes only on queueing delay (rtt_sample).  Loss does not close it: random loss
          * is not congestion, and SACK recovery handles it.  (With the model, udp_cc.c
          * sets it.) */
-        if (!c->pace_ok && c->iface->now - c->cwnd_cut_ns > (uint64_t)c->srtt)
-            c->cwnd = FY_MIN(c->wnd, c->cwnd + (uint32_t)d);
+        if (!c->pace_ok && c->iface->now - c->cwnd_cut_ns > (uint64_t)c->srtt) {
+            if (c->ssthresh == 0 || c->cwnd < c->ssthresh ||
+                c->last_rtt < c->min_rtt + FY_UDP_QUEUE_NS / 4) {
+                c->cwnd = FY_MIN(c->wnd, c->cwnd + (uint32_t)d);
+            } else if ((c->cwnd_acc += (uint32_t)d) >= c->cwnd / 4) {
+                c->cwnd_acc = 0;
+                c->cwnd = FY_MIN(c->wnd, c->cwnd + 1);
+            }
+        }
         c->snd_una = ack;
         c->last_ack_ns = iface->now;
         c->una_moved_ns = iface->now;
@@ -234,8 +262,10 @@ static void process_ack(fy_udp_conn_t *c, const fy_udp_hdr_t *h, int pure,
     } else if (d < 0) {
         return; /* an old ACK, overtaken */
     }
-    if (c->snd_una == c->snd_nxt)
+    if (c->snd_una == c->snd_nxt) {
+        c->rto_probing = 0;
         return;
+    }
     /* The highest seq the peer holds: below it, what is missing is lost (or overtaken). */
     uint32_t top = ack;
     if (ext != NULL) {
@@ -247,9 +277,19 @@ static void process_ack(fy_udp_conn_t *c, const fy_udp_hdr_t *h, int pure,
     }
     if (top == ack && sack != 0)
         top = ack + 1 + (31u - (uint32_t)__builtin_clz(sack)) + 1;
+    int news = d > 0;
     if (fy_udp_seq_diff(top - 1, c->snd_high) > 0) {
         c->snd_high = top - 1;
         c->last_ack_ns = iface->now; /* news from the receiver: the path is moving */
+        news = 1;
+    }
+    if (news && c->rto_probing) {
+        /* The first news after a timeout: the receiver is back.  What was sent before the
+         * segment this ACK answers and is still missing is lost (RACK over the whole
+         * window, once); the rest waits for its own timer again. */
+        c->rto_probing = 0;
+        resend_holes(c, ack, sack, ext, c->snd_nxt);
+        return;
     }
     if (top != ack || (d == 0 && pure))
         resend_holes(c, ack, sack, ext, top == ack ? ack + 1 : top);
@@ -303,6 +343,22 @@ void fy_udp_hotel_expired(fy_hotel_t *hotel, fy_hotel_room_t *room, void *arg)
                          iface->now);
         return;
     }
+    /* A timeout fired, no ACK brought news since, and the peer has sent nothing at all for
+     * an RTO: the path or the receiver stopped (a receiver descheduled, an application
+     * that does not call progress, a link down).  (While datagrams still come, the
+     * timeouts are lost resends on a lossy path: each is resent at once.)
+     * Resending the whole window into it is a flood that helps nothing: as TCP, only the
+     * oldest segment goes, at a backed-off interval, as the probe; the others wait until
+     * an ACK says the receiver is back (then RACK judges them at once). */
+    int silent = iface->now - c->last_rx_ns >= c->rto;
+    if (silent && c->rto_probing && seg->seq != c->snd_una) {
+        fy_udp_seg_t *old = c->win[c->snd_una & (iface->wsize - 1)];
+        if (old != NULL) {
+            fy_hotel_checkin(&iface->hotel, &seg->timer.room, fy_udp_seg_stay(c, old), iface->now);
+            return;
+        }
+    }
+    c->rto_probing = (uint8_t)silent;
     c->stats.timeouts++;
     fy_udp_cc_lost(c);
     /* Like TCP's single resend at a timeout: the others above what the peer holds wait

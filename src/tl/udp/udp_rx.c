@@ -51,6 +51,8 @@ static void post(fy_udp_chan_t *ch, unsigned i)
     ch->rmsg[i].msg_hdr.msg_iovlen = 1;
     ch->rmsg[i].msg_hdr.msg_name = &ch->rname[i];
     ch->rmsg[i].msg_hdr.msg_namelen = sizeof(ch->rname[i]);
+    ch->rmsg[i].msg_hdr.msg_control = ch->rcbuf[i];
+    ch->rmsg[i].msg_hdr.msg_controllen = sizeof(ch->rcbuf[i]);
 }
 
 /* A slot that receives the next chunk of a large AM straight into its reassembly buffer:
@@ -138,6 +140,10 @@ ferry_status_t fy_udp_chan_rx_init(fy_udp_iface_t *iface, uint8_t chan)
                        : (size_t)iface->wsize;
     ferry_status_t st;
 
+    /* The kernel then tells with each datagram how many its socket dropped (full). */
+    int one = 1;
+    setsockopt(ch->fd, SOL_SOCKET, SO_RXQ_OVFL, &one, sizeof(one));
+    ch->ovfl_seen = 0;
     ch->rxpool_max = FY_UDP_BATCH + stash;
     st = fy_mpool_init(&ch->rxpool, chan ? "udp data rx" : "udp prio rx",
                        sizeof(fy_udp_rxbuf_t) + ch->mtu, 64, FY_UDP_BATCH, ch->rxpool_max);
@@ -496,10 +502,11 @@ static int rx_dgram(fy_udp_iface_t *iface, uint8_t chan, fy_udp_rxbuf_t *b, size
     if (!fy_udp_conn_alive(c))
         return 0;
     if (d < 0) {
-        /* Already processed: our ACK was lost, or the resend was needless (DSACK).  ACK
-         * again at once. */
+        /* Already processed: our ACK was lost, or the resend was needless (DSACK: only a
+         * copy marked as a resend says so - a network duplicate of a first send is no
+         * news about the sender's reorder window).  ACK again at once. */
         c->stats.drops_duplicate++;
-        c->dsack_pending = 1;
+        c->dsack_pending |= (h.flags & FY_UDP_F_RESENT) != 0;
         fy_udp_ack_schedule(c, 1, 0);
         return 0;
     }
@@ -524,7 +531,7 @@ static int rx_dgram(fy_udp_iface_t *iface, uint8_t chan, fy_udp_rxbuf_t *b, size
     uint32_t slot = h.seq & (iface->wsize - 1);
     if (c->stash[slot] != NULL) {
         c->stats.drops_duplicate++;
-        c->dsack_pending = 1;
+        c->dsack_pending |= (h.flags & FY_UDP_F_RESENT) != 0;
         return 0;
     }
     fy_udp_chan_t *ch = &iface->ch[chan];
@@ -540,6 +547,54 @@ static int rx_dgram(fy_udp_iface_t *iface, uint8_t chan, fy_udp_rxbuf_t *b, size
     if (c->nstash++ == 0 || fy_udp_seq_diff(h.seq, c->stash_top) > 0)
         c->stash_top = h.seq;
     return 1;
+}
+
+/* Receiver-driven flow control.  Our socket dropped datagrams: its buffer was full - a
+ * receiver that did not read in time (the application did not call progress, too many
+ * peers at once; the kernel charges a small datagram more than the credits count).  Those
+ * datagrams come back as resends; so that the next ones are not dropped too, the window
+ * we advertise to our peers (explicit ACKs, F_RWND) is halved - at most once per
+ * RWND_STEP, down to credit / 64 - and grows back by an eighth per RWND_CALM without a
+ * drop (a receiver's pace is a property of the application, not a passing queue: it comes
+ * back slowly).  Socket drops cannot be charged to one peer: every peer gets the same. */
+#define RWND_STEP (2 * FY_NSEC_PER_MSEC)
+#define RWND_CALM (250 * FY_NSEC_PER_MSEC)
+
+static void rx_socket_drops(fy_udp_iface_t *iface, fy_udp_chan_t *ch, const struct msghdr *mh)
+{
+    for (struct cmsghdr *cm = CMSG_FIRSTHDR(mh); cm != NULL;
+         cm = CMSG_NXTHDR((struct msghdr *)mh, cm)) {
+        if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SO_RXQ_OVFL ||
+            cm->cmsg_len < CMSG_LEN(sizeof(uint32_t)))
+            continue;
+        uint32_t v, d;
+        memcpy(&v, CMSG_DATA(cm), sizeof(v));
+        d = v - ch->ovfl_seen; /* the kernel's count is cumulative (and wraps) */
+        ch->ovfl_seen = v;
+        if (d == 0 || d > INT32_MAX)
+            continue;
+        iface->drops_sock += d;
+        if (iface->rwnd == 0 || iface->now - iface->rwnd_ns >= RWND_STEP) {
+            uint64_t w = iface->rwnd != 0 ? iface->rwnd : iface->credit;
+            iface->rwnd = FY_MAX(w / 4, iface->credit / 64);
+            iface->rwnd_ns = iface->now;
+        }
+    }
+}
+
+uint32_t fy_udp_rwnd_kib(fy_udp_iface_t *iface)
+{
+    if (iface->rwnd == 0)
+        return 0;
+    if (iface->now - iface->rwnd_ns >= RWND_CALM) {
+        iface->rwnd += iface->rwnd / 8;
+        iface->rwnd_ns = iface->now;
+        if (iface->rwnd >= iface->credit) {
+            iface->rwnd = 0;
+            return 0;
+        }
+    }
+    return (uint32_t)FY_MAX(FY_MIN(iface->rwnd >> 10, (uint64_t)UINT32_MAX), (uint64_t)1);
 }
 
 unsigned fy_udp_rx_progress(fy_udp_iface_t *iface, uint8_t chan)
@@ -572,6 +627,8 @@ unsigned fy_udp_rx_progress(fy_udp_iface_t *iface, uint8_t chan)
     int flags[FY_UDP_BATCH];
     const uint8_t *placed[FY_UDP_BATCH];
     int was_placed = ch->place_conn != NULL;
+    if (ch->rmsg[n - 1].msg_hdr.msg_controllen != 0) /* (only once the socket dropped) */
+        rx_socket_drops(iface, ch, &ch->rmsg[n - 1].msg_hdr);
     for (int i = 0; i < n; i++) {
         lens[i] = ch->rmsg[i].msg_len;
         flags[i] = ch->rmsg[i].msg_hdr.msg_flags;

@@ -156,8 +156,9 @@ void fy_udp_frag_release_seg(fy_udp_iface_t *iface, fy_udp_frag_t *f)
 static inline int can_send(const fy_udp_conn_t *c)
 {
     uint32_t span = c->snd_nxt - c->snd_una;
+    uint64_t out = c->inflight - c->sacked_bytes;
     return span < c->wnd && span - c->nsacked < c->cwnd &&
-           (c->inflight - c->sacked_bytes < c->credit || span == 0);
+           ((out < c->credit && (c->peer_rwnd == 0 || out < c->peer_rwnd)) || span == 0);
 }
 
 void fy_udp_ready_add(fy_udp_conn_t *c)
@@ -381,6 +382,7 @@ static void seg_xmit(fy_udp_iface_t *iface, fy_udp_conn_t *c, fy_udp_seg_t *seg,
     seg->tries++;
     fy_udp_cc_sent(c, seg);
     if (seg->tries > 1) {
+        ((fy_udp_hdr_t *)seg->hdr)->flags |= FY_UDP_F_RESENT;
         c->stats.retransmits++;
         c->resent_at = iface->now;
     }
@@ -725,6 +727,11 @@ void fy_udp_tx_ctrl(fy_udp_iface_t *iface, fy_udp_conn_t *c, uint8_t chan, uint8
         h.tsecr = c->ts_echo;
         c->ts_echo = 0;
         c->dsack_pending = 0;
+        uint32_t rwnd = fy_udp_rwnd_kib(iface);
+        if (rwnd != 0) { /* our socket dropped: the peer must slow down (udp_rx.c) */
+            h.flags |= FY_UDP_F_RWND;
+            h.seq = rwnd;
+        }
     }
     uint8_t *buf = ch->thdr[ch->ntx];
     memcpy(buf, &h, sizeof(h));

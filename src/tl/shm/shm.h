@@ -81,8 +81,10 @@
 #include "util/shmem.h"
 #include "util/status.h"
 
+/* Address versions: 2, the /dev/shm probe in the device address; 3, pull slots; 4, copy
+ * alignment in BCOPY and OUTBOX cell flags (a peer of another version is refused, saying so). */
 #define SHM_SEG_MAGIC    0x316d737972726566ull /* "ferrysm1" */
-#define SHM_ADDR_VERSION 3 /* 2: the /dev/shm probe in the device address; 3: pull slots */
+#define SHM_ADDR_VERSION 4
 #define SHM_RKEY_MAGIC   0x6b72736du /* "msrk" */
 
 #define SHM_MAX_IOV       16

@@ -11,8 +11,8 @@
 # What runs (each figure the median of N repetitions, default 5; each repetition's own figure
 # is the median of its iterations where the tool gives one):
 #   shm  ferry_perf (ferryrun -n 2, FERRY_TLS=shm)  vs  ucx_perftest (UCX_TLS=sm,self: ucp_am_lat,
-#        tag_lat, ucp_am_bw, ucp_put_lat, ucp_put_bw, ucp_get)  vs  Open MPI (btl self,vader) and
-#        MPICH (hydra) running bench/mpi_pingpong.c  vs  bench/floor_shm.c (the floors)
+#        tag_lat, tag_bw (8 B), ucp_am_bw, ucp_put_lat, ucp_put_bw, ucp_get)  vs  Open MPI
+#        (btl self,vader) and MPICH (hydra) running bench/mpi_pingpong.c  vs  bench/floor_shm.c (the floors)
 #   tcp  ferry_perf (FERRY_TLS=tcp)  vs  ucx_perftest (UCX_TLS=tcp)  vs  Open MPI (btl self,tcp)
 #        vs  bench/tcp_raw.c (the raw socket floor)
 #   udp  ferry_perf (FERRY_TLS=udp)  vs  fi_pingpong -p "udp;ofi_rxd" (libfabric's reliable
@@ -286,13 +286,14 @@ for rep in $(seq "$REPS"); do
         say "shm, repetition $rep of $REPS"
         for s in "${SIZES[@]}"; do
             run_ferry shm lat "$s" am_lat,tag_lat,put_lat,get_lat
-            if [ "$s" = 8 ]; then run_ferry shm bw "$s" am_bw,am_rate,put_bw,get_bw
+            if [ "$s" = 8 ]; then run_ferry shm bw "$s" am_bw,am_rate,tag_bw,put_bw,get_bw
             else run_ferry shm bw "$s" am_bw,put_bw,get_bw; fi
             run_ucx sm,self shm ucp_am_lat "$s" lat shm.ucx.am_lat
             run_ucx sm,self shm tag_lat "$s" lat shm.ucx.tag_lat
             run_ucx sm,self shm ucp_put_lat "$s" lat shm.ucx.put_lat
             run_ucx sm,self shm ucp_get "$s" lat shm.ucx.get_lat
             run_ucx sm,self shm ucp_am_bw "$s" bw shm.ucx.am_bw
+            [ "$s" = 8 ] && run_ucx sm,self shm tag_bw "$s" bw shm.ucx.tag_bw
             run_ucx sm,self shm ucp_put_bw "$s" bw shm.ucx.put_bw
             run_ucx sm,self shm ucp_get "$s" bw shm.ucx.get_bw
             for m in ompi mpich; do
@@ -463,6 +464,14 @@ section() {
         echo "| ferry am_rate | UCX ucp_am_bw | ferry ÷ | Open MPI | ferry ÷ | MPICH | ferry ÷ |"
         echo "|---:|---:|---:|---:|---:|---:|---:|"
         echo "| $(fmt rate "$r8") | $(fmt rate "$u8") | $(ratio "$r8" "$u8") | $(fmt rate "$o8") | $(ratio "$r8" "$o8") | $(fmt rate "$m8") | $(ratio "$r8" "$m8") |"
+        echo
+        local t8 v8
+        t8=$(val shm.ferry.tag_bw.rate.8); v8=$(val shm.ucx.tag_bw.rate.8)
+        echo "8-byte tagged message rate (window $WINDOW), messages/s"
+        echo
+        echo "| ferry tag_bw | UCX tag_bw | ferry ÷ |"
+        echo "|---:|---:|---:|"
+        echo "| $(fmt rate "$t8") | $(fmt rate "$v8") | $(ratio "$t8" "$v8") |"
         echo
         local fl fm fc l8 b1 p1
         fl=$(val shm.floor.cacheline_lat_us); fc=$(val shm.floor.cma_read_1m_MBps); fm=$(val shm.floor.memcpy_1m_MBps)

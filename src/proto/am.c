@@ -101,6 +101,11 @@ ferry_status_t fy_am_op_start(fy_op_t *op)
     return st;
 }
 
+size_t fy_am_op_data(const fy_op_t *op)
+{
+    return op->hdr_len + fy_iov_total(op->iov, op->iovcnt);
+}
+
 static ferry_status_t check_send(ferry_ep_t *ep, unsigned id, const void *header, size_t header_len,
                                  size_t iovcnt)
 {

@@ -157,10 +157,8 @@ static void op_add_bytes(fy_op_t *op)
     if (op->qcost != 0 || op->ep == NULL)
         return;
     op->qcost = sizeof(*op);
-    if (op->type == FY_OP_AM)
-        op->qcost += op->hdr_len + fy_iov_total(op->iov, op->iovcnt);
-    else if (op->type == FY_OP_PUT)
-        op->qcost += op->rma.len;
+    if (fy_op_ops[op->type]->data != NULL)
+        op->qcost += fy_op_ops[op->type]->data(op);
     op->ep->queued_bytes += op->qcost;
 }
 
@@ -190,7 +188,7 @@ fy_op_t *fy_ep_pop_pending(ferry_ep_t *ep)
 
 void fy_op_count(fy_op_t *op)
 {
-    if (!op->counted && op->type != FY_OP_FLUSH && op->type != FY_OP_CLOSE && op->ep != NULL) {
+    if (!op->counted && !(fy_op_flags(op) & FY_OP_F_UNCOUNTED) && op->ep != NULL) {
         op->counted = 1;
         op->ep->outstanding++;
         op_add_bytes(op);
@@ -275,7 +273,7 @@ ferry_status_t fy_ep_submit(ferry_ep_t *ep, fy_op_t *op)
         fy_ep_add_pending(ep, op);
         return op->req != NULL ? FERRY_INPROGRESS : FERRY_OK;
     default:
-        if (op->type == FY_OP_PUT)
+        if (fy_op_flags(op) & FY_OP_F_FLUSH_ERR)
             fy_ep_note_error(ep, st); /* refused by the transport: the covering flush says so */
         fy_op_put(op);
         return st;
@@ -457,7 +455,7 @@ ferry_status_t ferry_ep_fence(ferry_ep_t *ep)
 static void wflush_child_done(fy_op_t *parent, ferry_status_t st)
 {
     /* a flush ignores what was cancelled; a fragmented AM is cancelled by any fragment */
-    if (st < 0 && (st != FERRY_ERR_CANCELED || parent->type == FY_OP_AM) &&
+    if (st < 0 && (st != FERRY_ERR_CANCELED || (fy_op_flags(parent) & FY_OP_F_ONE_MESSAGE)) &&
         parent->status == FERRY_OK)
         parent->status = st;
     if (--parent->nsub == 0)
@@ -584,8 +582,8 @@ void fy_ep_fail(ferry_ep_t *ep, ferry_status_t st)
         list = (fy_op_t *)op->q.next;
         fy_hash_del(&w->waiting, op->wait_id);
         op->wait_id = 0;
-        if (op->type == FY_OP_FLUSH || op->type == FY_OP_CLOSE)
-            fy_ep_flush_sub_done(op, st);
+        if (fy_op_ops[op->type]->fail != NULL)
+            fy_op_ops[op->type]->fail(op, st);
         else
             fy_worker_complete_later(w, op, st);
     }
@@ -620,6 +618,14 @@ void fy_ep_close_now(ferry_ep_t *ep)
     ep->ntl_eps = 0;
     if (ep->outstanding == 0 && fy_list_is_empty(&ep->close_waiters))
         fy_ep_destroy_now(ep);
+}
+
+/* The end of a close's flush: the endpoint closes before the user hears of it. */
+void fy_ep_close_finish(fy_op_t *op)
+{
+    ferry_ep_t *ep = op->ep;
+    op->ep = NULL;
+    fy_ep_close_now(ep);
 }
 
 ferry_status_t ferry_ep_close(ferry_ep_t *ep, unsigned mode, ferry_request_t *req)

@@ -1,6 +1,7 @@
 /*
  * op.c - the table of operation types: what each one does when it starts (or is retried from
- * its endpoint's pending queue) and what it releases when it ends.
+ * its endpoint's pending queue), what it counts against its endpoint, how it ends (normally,
+ * or when its endpoint fails under it) and what it releases.
  *
  * Every operation object names its type once, when it is made (fy_op_get), and the code that
  * moves it along calls through this table: the endpoint's queue, the worker's progress and
@@ -19,11 +20,22 @@ static ferry_status_t op_no_start(fy_op_t *op)
     return FERRY_ERR_INVALID_PARAM;
 }
 
-static const fy_op_ops_t am_ops = {"am", fy_am_op_start, NULL};
-static const fy_op_ops_t flush_ops = {"flush", fy_ep_flush_start, NULL};
-static const fy_op_ops_t close_ops = {"close", fy_ep_flush_start, NULL};
-static const fy_op_ops_t wireup_hold_ops = {"wireup-hold", fy_wireup_hold, NULL};
-static const fy_op_ops_t tag_recv_ops = {"tag-recv", op_no_start, NULL};
+static const fy_op_ops_t am_ops = {.name = "am",
+                                   .start = fy_am_op_start,
+                                   .data = fy_am_op_data,
+                                   .flags = FY_OP_F_UNQUEUE | FY_OP_F_ONE_MESSAGE};
+/* A flush (or a close's) answers to its parent flush when its endpoint fails. */
+static const fy_op_ops_t flush_ops = {.name = "flush",
+                                      .start = fy_ep_flush_start,
+                                      .fail = fy_ep_flush_sub_done,
+                                      .flags = FY_OP_F_UNCOUNTED};
+static const fy_op_ops_t close_ops = {.name = "close",
+                                      .start = fy_ep_flush_start,
+                                      .finish = fy_ep_close_finish,
+                                      .fail = fy_ep_flush_sub_done,
+                                      .flags = FY_OP_F_UNCOUNTED};
+static const fy_op_ops_t wireup_hold_ops = {.name = "wireup-hold", .start = fy_wireup_hold};
+static const fy_op_ops_t tag_recv_ops = {.name = "tag-recv", .start = op_no_start};
 
 const fy_op_ops_t *const fy_op_ops[FY_OP_TYPE_COUNT] = {
     [FY_OP_AM] = &am_ops,

@@ -385,15 +385,33 @@ typedef enum fy_op_type {
 
 typedef struct fy_op fy_op_t;
 
-/* What an operation type does (op.c).  start: begin (or retry, from the pending queue) on
- * its lane: OK (done, no callback), INPROGRESS (its completion comes later), NO_RESOURCE
- * (queue it), or an error.  release: drop what the op holds (a registration, an unpacked
- * key) before it is recycled; NULL if it holds nothing of its own. */
+/*
+ * What an operation type does (op.c), from start to end:
+ *   start:   begin (or retry, from the pending queue) on its lane: OK (done, no callback),
+ *            INPROGRESS (its completion comes later), NO_RESOURCE (queue it), or an error.
+ *   data:    the caller's bytes it carries, counted against FERRY_MAX_QUEUED; NULL: none.
+ *   finish:  what its end does besides the common steps of fy_op_finish, before the user's
+ *            callback (a close's flush closes the endpoint and sets op->ep NULL); NULL: none.
+ *   fail:    how it ends when its endpoint fails while it waits for the peer's answer; NULL:
+ *            it completes with the endpoint's error from progress.
+ *   release: drop what the op holds (a registration, an unpacked key) before it is recycled;
+ *            NULL if it holds nothing of its own.
+ *   flags:   FY_OP_F_*.
+ */
 typedef struct fy_op_ops {
     const char *name;
     ferry_status_t (*start)(fy_op_t *op);
     void (*release)(fy_op_t *op);
+    size_t (*data)(const fy_op_t *op);
+    void (*finish)(fy_op_t *op);
+    void (*fail)(fy_op_t *op, ferry_status_t st);
+    unsigned flags;
 } fy_op_ops_t;
+#define FY_OP_F_UNCOUNTED 1u /* not among its ep's outstanding ops (a flush waits for those) */
+#define FY_OP_F_FLUSH_ERR 2u /* its failure is the next flush's news too, even with a request */
+#define FY_OP_F_UNQUEUE   4u /* cancel drops it while it waits on its ep's queue (not started) */
+#define FY_OP_F_ONE_MESSAGE                                                                        \
+    8u /* as a parent: its pieces make one message, a cancelled one fails it */
 
 /* FY_OP_PUT, FY_OP_GET, FY_OP_GET_EMU: local buffer and remote range */
 typedef struct fy_op_rma {
@@ -560,6 +578,7 @@ void fy_ep_close_now(ferry_ep_t *ep);
 ferry_status_t fy_ep_flush_start(fy_op_t *op);
 void fy_op_child_done(fy_op_t *op, ferry_status_t st); /* op->parent learns op's outcome */
 void fy_ep_flush_sub_done(fy_op_t *op, ferry_status_t st);
+void fy_ep_close_finish(fy_op_t *op); /* finish of an FY_OP_CLOSE: closes its endpoint */
 /* am.c */
 static inline fy_am_entry_t *fy_am_entry(ferry_worker_t *w, unsigned id)
 {
@@ -573,12 +592,17 @@ void fy_am_cleanup_worker(ferry_worker_t *w); /* the handler table and unclaimed
 size_t fy_am_eager_max(const ferry_ep_t *ep); /* the most one AM operation carries on ep */
 void fy_am_recv_cb(void *arg, uint8_t am_id, const void *data, size_t len);
 ferry_status_t fy_am_op_start(fy_op_t *op); /* start of an FY_OP_AM */
+size_t fy_am_op_data(const fy_op_t *op);    /* data of an FY_OP_AM: headers + payload */
 unsigned fy_worker_progress_pending(ferry_worker_t *w);
 /* op.c: the table of operation types */
 extern const fy_op_ops_t *const fy_op_ops[FY_OP_TYPE_COUNT];
 static inline ferry_status_t fy_op_start(fy_op_t *op)
 {
     return fy_op_ops[op->type]->start(op);
+}
+static inline unsigned fy_op_flags(const fy_op_t *op)
+{
+    return fy_op_ops[op->type]->flags;
 }
 static inline void fy_op_release(fy_op_t *op) /* drop what the op holds; it lives on */
 {

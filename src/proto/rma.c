@@ -78,9 +78,18 @@ unsigned fy_amo_widths(const ferry_worker_t *w, const fy_tl_iface_attr_t *attr, 
     return widths;
 }
 
-const fy_op_ops_t fy_rma_put_op_ops = {"put", put_start, NULL};
-const fy_op_ops_t fy_rma_get_op_ops = {"get", get_start, NULL};
-const fy_op_ops_t fy_rma_amo_op_ops = {"atomic", amo_start, NULL};
+static size_t put_data(const fy_op_t *op)
+{
+    return op->rma.len;
+}
+
+/* A put refused by the transport is also the news of the flush that covers it. */
+const fy_op_ops_t fy_rma_put_op_ops = {.name = "put",
+                                       .start = put_start,
+                                       .data = put_data,
+                                       .flags = FY_OP_F_FLUSH_ERR | FY_OP_F_UNQUEUE};
+const fy_op_ops_t fy_rma_get_op_ops = {.name = "get", .start = get_start, .flags = FY_OP_F_UNQUEUE};
+const fy_op_ops_t fy_rma_amo_op_ops = {.name = "atomic", .start = amo_start};
 
 static ferry_status_t check_rkey(ferry_ep_t *ep, ferry_rkey_t *rk, uint64_t addr, size_t len,
                                  unsigned access)

@@ -91,8 +91,8 @@ static ferry_status_t amo_emu_send(fy_op_t *op)
     return emu_request(op, &m, NULL, 0);
 }
 
-const fy_op_ops_t fy_rma_get_emu_op_ops = {"get-emulated", get_emu_send, NULL};
-const fy_op_ops_t fy_rma_amo_emu_op_ops = {"atomic-emulated", amo_emu_send, NULL};
+const fy_op_ops_t fy_rma_get_emu_op_ops = {.name = "get-emulated", .start = get_emu_send};
+const fy_op_ops_t fy_rma_amo_emu_op_ops = {.name = "atomic-emulated", .start = amo_emu_send};
 
 /* Start an emulated get or atomic: counted on its endpoint until the answer comes; released
  * at once if it could not be sent. */

@@ -527,8 +527,8 @@ ferry_status_t ferry_request_cancel(ferry_worker_t *w, ferry_request_t *req)
         return FERRY_OK;
     }
     /* A send, put or get still waiting on its endpoint's queue has not started: drop it. */
-    if ((op->type == FY_OP_AM || op->type == FY_OP_PUT || op->type == FY_OP_GET) &&
-        op->ep != NULL && op->parent == NULL && fy_tag_unqueue(op->ep, op)) {
+    if ((fy_op_flags(op) & FY_OP_F_UNQUEUE) && op->ep != NULL && op->parent == NULL &&
+        fy_tag_unqueue(op->ep, op)) {
         fy_worker_complete_later(w, op, FERRY_ERR_CANCELED);
         return FERRY_OK;
     }

@@ -64,7 +64,8 @@ static ferry_status_t tag_send_no_start(fy_op_t *op)
     return FERRY_ERR_INVALID_PARAM;
 }
 
-const fy_op_ops_t fy_tag_send_op_ops = {"tag-rndv-send", tag_send_no_start, tag_send_release};
+const fy_op_ops_t fy_tag_send_op_ops = {
+    .name = "tag-rndv-send", .start = tag_send_no_start, .release = tag_send_release};
 
 /* A send op waiting for the receiver (a rendezvous, or a synchronous eager send): in the wait
  * table, counted on its endpoint.  OK, or an error (the op released). */

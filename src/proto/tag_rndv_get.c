@@ -193,7 +193,8 @@ static ferry_status_t get_run(fy_op_t *op)
     return get_done(op);
 }
 
-const fy_op_ops_t fy_tag_get_op_ops = {"tag-rndv-get", get_run, tag_get_release};
+const fy_op_ops_t fy_tag_get_op_ops = {
+    .name = "tag-rndv-get", .start = get_run, .release = tag_get_release};
 
 static void get_comp_cb(fy_tl_comp_t *comp, ferry_status_t st)
 {

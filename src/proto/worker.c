@@ -327,17 +327,17 @@ void fy_op_finish(fy_op_t *op, ferry_status_t st)
         fy_hash_del(&op->worker->waiting, op->wait_id);
     fy_list_del(&op->wait_link);
     int counted = op->counted;
+    const fy_op_ops_t *ops = fy_op_ops[op->type];
     fy_op_uncount_bytes(op);
-    if (op->type == FY_OP_CLOSE && ep != NULL) {
-        op->ep = NULL;
-        fy_ep_close_now(ep);
-        ep = NULL;
+    if (ops->finish != NULL && ep != NULL) {
+        ops->finish(op);
+        ep = op->ep;
     }
     /* A refused put, or a failed operation nobody waits for: the flush covering it reports it
      * (noted before the count drops, which may complete that flush). */
     if (ep != NULL && st < 0 && st != FERRY_ERR_CANCELED)
         ep->stats.errors++; /* ferry_ep_get_stats */
-    if (counted && ep != NULL && st < 0 && (req == NULL || op->type == FY_OP_PUT))
+    if (counted && ep != NULL && st < 0 && (req == NULL || (ops->flags & FY_OP_F_FLUSH_ERR)))
         fy_ep_note_error(ep, st);
     if (FY_UNLIKELY(op->parent != NULL))
         fy_op_child_done(op, st);

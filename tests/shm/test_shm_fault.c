@@ -590,6 +590,8 @@ static void destroy_during_pull(void)
 }
 
 /* Write one crafted cell into ep's ring: header fields, inline bytes, buffer bytes. */
+static unsigned inject_flags; /* the next injected cells' flags (copy alignment: pad) */
+
 static void inject(fy_tl_ep_t *tl_ep, uint8_t type, uint8_t id, uint32_t len, const void *in,
                    size_t in_len, const void *buf, size_t buf_len)
 {
@@ -599,7 +601,7 @@ static void inject(fy_tl_ep_t *tl_ep, uint8_t type, uint8_t id, uint32_t len, co
     shm_cell_t *c =
         shm_ring_claim(ep->cells, ep->tail, ep->mask, ep->cell_shift, ep->owner, &t, &wake);
     FY_ASSERT(c != NULL);
-    shm_cell_hdr(c, type, id, 0, len);
+    shm_cell_hdr(c, type, id, inject_flags, len);
     if (in_len != 0)
         memcpy(c->data, in, in_len);
     if (buf_len != 0)
@@ -644,6 +646,20 @@ static void malformed_cells(void)
     d.len = si->obox_size; /* runs past the end */
     inject(ep, SHM_CELL_OUTBOX, 1, sizeof(d), NULL, 0, &d, sizeof(d)), n++;
     d.len = 100;
+    /* copy alignment: a pad that would run the message past its buffer, or put the slot's
+     * start off a 64-byte boundary, before the outbox, or below offset 0 */
+    inject_flags = 63;
+    inject(ep, SHM_CELL_BCOPY, 1, si->bcopy_size - 62, NULL, 0, NULL, 0), n++;
+    inject_flags = 8;
+    d.off = si->obox_off + 128;
+    inject(ep, SHM_CELL_OUTBOX, 1, sizeof(d), NULL, 0, &d, sizeof(d)), n++;
+    inject_flags = 16;
+    d.off = si->obox_off + 16;
+    inject(ep, SHM_CELL_OUTBOX, 1, sizeof(d), NULL, 0, &d, sizeof(d)), n++;
+    d.off = 8;
+    inject(ep, SHM_CELL_OUTBOX, 1, sizeof(d), NULL, 0, &d, sizeof(d)), n++;
+    inject_flags = 0;
+    d.off = si->obox_off + 128;
     d.from.id ^= 1; /* a sender that does not exist */
     inject(ep, SHM_CELL_OUTBOX, 1, sizeof(d), NULL, 0, &d, sizeof(d)), n++;
     d.from = si->addr;

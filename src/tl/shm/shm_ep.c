@@ -436,8 +436,12 @@ ferry_status_t fy_shm_am_bcopy(fy_tl_ep_t *tl_ep, uint8_t id, const struct iovec
         shm_cell_hdr(c, SHM_CELL_SHORT, id, 0, len);
         shm_iov_gather(c->data, iov, iovcnt);
     } else {
-        shm_cell_hdr(c, SHM_CELL_BCOPY, id, 0, len);
-        shm_iov_gather(cell_buf(ep, t), iov, iovcnt);
+        char *b = cell_buf(ep, t);
+        unsigned pad = shm_copy_pad((uintptr_t)b, iov, iovcnt, len);
+        if (len + pad > ep->bcopy_size)
+            pad = 0; /* no room to align: a full buffer */
+        shm_cell_hdr(c, SHM_CELL_BCOPY, id, pad, len);
+        shm_iov_gather(b + pad, iov, iovcnt);
     }
     shm_ring_publish(c, ep->owner, t);
     stream_prefetch(ep, t);
@@ -641,13 +645,15 @@ static int obox_send(shm_ep_t *ep, uint8_t id, const void *hdr, size_t hdr_len,
         *st = ep_full(ep);
         return 1;
     }
-    shm_obox_entry_t *e =
-        obox_alloc(iface, SHM_OBOX_SLOT_HDR + FY_ALIGN_UP((uint64_t)total, 64), ep->peer);
+    uint64_t room = FY_ALIGN_UP((uint64_t)total, 64) + (total >= SHM_PAD_MIN ? 64 : 0);
+    shm_obox_entry_t *e = obox_alloc(iface, SHM_OBOX_SLOT_HDR + room, ep->peer);
     if (e == NULL) {
         iface->stats.obox_full++;
         return 0;
     }
     char *data = iface->obox + e->off + SHM_OBOX_SLOT_HDR;
+    unsigned pad = shm_copy_pad((uintptr_t)(data + hdr_len), iov, iovcnt, total - hdr_len);
+    data += pad;
     if (hdr_len != 0)
         memcpy(data, hdr, hdr_len);
     shm_iov_gather(data + hdr_len, iov, iovcnt);
@@ -663,10 +669,10 @@ static int obox_send(shm_ep_t *ep, uint8_t id, const void *hdr, size_t hdr_len,
     }
     shm_obox_desc_t *d = (shm_obox_desc_t *)cell_buf(ep, t);
     d->from = iface->addr;
-    d->off = iface->obox_off + e->off + SHM_OBOX_SLOT_HDR;
+    d->off = iface->obox_off + e->off + SHM_OBOX_SLOT_HDR + pad;
     d->len = total;
     d->gen = e->gen;
-    shm_cell_hdr(c, SHM_CELL_OUTBOX, id, 0, sizeof(*d));
+    shm_cell_hdr(c, SHM_CELL_OUTBOX, id, pad, sizeof(*d));
     shm_ring_publish(c, ep->owner, t);
     if (wake)
         fy_shm_peer_wake(iface, ep->peer);

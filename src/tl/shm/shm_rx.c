@@ -102,17 +102,21 @@ static void rx_pull(shm_iface_t *iface, uint8_t am_id, const char *buf, uint32_t
         return;
     }
     size_t total = d.hdr_len + (size_t)d.data_len;
-    char *dst = rx_buffer(iface, total);
-    if (dst == NULL) {
+    /* the data at the sender's offset within a cache line: copy alignment (shm.h) */
+    char *rb = rx_buffer(iface, total + SHM_PAD_MASK);
+    if (rb == NULL) {
         fy_error("no memory for a %zu-byte message from process %d", total, (int)d.reply.pid);
         fy_shm_reply(iface, &d.reply, SHM_CELL_ZDONE, d.cookie, FERRY_ERR_NO_MEMORY, 0);
         return;
     }
+    char *dst = rb;
+    if (d.iovcnt != 0)
+        dst += (d.iov[0].addr - (uintptr_t)(rb + d.hdr_len)) & SHM_PAD_MASK;
     /* Take the pull slot: the sender may have cancelled the send (and reused the memory). */
     shm_peer_t *peer;
     if (fy_shm_peer_get(iface, &d.reply, &peer) != FERRY_OK) {
         iface->stats.drops_dead++; /* cannot see its slots: the sender is gone */
-        rx_buffer_done(iface, dst, total);
+        rx_buffer_done(iface, rb, total + SHM_PAD_MASK);
         return;
     }
     uint64_t *w = &peer->pulls[d.slot];
@@ -120,7 +124,7 @@ static void rx_pull(shm_iface_t *iface, uint8_t am_id, const char *buf, uint32_t
     if (!__atomic_compare_exchange_n(w, &expect, SHM_PULL_WORD(d.gen, SHM_PULL_READING), 0,
                                      __ATOMIC_ACQ_REL, __ATOMIC_RELAXED)) {
         iface->stats.drops_revoked++; /* cancelled: nobody waits for an answer */
-        rx_buffer_done(iface, dst, total);
+        rx_buffer_done(iface, rb, total + SHM_PAD_MASK);
         return;
     }
     memcpy(dst, buf + sizeof(d), d.hdr_len);
@@ -150,17 +154,18 @@ static void rx_pull(shm_iface_t *iface, uint8_t am_id, const char *buf, uint32_t
                 (int)d.reply.pid, strerror(err));
         fy_shm_reply(iface, &d.reply, SHM_CELL_ZDONE, d.cookie, FERRY_ERR_IO, 0);
     }
-    rx_buffer_done(iface, dst, total);
+    rx_buffer_done(iface, rb, total + SHM_PAD_MASK);
 }
 
 /* A message in the sender's outbox: handed over in place, then its slot given back. */
-static void rx_outbox(shm_iface_t *iface, uint8_t am_id, const char *buf)
+static void rx_outbox(shm_iface_t *iface, uint8_t am_id, const char *buf, unsigned pad)
 {
     shm_obox_desc_t d;
     memcpy(&d, buf, sizeof(d));
     shm_peer_t *peer;
-    if (fy_shm_peer_get(iface, &d.from, &peer) != FERRY_OK || d.off % 64 != 0 ||
-        d.off < peer->obox_lo + SHM_OBOX_SLOT_HDR || d.off > peer->obox_hi ||
+    uint64_t start = d.off - pad; /* the slot's data area (64-aligned): pad bytes, then data */
+    if (fy_shm_peer_get(iface, &d.from, &peer) != FERRY_OK || d.off < pad || start % 64 != 0 ||
+        start < peer->obox_lo + SHM_OBOX_SLOT_HDR || d.off > peer->obox_hi ||
         d.len > peer->obox_hi - d.off) {
         iface->stats.drops_malformed++;
         return;
@@ -170,7 +175,7 @@ static void rx_outbox(shm_iface_t *iface, uint8_t am_id, const char *buf)
     iface->stats.rx_msgs++;
     iface->stats.rx_bytes += d.len;
     iface->super.params.am_cb(iface->super.params.am_arg, am_id, base + d.off, (size_t)d.len);
-    shm_obox_slot_t *slot = (shm_obox_slot_t *)(base + d.off - SHM_OBOX_SLOT_HDR);
+    shm_obox_slot_t *slot = (shm_obox_slot_t *)(base + start - SHM_OBOX_SLOT_HDR);
     __atomic_store_n(&slot->done, d.gen, __ATOMIC_RELEASE);
 }
 
@@ -238,13 +243,15 @@ void fy_shm_dispatch(shm_iface_t *iface, shm_cell_t *c, uint32_t ticket)
         iface->stats.rx_bytes += len;
         iface->super.params.am_cb(iface->super.params.am_arg, am_id, c->data, len);
         return;
-    case SHM_CELL_BCOPY:
-        if (len > iface->bcopy_size || am_id > FY_TL_AM_ID_MAX)
+    case SHM_CELL_BCOPY: {
+        unsigned pad = c->flags & SHM_PAD_MASK; /* copy alignment (shm.h) */
+        if (len > iface->bcopy_size - pad || am_id > FY_TL_AM_ID_MAX)
             break;
         iface->stats.rx_msgs++;
         iface->stats.rx_bytes += len;
-        iface->super.params.am_cb(iface->super.params.am_arg, am_id, buf, len);
+        iface->super.params.am_cb(iface->super.params.am_arg, am_id, buf + pad, len);
         return;
+    }
     case SHM_CELL_PULL:
         if (len > iface->bcopy_size || am_id > FY_TL_AM_ID_MAX)
             break;
@@ -253,7 +260,7 @@ void fy_shm_dispatch(shm_iface_t *iface, shm_cell_t *c, uint32_t ticket)
     case SHM_CELL_OUTBOX:
         if (len != sizeof(shm_obox_desc_t) || am_id > FY_TL_AM_ID_MAX)
             break;
-        rx_outbox(iface, am_id, buf);
+        rx_outbox(iface, am_id, buf, c->flags & SHM_PAD_MASK);
         return;
     case SHM_CELL_FRAG:
         if (len > iface->bcopy_size || am_id > FY_TL_AM_ID_MAX ||

@@ -41,8 +41,8 @@
 #define SCALE_SANITIZED 0
 #endif
 
-#define AM_PING 1
-#define AM_PONG 2
+#define AM_PING  1
+#define AM_PONG  2
 #define ADDR_MAX 512
 
 typedef struct ping {
@@ -251,7 +251,7 @@ static void many_peers(void)
     double idle = (double)env_long("FYTEST_SCALE_IDLE", 11);
     long n = H.nhub * H.npeers;
     fyproc_t *procs = calloc((size_t)H.nprocs, sizeof(*procs));
-    char (*addr)[ADDR_MAX] = calloc((size_t)H.npeers, ADDR_MAX);
+    char(*addr)[ADDR_MAX] = calloc((size_t)H.npeers, ADDR_MAX);
     uint32_t *alen = calloc((size_t)H.npeers, sizeof(*alen));
     H.w = calloc((size_t)H.nhub, sizeof(*H.w));
     H.ep = calloc((size_t)n, sizeof(*H.ep));

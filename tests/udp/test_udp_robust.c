@@ -8,6 +8,16 @@
  *   peer_death   the peer is killed mid-conversation: err_cb fires with
  *                FERRY_ERR_ENDPOINT_TIMEOUT within the configured (short) timeout, the
  *                pending operations complete with that error, later sends are refused.
+ * Closing one end of the connection a pair of eps shares (two ifaces in this process):
+ *   close_keeps      b closes its ep (by force, its AMs still unACKed) while a's flush waits
+ *                    for b's ACKs: a's flush completes OK, no err_cb, b's AMs all arrive (the
+ *                    connection stays, passive, at b)
+ *   readopt_alive    b takes the kept connection up again: it asks a, a's end answers, the
+ *                    stream goes on under the same ids
+ *   readopt_failed   a's end failed (its owner has not closed it): b's new ep is answered
+ *                    with a RESET and connects afresh under a new id; its AM arrives
+ *   readopt_gone     a's end is gone (closed): b's new ep gets a COOKIE, a new end is made,
+ *                    the stream starts again from 0; its AM arrives
  * What every transport owes (sizes, order, refusals, flush, close, a peer dead before it
  * answered) is checked by tests/conformance over udp too.
  */
@@ -298,4 +308,187 @@ static void peer_death(void)
     ut_close(&n);
 }
 
-FYTEST_MAIN(FYTEST_CASE(flood), FYTEST_CASE(peer_death), )
+/* ---- closing one end of a shared connection ------------------------------------------- */
+
+typedef struct side {
+    fy_tl_iface_t *iface;
+    fy_tl_ep_t *ep;
+    uint8_t dev[64], ifa[64];
+    int ams, errs;
+} side_t;
+
+static const fy_tl_ops_t *ops;
+static fy_tl_md_t *kmd;
+static side_t sa, sb;
+
+static void side_am(void *arg, uint8_t id, const void *data, size_t len)
+{
+    (void)id;
+    (void)data;
+    (void)len;
+    ((side_t *)arg)->ams++;
+}
+
+static void side_err(void *arg, fy_tl_ep_t *ep, ferry_status_t st)
+{
+    (void)ep;
+    (void)st;
+    ((side_t *)arg)->errs++;
+}
+
+static void both(int n)
+{
+    for (int i = 0; i < n; i++) {
+        ops->iface_progress(sa.iface);
+        ops->iface_progress(sb.iface);
+    }
+}
+
+/* Progress both until *flag reaches want (10 s at most). */
+static void both_until(volatile int *flag, int want)
+{
+    uint64_t t0 = fy_time_ns();
+    while (*flag < want) {
+        both(1);
+        FY_ASSERT_MSG(fy_time_ns() - t0 < 10 * FY_NSEC_PER_SEC, "no progress in 10 s (%d of %d)",
+                      *flag, want);
+    }
+}
+
+static void send_short(side_t *s)
+{
+    struct iovec iov = {"x", 1};
+    FY_ASSERT_OK(ops->am_short(s->ep, 2, &iov, 1));
+}
+
+/* a and b, an ep each way on one connection, one AM each way. */
+static void keep_open(void)
+{
+    setenv("FERRY_UDP_IF_INCLUDE", "lo", 1);
+    setenv("FERRY_UDP_AF", "inet", 1);
+    const fy_tl_component_t *tl = fy_tl_find("udp");
+    FY_ASSERT(tl != NULL);
+    ops = tl->ops;
+    FY_ASSERT_OK(ops->md_open(tl, &kmd));
+    memset(&sa, 0, sizeof(sa));
+    memset(&sb, 0, sizeof(sb));
+    fy_tl_iface_params_t p = {.device = "lo",
+                              .am_cb = side_am,
+                              .am_arg = &sa,
+                              .err_cb = side_err,
+                              .err_arg = &sa,
+                              .job_key = UT_JOB_KEY,
+                              .worker_uuid = 11};
+    FY_ASSERT_OK(ops->iface_open(kmd, &p, &sa.iface));
+    p.am_arg = p.err_arg = &sb;
+    p.worker_uuid = 12;
+    FY_ASSERT_OK(ops->iface_open(kmd, &p, &sb.iface));
+    FY_ASSERT_OK(ops->iface_get_address(sa.iface, sa.dev, sa.ifa));
+    FY_ASSERT_OK(ops->iface_get_address(sb.iface, sb.dev, sb.ifa));
+    FY_ASSERT_OK(ops->ep_create(sb.iface, sa.dev, sa.ifa, &sb.ep));
+    send_short(&sb);
+    both_until(&sa.ams, 1);
+    FY_ASSERT_OK(ops->ep_create(sa.iface, sb.dev, sb.ifa, &sa.ep)); /* adopts b's */
+    FY_ASSERT_EQ(fy_udp_conn(sa.ep)->peer_id, fy_udp_conn(sb.ep)->id);
+    send_short(&sa);
+    both_until(&sb.ams, 1);
+}
+
+static void keep_close(void)
+{
+    if (sa.ep != NULL)
+        ops->ep_destroy(sa.ep);
+    if (sb.ep != NULL)
+        ops->ep_destroy(sb.ep);
+    ops->iface_close(sb.iface);
+    ops->iface_close(sa.iface);
+    ops->md_close(kmd);
+}
+
+/* b closes by force with its AMs unACKed, while a flushes what it sent b. */
+static fy_udp_conn_t *b_closes(void)
+{
+    fy_udp_conn_t *bc = fy_udp_conn(sb.ep);
+    for (int i = 0; i < 20; i++) {
+        send_short(&sa);
+        send_short(&sb);
+    }
+    comp_t c = {{comp_cb}, 0, FERRY_OK};
+    ferry_status_t st = ops->ep_flush(sa.ep, &c.comp);
+    FY_ASSERT_STATUS(st, FERRY_INPROGRESS);
+    ops->ep_destroy(sb.ep);
+    sb.ep = NULL;
+    FY_ASSERT_EQ(bc->state, FY_UDP_CONN_CONNECTED); /* kept, passive */
+    FY_ASSERT_EQ(bc->owned, 0);
+    FY_ASSERT_EQ(fy_udp_iface(sb.iface)->npassive, 1);
+    both_until(&c.done, 1);
+    FY_ASSERT_OK(c.st);
+    both_until(&sa.ams, 21);
+    both_until(&sb.ams, 21);
+    FY_ASSERT_EQ(sa.errs, 0);
+    FY_ASSERT_EQ(sb.errs, 0);
+    return bc;
+}
+
+static void close_keeps(void)
+{
+    keep_open();
+    b_closes();
+    keep_close();
+}
+
+/* b creates an ep to a again: it takes up the kept connection, which must reach a. */
+static fy_udp_conn_t *b_readopts(fy_udp_conn_t *kept)
+{
+    uint32_t old_id = kept->id;
+    int before = sa.ams;
+    FY_ASSERT_OK(ops->ep_create(sb.iface, sa.dev, sa.ifa, &sb.ep));
+    fy_udp_conn_t *bc = fy_udp_conn(sb.ep);
+    FY_ASSERT(bc == kept);
+    FY_ASSERT_EQ(bc->state, FY_UDP_CONN_CONNECTING); /* asking a first */
+    send_short(&sb);
+    both_until(&sa.ams, before + 1);
+    FY_ASSERT_EQ(bc->state, FY_UDP_CONN_CONNECTED);
+    FY_ASSERT_EQ(sb.errs, 0);
+    printf("  connection %08x -> %08x, peer end %08x\n", old_id, bc->id, bc->peer_id);
+    return bc;
+}
+
+static void readopt_alive(void)
+{
+    keep_open();
+    uint32_t peer = fy_udp_conn(sb.ep)->peer_id;
+    fy_udp_conn_t *bc = b_readopts(b_closes());
+    FY_ASSERT_EQ(bc->peer_id, peer); /* a's end lived: the same stream */
+    FY_ASSERT_EQ(fy_udp_conn(sa.ep)->peer_id, bc->id);
+    keep_close();
+}
+
+static void readopt_failed(void)
+{
+    keep_open();
+    fy_udp_conn_t *kept = b_closes();
+    uint32_t old_id = kept->id;
+    fy_udp_conn_fail(fy_udp_conn(sa.ep), FERRY_ERR_CANCELED, 0); /* a's end: failed, still owned */
+    fy_udp_conn_t *bc = b_readopts(kept);
+    FY_ASSERT(bc->id != old_id); /* refused: connected afresh */
+    FY_ASSERT(fy_udp_iface(sb.iface)->resets_rx >= 1);
+    keep_close();
+}
+
+static void readopt_gone(void)
+{
+    keep_open();
+    fy_udp_conn_t *kept = b_closes();
+    uint32_t old_peer = kept->peer_id;
+    fy_udp_conn_fail(fy_udp_conn(sa.ep), FERRY_ERR_CANCELED, 0);
+    ops->ep_destroy(sa.ep); /* a's end gone */
+    sa.ep = NULL;
+    fy_udp_conn_t *bc = b_readopts(kept);
+    FY_ASSERT(bc->peer_id != old_peer); /* a new end at a */
+    FY_ASSERT(fy_udp_iface(sb.iface)->cookies_sent + fy_udp_iface(sa.iface)->cookies_sent >= 1);
+    keep_close();
+}
+
+FYTEST_MAIN(FYTEST_CASE(flood), FYTEST_CASE(peer_death), FYTEST_CASE(close_keeps),
+            FYTEST_CASE(readopt_alive), FYTEST_CASE(readopt_failed), FYTEST_CASE(readopt_gone), )

@@ -291,6 +291,8 @@ typedef struct fy_udp_conn {
     uint32_t probe_max;        /* the first (largest) size probed */
     uint16_t peer_live_port;   /* the peer's liveness port (0: not known yet) */
     uint8_t passive_counted;   /* counted in iface->npassive */
+    uint8_t released;          /* kept passive at its owner's close (udp_conn.c, Close) */
+    uint8_t verifying;         /* adopted, asking the peer whether its end still lives */
     uint32_t hb_sent;          /* heartbeats unanswered since hb_first */
     uint64_t hb_first;         /* when the first unanswered heartbeat left (0: none) */
     fy_udp_timer_t live_timer; /* in iface->live_hotel */

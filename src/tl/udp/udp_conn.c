@@ -22,6 +22,13 @@
  *
  * When proto creates an ep to a remote iface that already opened a connection to us (a
  * passive one), that connection is adopted, so there is one stream per pair of ifaces.
+ *
+ * Close: since the peer's ep to us shares the connection, ep_destroy keeps a healthy one
+ * (passive again) rather than reset the peer mid-flush; only what reads the caller's memory
+ * forbids it (keepable()).  Taking up a connection whose far end may have gone meanwhile (one
+ * we kept, or a passive one long silent) first asks the peer under the connection's own ids:
+ * its end answers (go on), or the peer has none (COOKIE: the stream starts again) or a failed
+ * one (RESET: a new id, connect afresh).  docs/udp.md, Close.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -34,6 +41,11 @@
 #define CONN_RETRY_MAX_NS (100 * FY_NSEC_PER_MSEC)
 #define PROBE_TRIES       8
 #define COOKIE_EPOCH_NS   (16 * FY_NSEC_PER_SEC)
+/* A passive connection that heard from its peer this recently is taken up without asking
+ * whether the peer's end lives (the usual case: the reply ep made for the peer's first AM). */
+#define ADOPT_FRESH_NS (100 * FY_NSEC_PER_MSEC)
+
+static void drop_window(fy_udp_conn_t *c, ferry_status_t status);
 
 static uint64_t peer_key(uint64_t uuid, uint32_t id)
 {
@@ -210,6 +222,96 @@ static void send_handshake(fy_udp_iface_t *iface, fy_udp_conn_t *c)
                      fy_time_ns());
 }
 
+/* An adopted connection whose peer end is not known to live: its sends wait (state
+ * CONNECTING) while a CONN_REQ under the connection's own ids asks the peer.  The peer's end
+ * answers CONN_ACK (it lives: go on where the stream is); a peer without that end answers
+ * COOKIE, then makes a new end (stream_restart), or RESET (conn_renew). */
+static void verify_start(fy_udp_iface_t *iface, fy_udp_conn_t *c)
+{
+    c->state = FY_UDP_CONN_CONNECTING;
+    c->verifying = 1;
+    c->got_conn_ack = 0;
+    c->got_probe_ack = 1; /* the path was probed when the connection opened */
+    c->probe_size = c->probe_max = c->seg_size;
+    c->conn_tries = 0;
+    c->small_acks = 0;
+    c->conn_start = fy_time_ns();
+    fy_list_del(&c->ready_link);
+    send_handshake(iface, c);
+}
+
+/* The peer's end of the stream is gone: what was in flight in either direction is void.
+ * Queued sends (never numbered) stay and go on the new stream from sequence 0; a chunked
+ * message that was part-way through starts again from its first chunk (only messages with a
+ * copy of their own are ever kept across a close, see keepable()). */
+static void stream_restart(fy_udp_conn_t *c)
+{
+    fy_udp_iface_t *iface = c->iface;
+    fy_list_t *e;
+    drop_window(c, FERRY_ERR_CONNECTION_RESET);
+    fy_list_for_each(e, &c->sendq)
+    {
+        fy_udp_pend_t *p = fy_container_of(e, fy_udp_pend_t, link);
+        if (p->kind == FY_UDP_PEND_FRAG)
+            ((fy_udp_frag_t *)p)->next_off = 0;
+    }
+    c->snd_una = c->snd_nxt = 0;
+    c->snd_high = (uint32_t)-1;
+    c->cwnd = FY_UDP_CWND_INIT;
+    c->rack_tx = 0;
+    memset(c->rack_ch, 0, sizeof(c->rack_ch));
+    c->last_tsecr = 0;
+    c->resent_at = 0;
+    fy_udp_cc_init(c);
+    fy_udp_rx_unplace(iface, c);
+    fy_udp_stash_clear(c);
+    c->rx_active = 0;
+    c->rcv_nxt = 0;
+    c->ts_echo = 0;
+    c->dsack_pending = 0;
+    fy_list_del(&c->ack_link);
+    c->ack_pending = c->ack_now = 0;
+    c->ack_unsent = 0;
+    c->ack_unsent_bytes = 0;
+    c->verifying = 0;
+}
+
+static void unbind_peer(fy_udp_conn_t *c)
+{
+    fy_udp_iface_t *iface = c->iface;
+    if (c->peer_id != 0 && fy_hash_get(&iface->by_peer, peer_key(c->peer_uuid, c->peer_id)) == c)
+        fy_hash_del(&iface->by_peer, peer_key(c->peer_uuid, c->peer_id));
+    c->peer_id = 0;
+}
+
+/* The peer refused the adopted connection (RESET: its end failed or is gone): open a fresh
+ * one in its place, under a new id so nothing of the old stream is taken for the new. */
+static void conn_renew(fy_udp_iface_t *iface, fy_udp_conn_t *c)
+{
+    uint32_t idx = c->id & 0xffff;
+    char buf[FY_NETIF_ADDR_STRLEN];
+    fy_list_t *e;
+    fy_debug("udp: peer %s no longer has its end of connection %08x: connecting afresh",
+             fy_netif_addr_str(&c->peer_addr, 0, buf, sizeof(buf)), c->id);
+    stream_restart(c);
+    unbind_peer(c);
+    if (++iface->conn_gen[idx] == 0)
+        iface->conn_gen[idx] = 1;
+    c->id = ((uint32_t)iface->conn_gen[idx] << 16) | idx;
+    fy_list_for_each(e, &c->sendq) /* formed segments carry the id they were made under */
+    {
+        fy_udp_pend_t *p = fy_container_of(e, fy_udp_pend_t, link);
+        if (p->kind == FY_UDP_PEND_SEG)
+            memcpy(((fy_udp_seg_t *)p)->hdr + offsetof(fy_udp_hdr_t, src_id), &c->id,
+                   sizeof(c->id));
+    }
+    c->cookie = 0;
+    c->got_conn_ack = 0;
+    c->conn_tries = 0;
+    c->conn_start = fy_time_ns();
+    send_handshake(iface, c);
+}
+
 ferry_status_t fy_udp_ep_create(fy_tl_iface_t *tl_iface, const void *dev_addr,
                                 const void *iface_addr, fy_tl_ep_t **ep_p)
 {
@@ -222,12 +324,16 @@ ferry_status_t fy_udp_ep_create(fy_tl_iface_t *tl_iface, const void *dev_addr,
     memcpy(&a, iface_addr, sizeof(a));
     if (d.ip.family != iface->addr.family || a.uuid == 0)
         return FERRY_ERR_INVALID_ADDR;
-    /* The peer connected to us first: take over its passive connection. */
+    /* The peer connected to us first, or an ep of ours to it was closed and its connection
+     * kept: take it over (asking the peer first whether its end still lives, see Close). */
     for (uint32_t i = 1; i < iface->conn_cap; i++) {
         c = iface->conns[i];
-        if (c != NULL && !c->owned && c->peer_uuid == a.uuid && c->state == FY_UDP_CONN_CONNECTED) {
+        if (c != NULL && !c->owned && c->peer_uuid == a.uuid && c->state == FY_UDP_CONN_CONNECTED &&
+            !c->in_fail_list) {
             c->owned = 1;
             passive_count(c, 0);
+            if (c->released || fy_time_ns() - c->last_rx_ns > ADOPT_FRESH_NS)
+                verify_start(iface, c);
             *ep_p = &c->super;
             return FERRY_OK;
         }
@@ -251,6 +357,7 @@ static void maybe_connected(fy_udp_iface_t *iface, fy_udp_conn_t *c)
     if (c->state != FY_UDP_CONN_CONNECTING || !c->got_conn_ack || !c->got_probe_ack)
         return;
     c->state = FY_UDP_CONN_CONNECTED;
+    c->verifying = 0;
     c->seg_size = c->probe_size;
     c->last_rx_ns = iface->now;
     fy_hotel_checkout(&iface->hotel, &c->conn_timer.room);
@@ -318,8 +425,18 @@ void fy_udp_conn_rx_ctrl(fy_udp_iface_t *iface, const fy_udp_hdr_t *h, const uin
             bind_peer(c, h->src_id);
             apply_peer(c, &m);
         }
-        if (c->state == FY_UDP_CONN_FAILED || c->state == FY_UDP_CONN_CLOSED)
+        if (c->state == FY_UDP_CONN_FAILED || c->state == FY_UDP_CONN_CLOSED) {
+            /* Our end failed (and its owner has not closed it yet): the requester, asking
+             * whether this end lives, must connect afresh. */
+            fy_udp_hdr_t r;
+            memset(&r, 0, sizeof(r));
+            r.type = FY_UDP_T_RESET;
+            r.dst_id = h->src_id;
+            r.src_id = c->id;
+            iface->resets_sent++;
+            fy_udp_send_raw(iface, FY_UDP_CH_PRIO, &r, NULL, 0, from);
             return;
+        }
         c->last_rx_ns = iface->now;
         conn_msg_fill(iface, c, &m, 0);
         fy_udp_tx_ctrl(iface, c, FY_UDP_CH_PRIO, FY_UDP_T_CONN_ACK, &m, sizeof(m), 0,
@@ -341,8 +458,11 @@ void fy_udp_conn_rx_ctrl(fy_udp_iface_t *iface, const fy_udp_hdr_t *h, const uin
             /* We had adopted the peer's connection from its CONN_REQ, and that connection
              * went away before the handshake finished (its ep destroyed); the peer answered
              * our own CONN_REQ with a new one: follow it, or both ends wait forever. */
-            if (fy_hash_get(&iface->by_peer, peer_key(c->peer_uuid, c->peer_id)) == c)
-                fy_hash_del(&iface->by_peer, peer_key(c->peer_uuid, c->peer_id));
+            /* Or we asked whether the peer's end of an adopted connection lives, and the
+             * peer made a new end instead (after a COOKIE): a new stream. */
+            if (c->verifying)
+                stream_restart(c);
+            unbind_peer(c);
             bind_peer(c, h->src_id);
         }
         if (c->state != FY_UDP_CONN_CONNECTING)
@@ -409,6 +529,10 @@ void fy_udp_conn_rx_ctrl(fy_udp_iface_t *iface, const fy_udp_hdr_t *h, const uin
         if (c == NULL || c->peer_id == 0 || c->peer_id != h->src_id || !fy_udp_conn_alive(c))
             goto unknown;
         iface->resets_rx++;
+        if (c->verifying) {
+            conn_renew(iface, c);
+            return;
+        }
         {
             /* With nothing in flight this is an ordinary close at the other end: news. */
             char buf[FY_NETIF_ADDR_STRLEN];
@@ -564,6 +688,29 @@ static void zombie(fy_udp_iface_t *iface, fy_udp_conn_t *c)
         fy_udp_conn_free_zombies(iface);
 }
 
+/* Forget every segment in the send window (the stream they belong to is over). */
+static void drop_window(fy_udp_conn_t *c, ferry_status_t status)
+{
+    fy_udp_iface_t *iface = c->iface;
+    for (uint32_t s = c->snd_una; s != c->snd_nxt; s++) {
+        fy_udp_seg_t *seg = c->win[s & (iface->wsize - 1)];
+        c->win[s & (iface->wsize - 1)] = NULL;
+        if (seg == NULL)
+            continue;
+        fy_hotel_checkout(&iface->hotel, &seg->timer.room);
+        fy_list_del(&seg->rlink);
+        if (seg->frag != NULL) {
+            seg->frag->result = status;
+            fy_udp_frag_release_seg(iface, seg->frag);
+        }
+        fy_udp_seg_free(iface, seg);
+    }
+    c->snd_una = c->snd_nxt;
+    c->inflight = 0;
+    c->nsacked = 0;
+    c->sacked_bytes = 0;
+}
+
 /* Fail every operation of the connection with status; the peer is gone (or we close). */
 void fy_udp_conn_fail(fy_udp_conn_t *c, ferry_status_t status, int notify)
 {
@@ -597,21 +744,7 @@ void fy_udp_conn_fail(fy_udp_conn_t *c, ferry_status_t status, int notify)
             fy_mpool_put(&iface->flush_pool, fl);
         }
     }
-    for (uint32_t s = c->snd_una; s != c->snd_nxt; s++) {
-        fy_udp_seg_t *seg = c->win[s & (iface->wsize - 1)];
-        c->win[s & (iface->wsize - 1)] = NULL;
-        if (seg == NULL)
-            continue;
-        fy_hotel_checkout(&iface->hotel, &seg->timer.room);
-        fy_list_del(&seg->rlink);
-        if (seg->frag != NULL) {
-            seg->frag->result = status;
-            fy_udp_frag_release_seg(iface, seg->frag);
-        }
-        fy_udp_seg_free(iface, seg);
-    }
-    c->snd_una = c->snd_nxt;
-    c->inflight = 0;
+    drop_window(c, status);
     /* (the window array stays until the conn is freed: a completion called from an ACK's
      * loop over the window may have failed the connection) */
     while ((e = fy_list_pop_head(&c->flushq)) != NULL) {
@@ -632,6 +765,80 @@ void fy_udp_conn_fail(fy_udp_conn_t *c, ferry_status_t status, int notify)
         zombie(iface, c);
 }
 
+/* Can the connection outlive its owner's ep?  Only when what stays of its send side reads no
+ * memory of the caller's and answers nobody: in the window and the queue, segments and
+ * messages with a copy of their own; a zero-copy message not yet begun is cancelled, one
+ * part-way through (or an RMA, or a GET answer the peer waits for) means no. */
+static int keepable(const fy_udp_conn_t *c)
+{
+    const fy_udp_iface_t *iface = c->iface;
+    const fy_list_t *e;
+    if (!fy_udp_conn_alive(c) || c->peer_id == 0 || c->in_fail_list ||
+        (c->state == FY_UDP_CONN_CONNECTING && !c->verifying) || !fy_list_is_empty(&c->rma_fifo) ||
+        iface->npassive >= iface->opts->max_passive)
+        return 0;
+    for (uint32_t s = c->snd_una; s != c->snd_nxt; s++) {
+        const fy_udp_seg_t *seg = c->win[s & (iface->wsize - 1)];
+        if (seg != NULL && seg->frag != NULL && seg->frag->bounce == NULL)
+            return 0;
+    }
+    fy_list_for_each(e, &c->sendq)
+    {
+        const fy_udp_pend_t *p = fy_container_of(e, fy_udp_pend_t, link);
+        const fy_udp_frag_t *f = (const fy_udp_frag_t *)p;
+        if (p->kind == FY_UDP_PEND_FRAG && f->bounce == NULL &&
+            (f->next_off != 0 || f->outstanding != 0 || f->type != FY_UDP_T_AM_CHUNK))
+            return 0;
+    }
+    return 1;
+}
+
+/* Close, keeping the connection: the peer's endpoint to us shares it (one stream per pair
+ * of ifaces), and may still be flushing or sending; dropping it would reset the peer.  The
+ * connection becomes passive, as if the peer had opened it, and is reclaimed when idle
+ * (FERRY_UDP_PASSIVE_IDLE) or taken up again by a new ep of ours to that peer (then verified:
+ * the peer's end may have gone meanwhile). */
+static void release(fy_udp_conn_t *c)
+{
+    fy_udp_iface_t *iface = c->iface;
+    fy_list_t keep, *e;
+    fy_list_init(&keep);
+    if (c->verifying) { /* (nothing of the new owner was numbered yet) */
+        c->state = FY_UDP_CONN_CONNECTED;
+        c->verifying = 0;
+        c->got_conn_ack = 1;
+        fy_hotel_checkout(&iface->hotel, &c->conn_timer.room);
+    }
+    while ((e = fy_list_pop_head(&c->sendq)) != NULL) {
+        fy_udp_pend_t *p = fy_container_of(e, fy_udp_pend_t, link);
+        if (p->kind == FY_UDP_PEND_FLUSH) {
+            fy_udp_flush_t *fl = (fy_udp_flush_t *)p;
+            fl->comp->cb(fl->comp, FERRY_ERR_CANCELED);
+            fy_mpool_put(&iface->flush_pool, fl);
+        } else if (p->kind == FY_UDP_PEND_FRAG && ((fy_udp_frag_t *)p)->bounce == NULL) {
+            fy_udp_frag_t *f = (fy_udp_frag_t *)p;
+            f->queued = 0;
+            f->result = FERRY_ERR_CANCELED;
+            fy_udp_frag_finish(iface, f);
+        } else {
+            fy_list_add_tail(&keep, e);
+        }
+    }
+    while ((e = fy_list_pop_head(&keep)) != NULL)
+        fy_list_add_tail(&c->sendq, e);
+    while ((e = fy_list_pop_head(&c->flushq)) != NULL) {
+        fy_udp_flush_t *fl = fy_container_of(e, fy_udp_flush_t, pend.link);
+        fl->comp->cb(fl->comp, FERRY_ERR_CANCELED);
+        fy_mpool_put(&iface->flush_pool, fl);
+    }
+    c->sticky = FERRY_OK;
+    c->owned = 0;
+    c->super.owner = NULL;
+    c->released = 1;
+    passive_count(c, 1);
+    fy_udp_ready_add(c);
+}
+
 void fy_udp_ep_destroy(fy_tl_ep_t *ep)
 {
     fy_udp_conn_t *c = fy_udp_conn(ep);
@@ -639,6 +846,10 @@ void fy_udp_ep_destroy(fy_tl_ep_t *ep)
         return;
     if (fy_udp_stats_wanted(c->iface))
         fy_udp_conn_print(c, stderr);
+    if (c->owned && keepable(c)) {
+        release(c);
+        return;
+    }
     fy_udp_conn_fail(c, FERRY_ERR_CANCELED, 0); /* still owned: it stays for zombie() */
     c->owned = 0;
     zombie(c->iface, c);

@@ -33,6 +33,7 @@
 
 #define HOTEL_TICK_NS (20 * FY_NSEC_PER_USEC)
 #define HOTEL_SLOTS   8192
+#define RX_MORE       8 /* extra batches a pass drains while they come full */
 
 /* The selected addresses, filtered by FERRY_UDP_AF. */
 /*
@@ -476,6 +477,13 @@ unsigned fy_udp_iface_progress(fy_tl_iface_t *tl_iface)
     iface->now = fy_time_ns();
     fy_udp_rx_progress(iface, FY_UDP_CH_PRIO);
     if (data->idle < 16 || (iface->pass & 15) == 0)
+        fy_udp_rx_progress(iface, FY_UDP_CH_DATA);
+    /* A full batch means more is waiting: with thousands of peers (handshakes, probes,
+     * heartbeats at once) one batch per pass lets the socket overflow, the drops bring
+     * resends, and the resends more drops.  Drain a few batches more. */
+    for (int i = 0; i < RX_MORE && iface->ch[FY_UDP_CH_PRIO].last_batch >= FY_UDP_BATCH; i++)
+        fy_udp_rx_progress(iface, FY_UDP_CH_PRIO);
+    for (int i = 0; i < RX_MORE && data->last_batch >= FY_UDP_BATCH; i++)
         fy_udp_rx_progress(iface, FY_UDP_CH_DATA);
     /* (a receive that found something took a fresh time already) */
     if (iface->fault.enabled)

@@ -350,7 +350,15 @@ static void send_hb(fy_udp_iface_t *iface, fy_udp_conn_t *c)
         ((struct sockaddr_in *)&to)->sin_port = htons(c->peer_live_port);
     else
         ((struct sockaddr_in6 *)&to)->sin6_port = htons(c->peer_live_port);
-    fy_udp_tx_ctrl(iface, c, FY_UDP_CH_PRIO, FY_UDP_T_HB, &hb, sizeof(hb), 0, &to, c->addrlen);
+    fy_udp_hdr_t h;
+    memset(&h, 0, sizeof(h));
+    h.type = FY_UDP_T_HB;
+    h.dst_id = c->peer_id;
+    h.src_id = c->id;
+    /* Sent at once, not batched: a batched datagram keeps a pointer to its address, and this
+     * one (the peer's liveness port) lives on our stack; batched, every heartbeat of a pass
+     * went to the last peer's port, and the others were taken for dead. */
+    fy_udp_send_raw(iface, FY_UDP_CH_PRIO, &h, &hb, sizeof(hb), &to);
     if (c->hb_first == 0)
         c->hb_first = iface->now;
     c->hb_sent++;

@@ -62,7 +62,9 @@ static const fy_config_field_t ctx_fields[] = {
                     FY_CFG_SIZE, fy_ctx_opts_t, max_queued),
     FY_CONFIG_FIELD("JOB_KEY", "",
                     "A job key carried by network transports; datagrams and connections with "
-                    "another key are refused.  Set by the launcher; empty = a fixed default.",
+                    "another key are refused.  Set by ferryrun; empty: the PMIx namespace "
+                    "(PMIX_NAMESPACE: mpirun, srun --mpi=pmix), else Slurm's job and step ids, "
+                    "else a fixed default shared by every unlaunched process.",
                     FY_CFG_STRING, fy_ctx_opts_t, job_key),
     FY_CONFIG_FIELD("WIREUP_TIMEOUT", "2s",
                     "A new endpoint's lane that has not answered its wireup by then is given "
@@ -138,6 +140,32 @@ static uint64_t hash_string(const char *s)
     for (; *s != '\0'; s++)
         h = (h ^ (uint8_t)*s) * 0x100000001b3ull;
     return fy_hash_mix64(h);
+}
+
+/* The job key of network transports.  FERRY_JOB_KEY first (ferryrun sets 32 random hex digits);
+ * else the job's name as a launcher gives it in the environment, so two jobs of one machine or
+ * cluster keep apart even where the launcher is not ferry's: the PMIx namespace (Open MPI's
+ * mpirun, Slurm's srun --mpi=pmix, PRRTE) or Slurm's job and step ids.  Else (a singleton,
+ * client/server by ip:port, MPICH's hydra, whose PMI-1 names the job only over its socket) a
+ * fixed constant: every such process shares it, so it keeps ferry's traffic apart from other
+ * programs' but not one unlaunched ferry program from another (docs/configuration.md). */
+static uint64_t default_job_key(const char *configured)
+{
+    char buf[512];
+    const char *ns = getenv("PMIX_NAMESPACE");
+    const char *sj = getenv("SLURM_JOB_ID");
+    if (configured != NULL && configured[0] != '\0')
+        return hash_string(configured);
+    if (ns != NULL && ns[0] != '\0') {
+        snprintf(buf, sizeof(buf), "pmix:%s", ns);
+        return hash_string(buf);
+    }
+    if (sj != NULL && sj[0] != '\0') {
+        const char *step = getenv("SLURM_STEP_ID");
+        snprintf(buf, sizeof(buf), "slurm:%s.%s", sj, step != NULL ? step : "");
+        return hash_string(buf);
+    }
+    return FY_JOB_KEY_DEFAULT;
 }
 
 static ferry_status_t check_tls(const fy_config_list_t *l)
@@ -221,9 +249,7 @@ ferry_status_t ferry_context_create(const ferry_context_params_t *params,
         st = FERRY_ERR_BAD_CONFIG;
         goto err_opts;
     }
-    ctx->job_key = (ctx->opts.job_key != NULL && ctx->opts.job_key[0] != '\0')
-                       ? hash_string(ctx->opts.job_key)
-                       : 0x66657272794b3031ull;
+    ctx->job_key = default_job_key(ctx->opts.job_key);
     st = fy_region_table_init(&ctx->regions);
     if (st != FERRY_OK)
         goto err_opts;

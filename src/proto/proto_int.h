@@ -23,10 +23,11 @@
 #include "util/region.h"
 #include "util/status.h"
 
-#define FY_MAX_TLS    8
-#define FY_MAX_DEVS   8
-#define FY_MAX_IFACES 16
-#define FY_MAX_IOV    16
+#define FY_MAX_TLS         8
+#define FY_MAX_DEVS        8
+#define FY_JOB_KEY_DEFAULT 0x66657272794b3031ull /* an unlaunched process's job key */
+#define FY_MAX_IFACES      16
+#define FY_MAX_IOV         16
 /* An interface with no endpoint (it can only receive a newcomer's wireup) is polled every
  * FY_IDLE_POLL-th progress call: a socket poll is a system call, which the shared-memory
  * fast path must not pay on every pass. */
@@ -171,7 +172,7 @@ struct ferry_context {
     char name[32];
     fy_ctx_tl_t tls[FY_MAX_TLS];
     unsigned ntls;
-    uint64_t job_key;
+    uint64_t job_key;          /* FERRY_JOB_KEY, the launcher's job name, or FY_JOB_KEY_DEFAULT */
     fy_region_table_t regions; /* for RMA emulated over AM */
     fy_cm_set_t cms;           /* connection managers FERRY_CM selected */
     pthread_mutex_t lock;

@@ -6,6 +6,7 @@
 #include <stdio.h>
 
 #include "common.h"
+#include "proto/proto_int.h"
 
 static void null_handles(void)
 {
@@ -246,5 +247,49 @@ static void bad_config(void)
     FY_ASSERT_MSG(strstr(text, "carrier-pigeon"), "log: %s", text);
 }
 
+/* The job key network transports carry: FERRY_JOB_KEY first, else the launcher's job name
+ * (the PMIx namespace, else Slurm's job and step), else the fixed default; two jobs of one
+ * launcher get different keys, two ranks of one job the same. */
+static uint64_t key_of(void)
+{
+    ferry_context_t *ctx;
+    FY_ASSERT_OK(ferry_context_create(NULL, &ctx));
+    uint64_t k = fy_context_job_key(ctx);
+    ferry_context_destroy(ctx);
+    return k;
+}
+
+static void job_keys(void)
+{
+    setenv("FERRY_TLS", "self", 1);
+    unsetenv("FERRY_JOB_KEY");
+    unsetenv("PMIX_NAMESPACE");
+    unsetenv("SLURM_JOB_ID");
+    unsetenv("SLURM_STEP_ID");
+    uint64_t none = key_of();
+    FY_ASSERT_U64_EQ(none, FY_JOB_KEY_DEFAULT);
+    setenv("PMIX_NAMESPACE", "871890945", 1);
+    uint64_t a = key_of();
+    FY_ASSERT_U64_EQ(key_of(), a);
+    setenv("PMIX_NAMESPACE", "871890946", 1);
+    uint64_t b = key_of();
+    FY_ASSERT(a != none && b != none && a != b);
+    setenv("FERRY_JOB_KEY", "0123456789abcdef", 1); /* ferryrun's wins */
+    uint64_t f = key_of();
+    FY_ASSERT(f != a && f != b && f != none);
+    unsetenv("FERRY_JOB_KEY");
+    unsetenv("PMIX_NAMESPACE");
+    setenv("SLURM_JOB_ID", "42", 1);
+    setenv("SLURM_STEP_ID", "0", 1);
+    uint64_t s0 = key_of();
+    setenv("SLURM_STEP_ID", "1", 1);
+    uint64_t s1 = key_of();
+    FY_ASSERT(s0 != none && s1 != none && s0 != s1 && s0 != a);
+    unsetenv("SLURM_JOB_ID");
+    unsetenv("SLURM_STEP_ID");
+    unsetenv("FERRY_TLS");
+}
+
 FYTEST_MAIN(FYTEST_CASE(null_handles), FYTEST_CASE(bad_masks), FYTEST_CASE(bad_addresses),
-            FYTEST_CASE(bad_am_args), FYTEST_CASE(bad_rma_args), FYTEST_CASE(bad_config))
+            FYTEST_CASE(bad_am_args), FYTEST_CASE(bad_rma_args), FYTEST_CASE(bad_config),
+            FYTEST_CASE(job_keys))

@@ -230,7 +230,8 @@ typedef struct fy_udp_conn {
     ferry_status_t sticky; /* a refused put_short, reported by the next flush */
     int64_t srtt, rttvar;  /* ns; srtt 0 = no sample yet */
     uint64_t rto;
-    uint64_t last_rx_ns;
+    uint64_t last_rx_ns;  /* anything from the peer, its liveness answers included */
+    uint64_t last_seg_ns; /* a datagram of the connection itself (not a liveness answer) */
     uint64_t last_ack_ns; /* snd_una last moved (or the window went from empty) */
     uint32_t snd_high;    /* highest seq the peer said it holds (ack - 1 or SACKed) */
 

@@ -345,12 +345,13 @@ void fy_udp_hotel_expired(fy_hotel_t *hotel, fy_hotel_room_t *room, void *arg)
     }
     /* A timeout fired, no ACK brought news since, and the peer has sent nothing at all for
      * an RTO: the path or the receiver stopped (a receiver descheduled, an application
-     * that does not call progress, a link down).  (While datagrams still come, the
+     * that does not call progress, a link down; its liveness thread may still answer
+     * heartbeats, which says it lives, not that it reads).  (While datagrams still come, the
      * timeouts are lost resends on a lossy path: each is resent at once.)
      * Resending the whole window into it is a flood that helps nothing: as TCP, only the
      * oldest segment goes, at a backed-off interval, as the probe; the others wait until
      * an ACK says the receiver is back (then RACK judges them at once). */
-    int silent = iface->now - c->last_rx_ns >= c->rto;
+    int silent = iface->now - c->last_seg_ns >= c->rto; /* a liveness answer is no news */
     if (silent && c->rto_probing && seg->seq != c->snd_una) {
         fy_udp_seg_t *old = c->win[c->snd_una & (iface->wsize - 1)];
         if (old != NULL) {

@@ -446,7 +446,7 @@ static int rx_dgram(fy_udp_iface_t *iface, uint8_t chan, fy_udp_rxbuf_t *b, size
         fy_udp_conn_rx_unknown(iface, &h, from); /* udp_live.c: RESET a gone connection */
         return 0;
     }
-    c->last_rx_ns = iface->now;
+    c->last_rx_ns = c->last_seg_ns = iface->now;
     if (h.type == FY_UDP_T_ACK) {
         fy_udp_sack_ext_t ext;
         const fy_udp_sack_ext_t *e = NULL;

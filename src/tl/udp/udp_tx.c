@@ -406,6 +406,7 @@ static void seg_assign(fy_udp_conn_t *c, fy_udp_seg_t *seg)
     if (c->snd_una == c->snd_nxt) {
         /* the peer-timeout and retransmission clocks start */
         c->last_rx_ns = FY_MAX(c->last_rx_ns, c->iface->now);
+        c->last_seg_ns = FY_MAX(c->last_seg_ns, c->iface->now);
         c->last_ack_ns = c->iface->now;
     }
     seg->conn = c;

@@ -232,7 +232,8 @@ struct fy_ofi_iface {
     void *spare; /* the last receive buffer, kept for the next rendezvous */
     size_t spare_len;
     int delivering;
-    int wedged; /* shm: a read to a dead process holds the endpoint's completions for ever */
+    int closing; /* iface_close drains the CQ: nothing is delivered */
+    int wedged;  /* shm: a read to a dead process holds the endpoint's completions for ever */
     uint64_t rndv_tx, rndv_rx, rndv_failed;
 };
 

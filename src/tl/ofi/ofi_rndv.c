@@ -357,7 +357,7 @@ static void deliver_ready(fy_ofi_iface_t *iface)
         if (rr->status == FERRY_OK && (rr->reads > 0 || rr->next_post < rr->nremote))
             break;
         fy_list_del(&rr->elem);
-        if (rr->status == FERRY_OK)
+        if (rr->status == FERRY_OK && !iface->closing)
             iface->super.params.am_cb(iface->super.params.am_arg, rr->am_id, rr->buf, rr->len);
         else
             iface->rndv_failed++;

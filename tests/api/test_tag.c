@@ -402,6 +402,15 @@ static void rndv_sender_force_close_matched(void)
     fill_pattern(src, len, 8);
     done_t ds = {0, 0}, dr = {0, 0};
     ferry_request_t rs = {.cb = req_cb, .user_data = &ds}, rr = {.cb = req_cb, .user_data = &dr};
+    /* the ep connected first: where wireup needs both sides (ofi), the RTS would otherwise wait
+     * in the sender for it, and the receiver alone would have nothing to match */
+    char one = 1, got = 0;
+    done_t d1 = {0, 0}, d2 = {0, 0};
+    ferry_request_t r1 = {.cb = req_cb, .user_data = &d1}, r2 = {.cb = req_cb, .user_data = &d2};
+    ferry_status_t s1 = ferry_tag_recv(p.w[1], &got, 1, 88, ~0ull, &r1);
+    ferry_status_t s2 = ferry_tag_send(p.ep[0], 88, &one, 1, &r2);
+    FY_ASSERT_OK(finish(&p, s1, &r1, &d1));
+    FY_ASSERT_OK(finish(&p, s2, &r2, &d2));
     FY_ASSERT_STATUS(ferry_tag_recv(p.w[1], dst, len, 89, ~0ull, &rr), FERRY_INPROGRESS);
     FY_ASSERT_STATUS(ferry_tag_send(p.ep[0], 89, src, len, &rs), FERRY_INPROGRESS);
     /* only the receiver runs: it matches the RTS and answers (CTS or ATS), unheard */

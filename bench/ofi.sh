@@ -8,6 +8,8 @@
 # and ferry's own shm, tcp and udp transports for the same figures.  Prints the rows of the
 # "ofi" section of bench/RESULTS.md.
 #   Usage: bench/ofi.sh [build]     (ITERS=2000 small, ITERS_BIG=200 at 1 MiB)
+#          bench/ofi.sh build rounds   the 1 MiB ping-pong only, interleaved round after round
+#                                      (ROUNDS=3): ferry by rendezvous, by fragments, fi_pingpong
 # Every program is pinned as ferry_perf pins its ranks (-C 0,1): fi_pingpong's server on CPU 0
 # and its client on CPU 1, ofi_floor (a parent and its forked child) on CPUs 0-1, so on a
 # loaded machine the raw tools are not penalised by migrating where ferry is not.
@@ -33,6 +35,16 @@ fipp() { # provider size iters -> "usec/xfer MB/s" of fi_pingpong
         awk '$1 ~ /^[0-9]+[kmg]?$/ {print $7, $6}' | tail -1
     wait $spid 2> /dev/null || true
 }
+if [ "${2:-}" = rounds ]; then
+    for p in "tcp;ofi_rxm" shm; do
+        for i in $(seq "${ROUNDS:-3}"); do
+            r=$(perf self,ofi "$p" am_lat 1048576 "$nb" | awk -F, '{if ($7 > 0) printf "%.0f", 1048576 / $7}')
+            f=$(RNDV=inf perf self,ofi "$p" am_lat 1048576 "$nb" | awk -F, '{if ($7 > 0) printf "%.0f", 1048576 / $7}')
+            echo "$p round $i, load $(cut -d' ' -f1 /proc/loadavg): rendezvous $r, fragments $f, fi_pingpong $(fipp "$p" 1048576 "$nb" | cut -d' ' -f2) MB/s"
+        done
+    done
+    exit 0
+fi
 echo "Started $(date -u '+%Y-%m-%d %H:%M UTC'), load $(cut -d' ' -f1-3 /proc/loadavg)."
 echo
 echo "| provider | ferry am_lat 8 B p50 us | fi_pingpong 8 B us | ofi_floor 8 B us | ferry 1 MiB ping-pong MB/s | fragments (RNDV_THRESH=inf) MB/s | fi_pingpong 1 MiB MB/s | ferry put 1 MiB MB/s | ofi_floor fi_write 1 MiB MB/s |"

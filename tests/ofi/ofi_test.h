@@ -50,4 +50,19 @@ __attribute__((unused)) static int child_connect(int rfd, ferry_context_t **ctx,
     return 0;
 }
 
+/* In the parent: start the child role and give it w's worker address (child_connect reads it). */
+__attribute__((unused)) static void spawn_with_address(fyproc_t *p, const char *role,
+                                                       ferry_worker_t *w)
+{
+    size_t alen = 0;
+    FY_ASSERT_STATUS(ferry_worker_get_address(w, NULL, &alen), FERRY_ERR_TRUNCATED);
+    char *addr = malloc(alen);
+    FY_ASSERT_OK(ferry_worker_get_address(w, addr, &alen));
+    FY_ASSERT_EQ(fyproc_spawn(p, role, NULL, 60), 0);
+    uint32_t len = (uint32_t)alen;
+    FY_ASSERT_EQ(fyproc_send(p->wfd, &len, sizeof(len)), 0);
+    FY_ASSERT_EQ(fyproc_send(p->wfd, addr, alen), 0);
+    free(addr);
+}
+
 #endif

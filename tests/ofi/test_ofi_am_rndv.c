@@ -255,16 +255,8 @@ static void killed(void)
     rx_t r;
     memset(&r, 0, sizeof(r));
     FY_ASSERT_OK(ferry_worker_set_am_handler(p.w[1], AM_ID, on_am, &r));
-    size_t alen = 0;
-    FY_ASSERT_STATUS(ferry_worker_get_address(p.w[1], NULL, &alen), FERRY_ERR_TRUNCATED);
-    char *addr = malloc(alen);
-    FY_ASSERT_OK(ferry_worker_get_address(p.w[1], addr, &alen));
     fyproc_t c;
-    FY_ASSERT_EQ(fyproc_spawn(&c, "sender", NULL, 60), 0);
-    uint32_t len = (uint32_t)alen;
-    FY_ASSERT_EQ(fyproc_send(c.wfd, &len, sizeof(len)), 0);
-    FY_ASSERT_EQ(fyproc_send(c.wfd, addr, alen), 0);
-    free(addr);
+    spawn_with_address(&c, "sender", p.w[1]);
     unsigned long long before = rndv_received(p.w[1]);
     struct timespec t0;
     clock_gettime(CLOCK_MONOTONIC, &t0);

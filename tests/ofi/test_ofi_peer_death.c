@@ -51,16 +51,8 @@ static void rndv_sender_killed(void)
     ferry_worker_t *w;
     FY_ASSERT_OK(ferry_context_create(NULL, &ctx));
     FY_ASSERT_OK(ferry_worker_create(ctx, NULL, &w));
-    size_t alen = 0;
-    FY_ASSERT_STATUS(ferry_worker_get_address(w, NULL, &alen), FERRY_ERR_TRUNCATED);
-    char *addr = malloc(alen);
-    FY_ASSERT_OK(ferry_worker_get_address(w, addr, &alen));
     fyproc_t p;
-    FY_ASSERT_EQ(fyproc_spawn(&p, "sender", NULL, 60), 0);
-    uint32_t len = (uint32_t)alen;
-    FY_ASSERT_EQ(fyproc_send(p.wfd, &len, sizeof(len)), 0);
-    FY_ASSERT_EQ(fyproc_send(p.wfd, addr, alen), 0);
-    free(addr);
+    spawn_with_address(&p, "sender", w);
 
     /* the RTS arrives (the message waits unexpected) */
     struct timespec t0;

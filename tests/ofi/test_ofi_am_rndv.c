@@ -118,12 +118,9 @@ static void sizes(void)
                 size_t a = 100 < lens[i] ? 100 : lens[i], c = (lens[i] - a) % 1000;
                 struct iovec v[3] = {
                     {buf[i], a}, {buf[i] + a, lens[i] - a - c}, {buf[i] + lens[i] - c, c}};
-                /* an eager am_zcopy takes the provider's iov limit (3 on shm) with the
-                 * header: two pieces up to the eager size; by rendezvous each is read alone */
-                size_t nv = lens[i] > 65536 ? 3 : 2;
-                if (nv == 2)
-                    v[1].iov_len += c;
-                st = ferry_am_sendv(p.ep[0], AM_ID, h, sizeof(h), v, nv, &req[nreq]);
+                /* three pieces at every size: above the lane's iov limit with the headers
+                 * (3 on shm) proto gathers them into one copy; by rendezvous each is read */
+                st = ferry_am_sendv(p.ep[0], AM_ID, h, sizeof(h), v, 3, &req[nreq]);
             }
             FY_ASSERT_MSG(st == FERRY_OK || st == FERRY_INPROGRESS, "send %u: %s", i,
                           ferry_status_string(st));

@@ -64,6 +64,19 @@ ferry_status_t fy_am_op_start(fy_op_t *op)
     const fy_tl_iface_attr_t *attr = &lane->iface->attr;
     struct iovec iov[FY_MAX_IOV + 2];
     size_t n = 0;
+    if (FY_UNLIKELY(op->iovcnt > 1 && op->iovcnt + 2 > attr->max_iov && op->copy == NULL)) {
+        /* more pieces than the lane gathers (with the two headers): one copy of the data,
+         * the op's own, freed with it */
+        size_t dlen = fy_iov_total(op->iov, op->iovcnt);
+        uint8_t *c = malloc(dlen);
+        if (c == NULL)
+            return FERRY_ERR_NO_MEMORY;
+        fy_iov_gather(c, op->iov, op->iovcnt);
+        op->copy = c;
+        op->iov[0].iov_base = c;
+        op->iov[0].iov_len = dlen;
+        op->iovcnt = 1;
+    }
     if (op->hdr_len != 0) {
         iov[n].iov_base = op->hdr;
         iov[n++].iov_len = op->hdr_len;

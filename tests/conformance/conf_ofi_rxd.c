@@ -8,7 +8,9 @@
  *  - close_force: rxd keeps (re)sending a zero-copy message from the caller's buffer after
  *    ep_destroy returned, and nothing in its API takes a send back;
  *  - peer_death_idle_flush: the flush's read to a peer in another process that has only
- *    received injected messages is never answered (not understood yet).
+ *    received injected messages is never answered (not understood yet: 1024 injected 64-byte
+ *    messages went, the peer got them and progresses, the 8-byte read behind them gets no
+ *    answer in 30 s, with FI_OFI_RXD_MAX_UNACKED=16 too; not shown to be rxd's alone).
  * FYCONF_UNSUPPORTED: close_force peer_death_idle_flush
  */
 #include <stdio.h>

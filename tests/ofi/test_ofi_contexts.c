@@ -14,23 +14,12 @@
 #include <stdio.h>
 
 #include "common.h"
-
-static double ms_since(const struct timespec *t0)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)(t.tv_sec - t0->tv_sec) * 1e3 + (double)(t.tv_nsec - t0->tv_nsec) / 1e6;
-}
+#include "ofi_test.h"
 
 /* The ofi context a worker's iface holds, from "context N of M" in its print. */
 static int context_of(ferry_worker_t *w, unsigned *of)
 {
-    char *text = NULL;
-    size_t len = 0;
-    FILE *f = open_memstream(&text, &len);
-    FY_ASSERT(f != NULL);
-    ferry_worker_print_info(w, f);
-    fclose(f);
+    char *text = worker_info(w);
     const char *c = strstr(text, "context ");
     FY_ASSERT_MSG(c != NULL, "no ofi context in:\n%s", text);
     int idx = -1;

@@ -14,6 +14,7 @@
 #include <stdint.h>
 
 #include "common.h"
+#include "ofi_test.h"
 #include "fytest_proc.h"
 
 #define LEN (8u << 20)
@@ -22,22 +23,12 @@
 static int sender(int rfd, int wfd, int argc, char **argv)
 {
     (void)wfd, (void)argc, (void)argv;
-    uint32_t len;
-    if (fyproc_recv(rfd, &len, sizeof(len), 20000) != 0 || len == 0 || len > 4096)
-        return 2;
-    char addr[4096];
-    if (fyproc_recv(rfd, addr, len, 20000) != 0)
-        return 3;
     ferry_context_t *ctx;
     ferry_worker_t *w;
     ferry_ep_t *ep;
-    if (ferry_context_create(NULL, &ctx) != FERRY_OK ||
-        ferry_worker_create(ctx, NULL, &w) != FERRY_OK)
-        return 4;
-    ferry_ep_params_t ep_params = {
-        .field_mask = FERRY_EP_FIELD_ADDRESS, .address = addr, .address_len = len};
-    if (ferry_ep_create(w, &ep_params, &ep) != FERRY_OK)
-        return 5;
+    int ret = child_connect(rfd, &ctx, &w, &ep);
+    if (ret != 0)
+        return ret;
     char *buf = malloc(LEN);
     fill_pattern(buf, LEN, 5);
     ferry_request_t rs = {.cb = NULL};
@@ -54,29 +45,14 @@ static int sender(int rfd, int wfd, int argc, char **argv)
 
 static const fyproc_role_t roles[] = {{"sender", sender}};
 
-static double ms_since(const struct timespec *t0)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)(t.tv_sec - t0->tv_sec) * 1e3 + (double)(t.tv_nsec - t0->tv_nsec) / 1e6;
-}
-
 static void rndv_sender_killed(void)
 {
     ferry_context_t *ctx;
     ferry_worker_t *w;
     FY_ASSERT_OK(ferry_context_create(NULL, &ctx));
     FY_ASSERT_OK(ferry_worker_create(ctx, NULL, &w));
-    size_t alen = 0;
-    FY_ASSERT_STATUS(ferry_worker_get_address(w, NULL, &alen), FERRY_ERR_TRUNCATED);
-    char *addr = malloc(alen);
-    FY_ASSERT_OK(ferry_worker_get_address(w, addr, &alen));
     fyproc_t p;
-    FY_ASSERT_EQ(fyproc_spawn(&p, "sender", NULL, 60), 0);
-    uint32_t len = (uint32_t)alen;
-    FY_ASSERT_EQ(fyproc_send(p.wfd, &len, sizeof(len)), 0);
-    FY_ASSERT_EQ(fyproc_send(p.wfd, addr, alen), 0);
-    free(addr);
+    spawn_with_address(&p, "sender", w);
 
     /* the RTS arrives (the message waits unexpected) */
     struct timespec t0;

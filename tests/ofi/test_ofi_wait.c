@@ -18,6 +18,7 @@
 #include <stdio.h>
 
 #include "common.h"
+#include "ofi_test.h"
 
 static int got;
 
@@ -41,22 +42,10 @@ static void set_env(void)
     setenv("FERRY_OFI_PEER_CHECK", "10s", 1);
 }
 
-static double ms_since(const struct timespec *t0)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)(t.tv_sec - t0->tv_sec) * 1e3 + (double)(t.tv_nsec - t0->tv_nsec) / 1e6;
-}
-
 /* The worker sleeps on what ofi_iface_print says. */
 static void check_sleeps_on(ferry_worker_t *w)
 {
-    char *text = NULL;
-    size_t len = 0;
-    FILE *f = open_memstream(&text, &len);
-    FY_ASSERT(f != NULL);
-    ferry_worker_print_info(w, f);
-    fclose(f);
+    char *text = worker_info(w);
     const char *want = polls() ? "sleeps on a timer" : "sleeps on the completion queue's wait fd";
     FY_ASSERT_MSG(strstr(text, want) != NULL, "expected \"%s\" in:\n%s", want, text);
     free(text);

@@ -32,16 +32,18 @@
 #define FY_OFI_RX_SLOTS  32         /* receive buffers without FI_MULTI_RECV */
 #define FY_OFI_MULTI_RX  (1u << 20) /* one FI_MULTI_RECV buffer */
 #define FY_OFI_NUM_MULTI 2
+#define FY_OFI_RNDV_IOV  8 /* iov entries of an AM by rendezvous (each read on its own) */
 
 /* ---- wire: every message starts with this header (8 bytes, little endian) ---------------- *
  *  0       1       2               4                               8
  * +-------+-------+---------------+-------------------------------+
  * | type  | am_id | reserved      | job tag (low 32 bits of key)  |
  * +-------+-------+---------------+-------------------------------+
- *  type AM: am_cb(am_id, payload); type PROBE: a flush probe, dropped.  A message with a
- *  foreign job tag or a short length is dropped and counted.
+ *  type AM: am_cb(am_id, payload); type PROBE: a flush probe, dropped; RTS / ATS: an AM
+ *  rendezvous' descriptor and its answer (ofi_rndv.c draws them).  A message with a foreign
+ *  job tag or a short length is dropped and counted.
  */
-enum { FY_OFI_AM = 1, FY_OFI_PROBE = 2 };
+enum { FY_OFI_AM = 1, FY_OFI_PROBE = 2, FY_OFI_RTS = 3, FY_OFI_ATS = 4 };
 typedef struct fy_ofi_hdr {
     uint8_t type;
     uint8_t am_id;
@@ -78,6 +80,7 @@ typedef struct fy_ofi_config {
     int wait_fd;            /* ask the CQ for a wait fd (FI_WAIT_FD) */
     uint64_t wait_poll;     /* no wait fd: how often a sleeping worker wakes to progress */
     char *mr_force;         /* FERRY_OFI_MR_FORCE: MR mode bits acted on though not asked */
+    size_t rndv_thresh;     /* FERRY_OFI_RNDV_THRESH: larger AMs go by rendezvous (fi_read) */
     double latency_ns, bandwidth;
 } fy_ofi_config_t;
 extern const fy_config_table_t fy_ofi_config_table;
@@ -117,8 +120,12 @@ enum fy_ofi_op_kind {
     FY_OFI_OP_READ,
     FY_OFI_OP_AMO,
     FY_OFI_OP_FLUSH,
-    FY_OFI_OP_RECV, /* a receive slot (not from the pool) */
+    FY_OFI_OP_RECV,  /* a receive slot (not from the pool) */
+    FY_OFI_OP_RNDV,  /* an AM rendezvous' sender: its RTS, then waiting for the ATS */
+    FY_OFI_OP_RREAD, /* an AM rendezvous' receiver: one fi_read of the sender's data */
 };
+
+typedef struct fy_ofi_rr fy_ofi_rr_t; /* a rendezvous (or a held AM) being received */
 
 typedef struct fy_ofi_ep fy_ofi_ep_t;
 typedef struct fy_ofi_iface fy_ofi_iface_t;
@@ -134,6 +141,11 @@ typedef struct fy_ofi_op {
     uint8_t counted;   /* holds a slot of iface->inflight */
     uint8_t queued;    /* a send libfabric refused (-FI_EAGAIN): posted later, in order */
     uint8_t niov;
+    uint8_t acked;   /* RNDV: the ATS came (before the RTS' own completion) */
+    uint32_t index;  /* in iface->all_ops (kept across reuse): an ATS names its op by it */
+    uint64_t cookie; /* RNDV: (generation << 32) | index while an ATS may come, else 0 */
+    ferry_status_t ack_st;
+    fy_ofi_rr_t *rr;     /* RREAD: the receive it reads for */
     struct iovec iov[8]; /* a queued send's gather list */
     ferry_status_t status;
     uint64_t operand, compare, result; /* atomics */
@@ -205,6 +217,24 @@ struct fy_ofi_iface {
     int event_fd;  /* epoll of both: what the worker sleeps on */
     uint64_t next_check_ns;
     uint64_t rx_dropped, cq_errors, eagain;
+    /* AM rendezvous (ofi_rndv.c) */
+    size_t rndv_thresh;    /* AMs (header included) above it go by rendezvous; SIZE_MAX: none */
+    size_t rndv_max;       /* the largest AM by rendezvous (max_zcopy) */
+    fy_ofi_op_t **all_ops; /* every op of the pool, by index */
+    unsigned all_cap;
+    uint32_t cookie_gen;
+    fy_list_t rxq;             /* received AMs in order, held behind a rendezvous being read */
+    fy_list_t rr_dead;         /* failed receives whose reads libfabric still holds */
+    struct fy_ofi_peer *peers; /* senders of rendezvous: name -> fi_addr (for reads, ATS) */
+    unsigned npeers, peers_cap;
+    struct fy_ofi_ack *acks; /* ATS libfabric refused with -FI_EAGAIN: sent from progress */
+    unsigned nacks, acks_cap;
+    void *spare; /* the last receive buffer, kept for the next rendezvous */
+    size_t spare_len;
+    int delivering;
+    int closing; /* iface_close drains the CQ: nothing is delivered */
+    int wedged;  /* shm: a read to a dead process holds the endpoint's completions for ever */
+    uint64_t rndv_tx, rndv_rx, rndv_failed;
 };
 
 /* ofi_md.c */
@@ -237,7 +267,23 @@ ferry_status_t fy_ofi_op_local_mr(fy_ofi_iface_t *iface, fy_ofi_op_t *op, void *
 ferry_status_t fy_ofi_op_descs(fy_ofi_iface_t *iface, fy_ofi_op_t *op, const struct iovec *v,
                                size_t first, size_t n);
 
+/* ofi_rndv.c */
+void fy_ofi_rndv_init(fy_ofi_iface_t *iface);
+void fy_ofi_rndv_release(fy_ofi_iface_t *iface); /* before the endpoint closes */
+void fy_ofi_rndv_free(fy_ofi_iface_t *iface);    /* after it closed */
+ferry_status_t fy_ofi_rndv_send(fy_ofi_ep_t *ep, uint8_t id, const void *hdr, size_t hdr_len,
+                                const struct iovec *iov, size_t iovcnt, fy_tl_comp_t *comp);
+void fy_ofi_rndv_sent(fy_ofi_iface_t *iface, fy_ofi_op_t *op);
+void fy_ofi_rndv_read_done(fy_ofi_iface_t *iface, fy_ofi_op_t *op, ferry_status_t st);
+void fy_ofi_rndv_rx(fy_ofi_iface_t *iface, uint8_t type, uint8_t id, const uint8_t *p, size_t len);
+void fy_ofi_rndv_deliver(fy_ofi_iface_t *iface, uint8_t id, const void *data, size_t len);
+void fy_ofi_rndv_retry(fy_ofi_iface_t *iface);
+void fy_ofi_rndv_check_peers(fy_ofi_iface_t *iface);
+
 /* ofi_ep.c */
+void fy_ofi_put_hdr(fy_ofi_iface_t *iface, void *dst, uint8_t type, uint8_t id);
+int fy_ofi_op_bbuf(fy_ofi_iface_t *iface, fy_ofi_op_t *op);
+ferry_status_t fy_ofi_send_iov(fy_ofi_ep_t *ep, fy_ofi_op_t *op, const struct iovec *v, size_t n);
 ferry_status_t fy_ofi_ep_create(fy_tl_iface_t *iface, const void *dev_addr, const void *iface_addr,
                                 fy_tl_ep_t **ep_p);
 void fy_ofi_ep_destroy(fy_tl_ep_t *ep);

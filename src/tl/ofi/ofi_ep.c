@@ -6,8 +6,9 @@
  * am_short goes by fi_inject when it fits the provider's inject size (done in the call, no
  * completion), otherwise as am_bcopy: a copy into the op's buffer and fi_send.  am_zcopy
  * sends the header (copied) and the caller's iov by fi_sendmsg, completing when libfabric
- * gives the buffers back.  AMs are at most iface->msg_max on the wire; proto sends longer
- * ones as fragments.
+ * gives the buffers back.  AMs are at most iface->msg_max on the wire; a longer am_zcopy
+ * (above FERRY_OFI_RNDV_THRESH, at most the eager size) goes by rendezvous: the receiver
+ * fi_reads the caller's iov (ofi_rndv.c).
  *
  * RMA.  fi_writemsg / fi_readmsg straight from and to the caller's buffers; the rkey tells
  * the region's base, length, rights and whether the provider addresses by virtual address
@@ -143,7 +144,7 @@ static ssize_t post_send(fy_ofi_ep_t *ep, fy_ofi_op_t *op, const struct iovec *v
 /* Send now, or queue behind earlier queued sends (AM order): a send libfabric refuses with
  * -FI_EAGAIN is queued and posted from progress, so it is never dropped and never reordered;
  * the op limit (FERRY_OFI_TX_OPS) is what says NO_RESOURCE to the caller. */
-static ferry_status_t send_iov(fy_ofi_ep_t *ep, fy_ofi_op_t *op, const struct iovec *v, size_t n)
+ferry_status_t fy_ofi_send_iov(fy_ofi_ep_t *ep, fy_ofi_op_t *op, const struct iovec *v, size_t n)
 {
     fy_ofi_iface_t *iface = ep_iface(ep);
     ssize_t ret = ep->nqueued > 0 ? -FI_EAGAIN : post_send(ep, op, v, n);
@@ -198,7 +199,7 @@ int fy_ofi_ep_retry(fy_ofi_ep_t *ep)
 
 /* The op's copy buffer (kept across reuse; registered once under FI_MR_LOCAL), its
  * descriptor in op->desc[0]. */
-static int bbuf(fy_ofi_iface_t *iface, fy_ofi_op_t *op)
+int fy_ofi_op_bbuf(fy_ofi_iface_t *iface, fy_ofi_op_t *op)
 {
     if (op->bbuf == NULL)
         op->bbuf = malloc(FY_OFI_BBUF);
@@ -209,7 +210,7 @@ static int bbuf(fy_ofi_iface_t *iface, fy_ofi_op_t *op)
     return 1;
 }
 
-static void put_hdr(fy_ofi_iface_t *iface, void *dst, uint8_t type, uint8_t id)
+void fy_ofi_put_hdr(fy_ofi_iface_t *iface, void *dst, uint8_t type, uint8_t id)
 {
     fy_ofi_hdr_t h = {.type = type, .am_id = id, .rsvd = 0, .job_tag = htole32(iface->job_tag)};
     memcpy(dst, &h, sizeof(h));
@@ -229,14 +230,14 @@ ferry_status_t fy_ofi_am_bcopy(fy_tl_ep_t *super, uint8_t id, const struct iovec
     fy_ofi_op_t *op = fy_ofi_op_get(iface, ep, FY_OFI_OP_SEND, NULL);
     if (op == NULL)
         return FERRY_ERR_NO_RESOURCE;
-    if (!bbuf(iface, op)) {
+    if (!fy_ofi_op_bbuf(iface, op)) {
         fy_ofi_op_put(iface, op);
         return FERRY_ERR_NO_MEMORY;
     }
-    put_hdr(iface, op->bbuf, FY_OFI_AM, id);
+    fy_ofi_put_hdr(iface, op->bbuf, FY_OFI_AM, id);
     fy_iov_gather((uint8_t *)op->bbuf + sizeof(fy_ofi_hdr_t), iov, iovcnt);
     struct iovec v = {op->bbuf, len + sizeof(fy_ofi_hdr_t)};
-    ferry_status_t st = send_iov(ep, op, &v, 1);
+    ferry_status_t st = fy_ofi_send_iov(ep, op, &v, 1);
     if (st == FERRY_OK) {
         ep->tx_msgs++;
         ep->tx_bytes += len;
@@ -259,7 +260,7 @@ ferry_status_t fy_ofi_am_short(fy_tl_ep_t *super, uint8_t id, const struct iovec
     if (len + sizeof(fy_ofi_hdr_t) > inj || ep->nqueued > 0)
         return fy_ofi_am_bcopy(super, id, iov, iovcnt);
     uint8_t buf[FY_OFI_BCOPY];
-    put_hdr(iface, buf, FY_OFI_AM, id);
+    fy_ofi_put_hdr(iface, buf, FY_OFI_AM, id);
     fy_iov_gather(buf + sizeof(fy_ofi_hdr_t), iov, iovcnt);
     ssize_t ret = fi_inject(iface->ep, buf, len + sizeof(fy_ofi_hdr_t), ep->addr);
     if (ret == -FI_EAGAIN)
@@ -281,19 +282,25 @@ ferry_status_t fy_ofi_am_zcopy(fy_tl_ep_t *super, uint8_t id, const void *hdr, s
     fy_ofi_ep_t *ep = (fy_ofi_ep_t *)super;
     fy_ofi_iface_t *iface = ep_iface(ep);
     size_t len = fy_iov_total(iov, iovcnt);
-    if (id > FY_TL_AM_ID_MAX || hdr_len > 256 || iovcnt > max_iov(iface) || comp == NULL ||
-        hdr_len + len > iface->msg_max - sizeof(fy_ofi_hdr_t))
+    size_t max = iface->rndv_thresh != SIZE_MAX ? iface->rndv_max : iface->msg_max;
+    /* by rendezvous each entry is read on its own: more entries than the provider's iov */
+    int rndv = hdr_len + len > iface->rndv_thresh;
+    if (id > FY_TL_AM_ID_MAX || hdr_len > 256 ||
+        iovcnt > (rndv ? FY_OFI_RNDV_IOV : max_iov(iface)) || comp == NULL ||
+        hdr_len + len > max - sizeof(fy_ofi_hdr_t))
         return FERRY_ERR_INVALID_PARAM;
     if (ep->failed != FERRY_OK)
         return ep->failed;
+    if (rndv) /* the receiver reads it (ofi_rndv.c) */
+        return fy_ofi_rndv_send(ep, id, hdr, hdr_len, iov, iovcnt, comp);
     fy_ofi_op_t *op = fy_ofi_op_get(iface, ep, FY_OFI_OP_SEND, comp);
     if (op == NULL)
         return FERRY_ERR_NO_RESOURCE;
-    if (!bbuf(iface, op)) {
+    if (!fy_ofi_op_bbuf(iface, op)) {
         fy_ofi_op_put(iface, op);
         return FERRY_ERR_NO_MEMORY;
     }
-    put_hdr(iface, op->bbuf, FY_OFI_AM, id);
+    fy_ofi_put_hdr(iface, op->bbuf, FY_OFI_AM, id);
     if (hdr_len > 0)
         memcpy((uint8_t *)op->bbuf + sizeof(fy_ofi_hdr_t), hdr, hdr_len);
     struct iovec v[8];
@@ -307,7 +314,7 @@ ferry_status_t fy_ofi_am_zcopy(fy_tl_ep_t *super, uint8_t id, const void *hdr, s
         fy_ofi_op_put(iface, op);
         return st;
     }
-    st = send_iov(ep, op, v, n);
+    st = fy_ofi_send_iov(ep, op, v, n);
     if (st != FERRY_OK)
         return st;
     ep->tx_msgs++;
@@ -486,13 +493,13 @@ static ferry_status_t post_probe(fy_ofi_ep_t *ep)
     fy_ofi_op_t *op = fy_ofi_op_get(iface, ep, FY_OFI_OP_SEND, NULL);
     if (op == NULL)
         return FERRY_ERR_NO_RESOURCE;
-    if (!bbuf(iface, op)) {
+    if (!fy_ofi_op_bbuf(iface, op)) {
         fy_ofi_op_put(iface, op);
         return FERRY_ERR_NO_MEMORY;
     }
-    put_hdr(iface, op->bbuf, FY_OFI_PROBE, 0);
+    fy_ofi_put_hdr(iface, op->bbuf, FY_OFI_PROBE, 0);
     struct iovec v = {op->bbuf, sizeof(fy_ofi_hdr_t)};
-    ferry_status_t st = send_iov(ep, op, &v, 1);
+    ferry_status_t st = fy_ofi_send_iov(ep, op, &v, 1);
     if (st == FERRY_OK)
         ep->injects = 0;
     return st;

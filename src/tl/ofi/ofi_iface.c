@@ -41,14 +41,25 @@ fy_ofi_op_t *fy_ofi_op_get(fy_ofi_iface_t *iface, fy_ofi_ep_t *ep, int kind, fy_
     if (!fy_list_is_empty(&iface->free)) {
         op = fy_container_of(fy_list_pop_head(&iface->free), fy_ofi_op_t, elem);
     } else {
+        if (iface->nops == iface->all_cap) {
+            unsigned cap = iface->all_cap ? 2 * iface->all_cap : 64;
+            fy_ofi_op_t **a = realloc(iface->all_ops, cap * sizeof(*a));
+            if (a == NULL)
+                return NULL;
+            iface->all_ops = a;
+            iface->all_cap = cap;
+        }
         op = calloc(1, sizeof(*op));
         if (op == NULL)
             return NULL;
-        iface->nops++;
+        op->index = iface->nops;
+        iface->all_ops[iface->nops++] = op;
     }
+    uint32_t index = op->index;
     void *bbuf = op->bbuf;
     fy_ofi_mr_t bbuf_mr = op->bbuf_mr, self_mr = op->self_mr;
     memset(op, 0, sizeof(*op));
+    op->index = index;
     op->bbuf = bbuf;
     op->bbuf_mr = bbuf_mr;
     op->self_mr = self_mr;
@@ -278,6 +289,8 @@ static int rx_post(fy_ofi_iface_t *iface, fy_ofi_rx_t *rx)
 static void rx_message(fy_ofi_iface_t *iface, const void *data, size_t len)
 {
     fy_ofi_hdr_t h;
+    if (iface->closing)
+        return; /* no callback from iface_close */
     if (len < sizeof(h)) {
         iface->rx_dropped++;
         return;
@@ -287,10 +300,12 @@ static void rx_message(fy_ofi_iface_t *iface, const void *data, size_t len)
         iface->rx_dropped++;
         return;
     }
-    if (h.type != FY_OFI_AM)
-        return; /* a flush probe */
-    iface->super.params.am_cb(iface->super.params.am_arg, h.am_id,
-                              (const uint8_t *)data + sizeof(h), len - sizeof(h));
+    const uint8_t *p = (const uint8_t *)data + sizeof(h);
+    if (h.type == FY_OFI_AM)
+        fy_ofi_rndv_deliver(iface, h.am_id, p, len - sizeof(h)); /* in order (ofi_rndv.c) */
+    else if (h.type == FY_OFI_RTS || h.type == FY_OFI_ATS)
+        fy_ofi_rndv_rx(iface, h.type, h.am_id, p, len - sizeof(h));
+    /* else a flush probe */
 }
 
 /* ---- completions -------------------------------------------------------------------------- */
@@ -310,6 +325,10 @@ static void handle_entry(fy_ofi_iface_t *iface, void *ctx, uint64_t flags, void 
         return;
     }
     op->posted = 0;
+    if (op->kind == FY_OFI_OP_RREAD) { /* a rendezvous' read (its receive is the iface's) */
+        fy_ofi_rndv_read_done(iface, op, st);
+        return;
+    }
     fy_ofi_ep_t *ep = op->ep;
     if (ep == NULL) { /* orphan: its caller was answered */
         if (op->kind == FY_OFI_OP_FLUSH)
@@ -317,12 +336,17 @@ static void handle_entry(fy_ofi_iface_t *iface, void *ctx, uint64_t flags, void 
         fy_ofi_op_put(iface, op);
         return;
     }
-    if (st != FERRY_OK && (op->kind == FY_OFI_OP_SEND || st == FERRY_ERR_CANCELED)) {
+    if (st != FERRY_OK &&
+        (op->kind == FY_OFI_OP_SEND || op->kind == FY_OFI_OP_RNDV || st == FERRY_ERR_CANCELED)) {
         /* a message the provider could not deliver: the peer is unreachable; the op ends
          * with the ep's failure, like the rest of its ops.  Any op the provider cancels
          * (ferry cancels none: a destroyed ep's ops become orphans) means the same: rxm
          * cancels the reads and writes of a connection that broke. */
         fy_ofi_ep_fail(ep, st == FERRY_ERR_CANCELED ? FERRY_ERR_CONNECTION_RESET : st);
+        return;
+    }
+    if (op->kind == FY_OFI_OP_RNDV) { /* the RTS went: done when the ATS came too */
+        fy_ofi_rndv_sent(iface, op);
         return;
     }
     fy_ofi_op_done(iface, op, st);
@@ -363,6 +387,8 @@ static unsigned read_cq(fy_ofi_iface_t *iface)
                        : op->kind == FY_OFI_OP_WRITE ? "a write"
                        : op->kind == FY_OFI_OP_READ  ? "a read"
                        : op->kind == FY_OFI_OP_AMO   ? "an atomic"
+                       : op->kind == FY_OFI_OP_RNDV  ? "a rendezvous' descriptor"
+                       : op->kind == FY_OFI_OP_RREAD ? "a rendezvous' read"
                                                      : "a flush read",
                        fi_strerror(e.err), ptxt ? ptxt : "-");
             }
@@ -383,6 +409,7 @@ static void retry_posts(fy_ofi_iface_t *iface)
     for (unsigned i = 0; i < iface->nrx; i++)
         if (iface->rx[i].needs_post)
             rx_post(iface, &iface->rx[i]);
+    fy_ofi_rndv_retry(iface);
     fy_list_t *e;
     fy_list_for_each(e, &iface->eps)
     {
@@ -419,6 +446,24 @@ static void check_peers(fy_ofi_iface_t *iface)
     }
 }
 
+/* The endpoint is stuck (iface->wedged): every ep fails now, none can be made. */
+static void fail_all(fy_ofi_iface_t *iface)
+{
+    for (int again = 1; again;) {
+        again = 0;
+        fy_list_t *e;
+        fy_list_for_each(e, &iface->eps)
+        {
+            fy_ofi_ep_t *ep = fy_container_of(e, fy_ofi_ep_t, elem);
+            if (ep->failed == FERRY_OK) {
+                fy_ofi_ep_fail(ep, FERRY_ERR_IO);
+                again = 1; /* callbacks may have changed the list: walk it again */
+                break;
+            }
+        }
+    }
+}
+
 unsigned fy_ofi_iface_progress(fy_tl_iface_t *super)
 {
     fy_ofi_iface_t *iface = (fy_ofi_iface_t *)super;
@@ -433,6 +478,9 @@ unsigned fy_ofi_iface_progress(fy_tl_iface_t *super)
         for (unsigned i = 0; i < iface->nrx; i++)
             iface->eagain |= iface->rx[i].needs_post;
         check_peers(iface);
+        fy_ofi_rndv_check_peers(iface);
+        if (iface->wedged)
+            fail_all(iface);
     }
     return events;
 }
@@ -582,6 +630,7 @@ ferry_status_t fy_ofi_iface_open(fy_tl_md_t *super_md, const fy_tl_iface_params_
         iface->msg_max = 16384 - 256;
         iface->bcopy_max = 2048;
     }
+    fy_ofi_rndv_init(iface);
     const char *what = "";
     int ret;
     iface->wait_fd = iface->timer_fd = iface->event_fd = -1;
@@ -735,6 +784,29 @@ err:
     return fy_ofi_status(ret) == FERRY_ERR_NO_RESOURCE ? FERRY_ERR_NO_DEVICE : fy_ofi_status(ret);
 }
 
+/* Before the endpoint closes: let libfabric give back what it still holds (the eps are gone,
+ * so these are orphans and receives; nothing is delivered any more), for at most 100 ms.
+ * libfabric 1.17's rxm crashes in fi_close of an endpoint with reads outstanding. */
+static void drain_before_close(fy_ofi_iface_t *iface)
+{
+    iface->closing = 1;
+    uint64_t end = fy_time_ns() + 100000000ull;
+    for (;;) {
+        int held = 0;
+        fy_list_t *e;
+        fy_list_for_each(e, &iface->orphans)
+        {
+            if (fy_container_of(e, fy_ofi_op_t, elem)->posted) {
+                held = 1;
+                break;
+            }
+        }
+        if (!held || fy_time_ns() > end)
+            return;
+        read_cq(iface);
+    }
+}
+
 void fy_ofi_iface_close(fy_tl_iface_t *super)
 {
     fy_ofi_iface_t *iface = (fy_ofi_iface_t *)super;
@@ -744,6 +816,9 @@ void fy_ofi_iface_close(fy_tl_iface_t *super)
         fy_ofi_ep_t *ep = fy_container_of(iface->eps.next, fy_ofi_ep_t, elem);
         fy_ofi_ep_destroy(&ep->super);
     }
+    if (iface->cq != NULL && iface->orphans.next != NULL)
+        drain_before_close(iface);
+    fy_ofi_rndv_release(iface);
     if (iface->md->mrdom.mode.endpoint && iface->ep != NULL) {
         /* the cached registrations are bound to this endpoint: they go with it */
         pthread_mutex_lock(&iface->md->rc_lock);
@@ -777,6 +852,7 @@ void fy_ofi_iface_close(fy_tl_iface_t *super)
         free(iface->rx[i].buf);
     }
     free(iface->rx);
+    fy_ofi_rndv_free(iface);
     op_free_all(iface, &iface->orphans);
     op_free_all(iface, &iface->free);
     pthread_mutex_lock(&iface->md->rc_lock);
@@ -820,7 +896,9 @@ void fy_ofi_iface_query(fy_tl_iface_t *super, fy_tl_iface_attr_t *attr)
     size_t inj = iface->inject_size > iface->bcopy_max ? iface->bcopy_max : iface->inject_size;
     attr->max_short = inj >= 64 + sizeof(fy_ofi_hdr_t) ? inj - sizeof(fy_ofi_hdr_t) : 64;
     attr->max_bcopy = iface->bcopy_max - sizeof(fy_ofi_hdr_t);
-    attr->max_zcopy = iface->msg_max - sizeof(fy_ofi_hdr_t);
+    /* above the eager size (a receive slot) an AM goes by rendezvous, FERRY_OFI_RNDV_THRESH */
+    attr->max_zcopy =
+        (iface->rndv_thresh != SIZE_MAX ? iface->rndv_max : iface->msg_max) - sizeof(fy_ofi_hdr_t);
     attr->max_zcopy_hdr = 256;
     attr->max_put_short = 0;
     attr->max_rma = iface->max_msg < (1ull << 30) ? iface->max_msg : (1u << 30);
@@ -853,6 +931,9 @@ static const char *unreachable(fy_ofi_iface_t *iface, const void *dev_addr, cons
     fy_ofi_iface_addr_t a;
     memcpy(&d, dev_addr, sizeof(d));
     memcpy(&a, iface_addr, sizeof(a));
+    if (iface->wedged)
+        return "this interface's shm endpoint waits for ever on a read from a process that died "
+               "(libfabric 1.17's shm completes in order): it serves no endpoint any more";
     if (le64toh(d.host_id) != iface->md->host_id)
         return "another host or network namespace: ofi is bound to this host";
     if (le64toh(d.prov_hash) != iface->md->prov_hash)
@@ -881,14 +962,17 @@ void fy_ofi_iface_print(fy_tl_iface_t *super, FILE *f)
     fprintf(f,
             "ofi %s (%s, domain %s): mr_mode 0x%llx, delivery complete %s, multi-recv %s, "
             "atomics 32-bit 0x%x 64-bit 0x%x, sleeps on %s, context %d of %u (%s)\n"
-            "  ops %u (in flight %u), receive drops %llu, completion errors %llu\n",
+            "  ops %u (in flight %u), receive drops %llu, completion errors %llu\n"
+            "  AM rendezvous above %zu bytes: sent %llu, received %llu, failed %llu\n",
             md->dev_name, md->info->fabric_attr->prov_name, md->info->domain_attr->name,
             (unsigned long long)md->mr_mode, md->delivery ? "yes" : "no",
             iface->multi ? "yes" : "no", md->amo_mask[0], md->amo_mask[1],
             iface->wait_fd >= 0 ? "the completion queue's wait fd" : "a timer (polls)",
             iface->ctx_index, md->ncontexts,
             md->thread_safe ? "FI_THREAD_SAFE" : "FI_THREAD_DOMAIN", iface->nops, iface->inflight,
-            (unsigned long long)iface->rx_dropped, (unsigned long long)iface->cq_errors);
+            (unsigned long long)iface->rx_dropped, (unsigned long long)iface->cq_errors,
+            iface->rndv_thresh, (unsigned long long)iface->rndv_tx,
+            (unsigned long long)iface->rndv_rx, (unsigned long long)iface->rndv_failed);
     /* registrations of the whole md (every worker's): a buffer sent again and again through
      * the cache adds one (tests/ofi/test_ofi_rndv.c counts them here) */
     fprintf(f, "  memory registrations %llu, local descriptors %s, bound to the endpoint %s\n",

@@ -82,6 +82,13 @@ static const fy_config_field_t ofi_config_fields[] = {
                     "for them (local: descriptors for every local buffer; endpoint: "
                     "registrations bound to the endpoint; allocated): for tests.",
                     FY_CFG_STRING, fy_ofi_config_t, mr_force),
+    FY_CONFIG_FIELD("RNDV_THRESH", "0",
+                    "Active messages above this size (header included; never above the eager "
+                    "size, 64 KiB, 16 KiB over rxm) go by rendezvous: the receiver fi_reads the "
+                    "sender's buffer.  inf: never (proto sends larger AMs as fragments).  0: "
+                    "the provider's default, 64 KiB, and never over rxd (its reads are slower "
+                    "than its messages).",
+                    FY_CFG_SIZE, fy_ofi_config_t, rndv_thresh),
     FY_CONFIG_FIELD("LATENCY", "0",
                     "One-way latency in ns reported to lane selection; 0 = built-in estimate.",
                     FY_CFG_DOUBLE, fy_ofi_config_t, latency_ns),

@@ -67,24 +67,35 @@ if mode == "server":
     s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     s.bind(("10.78.0.2", 5599)); s.listen(1); print("ready", flush=True)
     c, _ = s.accept(); n = 0; t0 = None
+    c.settimeout(secs + 30)  # a stream stalled by the impairment ends the run, counted
     while True:
-        d = c.recv(1 << 20)
+        try:
+            d = c.recv(1 << 20)
+        except OSError:
+            break
         if not d: break
         if t0 is None: t0 = time.time()
         n += len(d)
-    t1 = time.time(); c.sendall(b"x"); c.close()
-    print("%.3f" % (n / (t1 - t0) / 1e6))
+    t1 = time.time()
+    try:
+        c.sendall(b"x"); c.close()
+    except OSError:
+        pass
+    print("%.3f" % (n / (t1 - t0) / 1e6 if t0 is not None and t1 > t0 else 0.0))
 else:
-    c = socket.create_connection(("10.78.0.2", 5599))
+    c = socket.create_connection(("10.78.0.2", 5599), timeout=secs + 30)
     c.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     buf = b"\x5a" * (1 << 20); t0 = time.time()
-    while time.time() - t0 < secs: c.sendall(buf)
-    c.shutdown(socket.SHUT_WR); c.recv(1)
+    try:
+        while time.time() - t0 < secs: c.sendall(buf)
+        c.shutdown(socket.SHUT_WR); c.recv(1)
+    except OSError:
+        pass
 EOF
 
 tcp_run() {
   local out; out=$(mktemp)
-  ip netns exec "$Bn" python3 "/tmp/fy_tcp_$id.py" server "$SECS" > "$out" &
+  ip netns exec "$Bn" timeout $((${SECS%.*} * 4 + 90)) python3 "/tmp/fy_tcp_$id.py" server "$SECS" > "$out" &
   local sp=$!
   for _ in $(seq 100); do grep -q ready "$out" && break; sleep 0.05; done
   ip netns exec "$A" timeout 120 python3 "/tmp/fy_tcp_$id.py" client "$SECS" || true

@@ -126,8 +126,9 @@ static const fy_config_field_t ctx_fields[] = {
                     "buffer of its whole size, which the receiver allocates when its first "
                     "fragment arrives): a larger one is dropped with a warning naming its size, "
                     "so a peer cannot make this process allocate what it has not got.  inf: "
-                    "half of this machine's physical memory.  Rendezvous handlers, which "
-                    "place data in their own buffers, are not bound by it.",
+                    "half of this machine's physical memory.  A rendezvous handler's message "
+                    "is bound too: its first data arrives before the handler gives its buffer "
+                    "and is staged in one of the whole size.",
                     FY_CFG_SIZE, fy_ctx_opts_t, am_recv_max),
 };
 

@@ -684,7 +684,7 @@ void fy_rails_frag_recv(ferry_worker_t *w, ferry_ep_t *ep, const uint8_t *hdr, s
         }
         fy_am_entry_t *e = fy_am_entry(w, fh.id);
         int rndv = e != NULL && e->rndv_cb != NULL; /* gather the header alone */
-        if (!rndv && fh.total > w->ctx->opts.am_recv_max) {
+        if (fh.total > w->ctx->opts.am_recv_max) {  /* plain: gathered; rndv: staged first */
             fy_warn("dropping an active message of %llu bytes (id %u): above "
                     "FERRY_AM_RECV_MAX (%zu)",
                     (unsigned long long)fh.total, (unsigned)fh.id, w->ctx->opts.am_recv_max);

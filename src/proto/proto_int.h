@@ -540,7 +540,14 @@ ferry_status_t fy_wireup_hold(fy_op_t *op);     /* fy_op_start of an FY_OP_WIREU
 int fy_wireup_tl_failed(ferry_ep_t *ep, fy_tl_ep_t *tl_ep, ferry_status_t st); /* 1: handled */
 ferry_ep_t *fy_wireup_adopt(ferry_worker_t *w, const void *addr, size_t len);
 void fy_wireup_am_cb(void *arg, uint8_t am_id, const void *data, size_t len);
+/* wireup_peers.c: the endpoint for messages from (uuid, ep id), and the one per peer to adopt
+ * (a reply endpoint) or to pair with (ours, still waiting for its answer) */
 ferry_ep_t *fy_wireup_find_src(ferry_worker_t *w, uint64_t uuid, uint32_t ep_id);
+ferry_status_t fy_wireup_src_note(ferry_worker_t *w, ferry_ep_t *ep);
+void fy_wireup_src_drop(ferry_ep_t *ep);
+void fy_wireup_peer_note(ferry_ep_t *ep, int reply);
+void fy_wireup_peer_drop(ferry_ep_t *ep);
+ferry_ep_t *fy_wireup_find_unpaired(ferry_worker_t *w, uint64_t uuid);
 void fy_wireup_forget(ferry_ep_t *ep);
 void fy_wireup_cache_free(ferry_worker_t *w);
 /* Destroy the endpoint's i-th transport endpoint through the manager that connected it. */

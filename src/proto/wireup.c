@@ -1,6 +1,7 @@
 /*
  * wireup.c - connecting an endpoint: its lanes, the WIREUP exchange, falling back to the next
- * lane when one does not connect, and one endpoint per pair of workers.
+ * lane when one does not connect, and one endpoint per pair of workers (the maps from a peer to
+ * its endpoints: wireup_peers.c).
  *
  * Creating an endpoint parses the peer's address (wireup_addr.c), scores the candidates
  * (lanes.c), creates the transport endpoints of the chosen lanes and sends WIREUP_REQ on the
@@ -104,11 +105,6 @@ static int wu_grow(fy_wireup_state_t *wu)
         wu->ra = ra;
     }
     return 1;
-}
-
-static uint64_t src_key(uint64_t uuid, uint32_t ep_id)
-{
-    return fy_hash_mix64(uuid ^ ((uint64_t)ep_id * 0x9e3779b97f4a7c15ull));
 }
 
 void fy_wireup_tl_ep_destroy(ferry_ep_t *ep, unsigned i)
@@ -467,12 +463,9 @@ static void count_op(fy_op_t *op)
     }
 }
 
-static void peer_note(ferry_ep_t *ep, int reply);
-static void peer_drop(ferry_ep_t *ep);
-
 ferry_status_t fy_wireup_start(ferry_ep_t *ep)
 {
-    peer_note(ep, 0);
+    fy_wireup_peer_note(ep, 0);
     fy_op_t *op = req_op_new(ep);
     if (op == NULL)
         return FERRY_ERR_NO_MEMORY;
@@ -512,11 +505,8 @@ static ferry_status_t connected(ferry_ep_t *ep, uint32_t remote_id)
     ep->state = FY_EP_CONNECTED;
     wireup_done(ep);
     if (ep->is_reply)
-        peer_note(ep, 1);
-    uint64_t k = src_key(ep->remote_uuid, remote_id);
-    if (fy_hash_get(&w->by_src, k) == NULL)
-        return fy_hash_put(&w->by_src, k, ep);
-    return FERRY_OK;
+        fy_wireup_peer_note(ep, 1);
+    return fy_wireup_src_note(w, ep);
 }
 
 /* Send WIREUP_REQ on the (new) AM lane, ahead of the held operations. */
@@ -647,91 +637,12 @@ int fy_wireup_tl_failed(ferry_ep_t *ep, fy_tl_ep_t *tl_ep, ferry_status_t st)
     return 1;
 }
 
-/* Find the reply endpoint for messages from (uuid, ep id). */
-ferry_ep_t *fy_wireup_find_src(ferry_worker_t *w, uint64_t uuid, uint32_t ep_id)
-{
-    ferry_ep_t *ep = fy_hash_get(&w->by_src, src_key(uuid, ep_id));
-    if (ep != NULL && ep->remote_uuid == uuid && ep->remote_id == ep_id)
-        return ep;
-    return NULL;
-}
-
 void fy_wireup_forget(ferry_ep_t *ep)
 {
-    peer_drop(ep);
+    fy_wireup_peer_drop(ep);
     wireup_done(ep);
-    if (ep->state == FY_EP_WIREUP)
-        return;
-    uint64_t k = src_key(ep->remote_uuid, ep->remote_id);
-    if (fy_hash_get(&ep->worker->by_src, k) == ep)
-        fy_hash_del(&ep->worker->by_src, k);
-}
-
-/*
- * by_peer remembers, per peer uuid, one endpoint of each kind wireup looks for: a reply
- * endpoint the application may adopt, and an application endpoint still waiting for its
- * answer (a connect from both sides pairs with it).  A lookup checks what it finds, so an
- * entry that no longer qualifies is harmless; an endpoint leaves the map when it is destroyed.
- */
-static uint64_t peer_key(uint64_t uuid, int reply)
-{
-    return fy_hash_mix64(uuid ^ (reply ? 0x2545f4914f6cdd1dull : 0x9e3779b97f4a7c15ull));
-}
-
-static int is_adoptable(const ferry_ep_t *ep, uint64_t uuid)
-{
-    return ep->is_reply && ep->remote_uuid == uuid && ep->state == FY_EP_CONNECTED;
-}
-
-static int is_unpaired(const ferry_ep_t *ep, uint64_t uuid)
-{
-    return !ep->is_reply && ep->remote_uuid == uuid && ep->state == FY_EP_WIREUP;
-}
-
-/* Remember ep under its peer, unless an endpoint that still qualifies is there. */
-static void peer_note(ferry_ep_t *ep, int reply)
-{
-    fy_hash_t *h = &ep->worker->by_peer;
-    uint64_t k = peer_key(ep->remote_uuid, reply);
-    ferry_ep_t *cur = fy_hash_get(h, k);
-    if (cur == NULL ||
-        !(reply ? is_adoptable(cur, ep->remote_uuid) : is_unpaired(cur, ep->remote_uuid)))
-        (void)fy_hash_put(h, k, ep); /* out of memory: only adoption or pairing is missed */
-}
-
-static void peer_drop(ferry_ep_t *ep)
-{
-    fy_hash_t *h = &ep->worker->by_peer;
-    for (int reply = 0; reply < 2; reply++) {
-        uint64_t k = peer_key(ep->remote_uuid, reply);
-        if (fy_hash_get(h, k) == ep)
-            fy_hash_del(h, k);
-    }
-}
-
-ferry_ep_t *fy_wireup_adopt(ferry_worker_t *w, const void *addr, size_t len)
-{
-    uint32_t magic;
-    uint64_t uuid;
-    if (addr == NULL || len < 16)
-        return NULL;
-    memcpy(&magic, addr, 4);
-    memcpy(&uuid, (const uint8_t *)addr + 8, 8);
-    if (magic != FY_ADDR_MAGIC)
-        return NULL;
-    ferry_ep_t *ep = fy_hash_get(&w->by_peer, peer_key(uuid, 1));
-    if (ep == NULL || !is_adoptable(ep, uuid))
-        return NULL;
-    fy_hash_del(&w->by_peer, peer_key(uuid, 1));
-    ep->is_reply = 0;
-    return ep;
-}
-
-/* An application endpoint to uuid still waiting for its answer: a connect from both sides. */
-static ferry_ep_t *find_unpaired(ferry_worker_t *w, uint64_t uuid)
-{
-    ferry_ep_t *ep = fy_hash_get(&w->by_peer, peer_key(uuid, 0));
-    return ep != NULL && is_unpaired(ep, uuid) ? ep : NULL;
+    if (ep->state != FY_EP_WIREUP)
+        fy_wireup_src_drop(ep);
 }
 
 /* The request came in on fi: answer on a lane from fi, the path the peer found working. */
@@ -826,7 +737,7 @@ static void wireup_req(fy_iface_t *fi, const fy_wireup_msg_t *m, const void *add
     ferry_worker_t *w = fi->worker;
     ferry_ep_t *ep = fy_wireup_find_src(w, m->src_uuid, m->src_ep_id);
     int fresh = ep == NULL;
-    if (ep == NULL && (ep = find_unpaired(w, m->src_uuid)) != NULL) {
+    if (ep == NULL && (ep = fy_wireup_find_unpaired(w, m->src_uuid)) != NULL) {
         /* both sides connected at once: pair the two endpoints */
         if (connected(ep, m->src_ep_id) != FERRY_OK) {
             fy_ep_fail(ep, FERRY_ERR_NO_MEMORY);

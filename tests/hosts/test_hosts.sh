@@ -94,12 +94,12 @@ show() { sed 's/^/    | /' "$OUT"; }
 source "$HERE/testbed.sh"
 case $CASE in args | local | secret) ;; *) tb_reexec_unprivileged "$0" "$@" ;; esac
 
-two_hosts() {
+two_hosts() { # [tb_host options, e.g. links=2]
     tb_can || exit 77
     tb_init
     trap 'rm -f "$OUT" "$OUT.hf"; tb_down' EXIT
-    tb_host tbA shm=private
-    tb_host tbB shm=private
+    tb_host tbA shm=private "$@"
+    tb_host tbB shm=private "$@"
     tb_up || fail "could not build the testbed"
 }
 
@@ -368,12 +368,7 @@ shm_separate)
     ;;
 rail_fails)
     [ -n "$RAILS" ] || fail "no rails_check program given"
-    tb_can || exit 77
-    tb_init
-    trap 'rm -f "$OUT" "$OUT.hf"; tb_down' EXIT
-    tb_host tbA shm=private links=2
-    tb_host tbB shm=private links=2
-    tb_up || fail "could not build the testbed"
+    two_hosts links=2
     for h in tbA tbB; do
         for k in 0 1; do
             "$AGENT" $h tc qdisc add dev eth$k root tbf rate 200mbit burst 64kb latency 200ms ||
@@ -406,12 +401,7 @@ rail_fails)
 rails)
     # two links between two hosts: AMs above FERRY_RAILS_THRESH are striped over both
     [ -n "$RAILS" ] || fail "no rails_check program given"
-    tb_can || exit 77
-    tb_init
-    trap 'rm -f "$OUT" "$OUT.hf"; tb_down' EXIT
-    tb_host tbA shm=private links=2
-    tb_host tbB shm=private links=2
-    tb_up || fail "could not build the testbed"
+    two_hosts links=2
     run_on_a --hosts tbA:1,tbB:1 "$(dirname "$FRUN")/ferry_info" -a || { show; fail "ferry_info -a"; }
     [ "$(grep -c "am=tcp/eth0 .* rails=tcp/eth0:[0-9]*+tcp/eth1:[0-9]*" "$OUT")" = 2 ] ||
         { show; fail "ferry_info -a does not show both links as rails on both ranks"; }

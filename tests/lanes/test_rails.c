@@ -264,6 +264,14 @@ static ferry_status_t on_t(void *arg, const void *hdr, size_t hdr_len, const voi
     return FERRY_OK;
 }
 
+/* The endpoint to ourselves, its AM_T messages recorded in g. */
+static void open_receiving(setup_t *s, got_t *g)
+{
+    open_self(s);
+    memset(g, 0, sizeof(*g));
+    FY_ASSERT_OK(ferry_worker_set_am_handler(s->w, AM_T, on_t, g));
+}
+
 /* A fragment as the sender's cursor tagged it (message number, rail, anchor). */
 static void frag_tagged(setup_t *s, const uint8_t *msg, size_t total, size_t off, size_t len,
                         uint32_t tag)
@@ -303,16 +311,12 @@ static void message(uint8_t *msg, size_t total, uint64_t hdr)
 static void reassembly_order(void)
 {
     setup_t s;
-    open_self(&s);
     got_t g;
-    memset(&g, 0, sizeof(g));
-    FY_ASSERT_OK(ferry_worker_set_am_handler(s.w, AM_T, on_t, &g));
+    open_receiving(&s, &g);
     enum { TOTAL = 1000 };
     uint8_t msg[TOTAL];
-    uint64_t one = 1, two = 2;
-    memcpy(msg, &one, 8);
-    for (size_t i = 8; i < TOTAL; i++)
-        msg[i] = byte_at(i);
+    uint64_t two = 2;
+    message(msg, TOTAL, 1);
     frag_in(&s, msg, TOTAL, 700, 300, 9, 0); /* before its anchor: waits aside */
     FY_ASSERT_EQ(g.n, 0);
     frag_in(&s, msg, TOTAL, 0, 300, 9, 1); /* the anchor: its place in the order */
@@ -344,10 +348,8 @@ static void reassembly_order(void)
 static void abort_releases_order(void)
 {
     setup_t s;
-    open_self(&s);
     got_t g;
-    memset(&g, 0, sizeof(g));
-    FY_ASSERT_OK(ferry_worker_set_am_handler(s.w, AM_T, on_t, &g));
+    open_receiving(&s, &g);
     enum { TOTAL = 1000 };
     uint8_t msg[TOTAL];
     message(msg, TOTAL, 1);
@@ -389,10 +391,8 @@ static void abort_releases_order(void)
 static void failed_rail_announced(void)
 {
     setup_t s;
-    open_self(&s);
     got_t g;
-    memset(&g, 0, sizeof(g));
-    FY_ASSERT_OK(ferry_worker_set_am_handler(s.w, AM_T, on_t, &g));
+    open_receiving(&s, &g);
     static frag_t f[4096];
     const uint32_t wts[3] = {1000, 1000, 1000};
     set_rails(s.ep, 3, wts);

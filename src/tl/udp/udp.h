@@ -3,7 +3,9 @@
  *
  *   udp_component.c  config table, memory domain, rkeys, the ops table
  *   udp_iface.c      interface selection, sockets, addresses, event fd, statistics
- *   udp_conn.c       connections (the tl ep): handshake with MTU probe, ids, failure, flush
+ *   udp_conn.c       connections (the tl ep): ids, table, failure, flush
+ *   udp_handshake.c  opening one: handshake, cookie round, MTU probe
+ *   udp_close.c      close keeping the connection; passive reclaim
  *   udp_tx.c         send path: fragments to segments, window, credits, ready queue, batching
  *   udp_rx.c         receive path: validation, ordering, stash, delivery, reassembly, RMA target
  *   udp_retx.c       ACKs, RTT estimate, the hotel and retransmissions
@@ -478,23 +480,39 @@ void fy_udp_iface_print(fy_tl_iface_t *tl_iface, FILE *f);
 void fy_udp_conn_print(const fy_udp_conn_t *conn, FILE *f);
 int fy_udp_stats_wanted(const fy_udp_iface_t *iface);
 
-/* udp_conn.c */
-ferry_status_t fy_udp_ep_create(fy_tl_iface_t *tl_iface, const void *dev_addr,
-                                const void *iface_addr, fy_tl_ep_t **ep_p);
-void fy_udp_ep_destroy(fy_tl_ep_t *ep);
+/* udp_conn.c: the connection table, failure, teardown, flush */
 ferry_status_t fy_udp_ep_flush(fy_tl_ep_t *ep, fy_tl_comp_t *comp);
 ferry_status_t fy_udp_ep_get_stats(fy_tl_ep_t *ep, ferry_ep_stats_t *stats);
 fy_udp_conn_t *fy_udp_conn_lookup(fy_udp_iface_t *iface, uint32_t id);
-void fy_udp_conn_rx_ctrl(fy_udp_iface_t *iface, const fy_udp_hdr_t *h, const uint8_t *payload,
-                         size_t plen, const struct sockaddr_storage *from, uint8_t chan);
-void fy_udp_conn_timer_expired(fy_udp_iface_t *iface, fy_udp_conn_t *conn);
+/* The connection the peer (uuid, its id) opened to us, if any. */
+fy_udp_conn_t *fy_udp_peer_lookup(fy_udp_iface_t *iface, uint64_t uuid, uint32_t id);
+void fy_udp_bind_peer(fy_udp_conn_t *conn, uint32_t peer_id);
+void fy_udp_unbind_peer(fy_udp_conn_t *conn);
+fy_udp_conn_t *fy_udp_conn_new(fy_udp_iface_t *iface, uint64_t peer_uuid);
+void fy_udp_conn_set_addrs(fy_udp_conn_t *conn, const fy_netif_addr_t *ip, uint16_t prio_port,
+                           uint16_t data_port);
+/* Count the connection among the passive ones (not taken up by an ep), or not. */
+void fy_udp_passive_count(fy_udp_conn_t *conn, int counted);
+/* Forget every segment in the send window (the stream they belong to is over). */
+void fy_udp_drop_window(fy_udp_conn_t *conn, ferry_status_t status);
+void fy_udp_conn_zombie(fy_udp_iface_t *iface, fy_udp_conn_t *conn);
 void fy_udp_conn_schedule_fail(fy_udp_conn_t *conn, ferry_status_t status);
 void fy_udp_conn_run_failures(fy_udp_iface_t *iface);
 void fy_udp_conn_fail(fy_udp_conn_t *conn, ferry_status_t status, int notify);
-void fy_udp_conn_reclaim(fy_udp_conn_t *conn);
 void fy_udp_flush_check(fy_udp_conn_t *conn);
 void fy_udp_conn_free_zombies(fy_udp_iface_t *iface);
 void fy_udp_conn_destroy_all(fy_udp_iface_t *iface);
+
+/* udp_handshake.c: opening a connection, the path check, asking whether a far end lives */
+ferry_status_t fy_udp_ep_create(fy_tl_iface_t *tl_iface, const void *dev_addr,
+                                const void *iface_addr, fy_tl_ep_t **ep_p);
+void fy_udp_conn_rx_ctrl(fy_udp_iface_t *iface, const fy_udp_hdr_t *h, const uint8_t *payload,
+                         size_t plen, const struct sockaddr_storage *from, uint8_t chan);
+void fy_udp_conn_timer_expired(fy_udp_iface_t *iface, fy_udp_conn_t *conn);
+
+/* udp_close.c: close keeping the connection for the peer; reclaiming passive ones */
+void fy_udp_ep_destroy(fy_tl_ep_t *ep);
+void fy_udp_conn_reclaim(fy_udp_conn_t *conn);
 
 /* udp_live.c */
 ferry_status_t fy_udp_live_open(fy_udp_iface_t *iface);

@@ -56,7 +56,7 @@ enum fy_udp_type {
     FY_UDP_T_PROBE,        /* data: full-size datagram, checks the path MTU */
     FY_UDP_T_PROBE_ACK,    /* prio: the probe arrived (fy_udp_probe_ack_t) */
     FY_UDP_T_ACK,          /* prio: an explicit (delayed or immediate) ACK, header only */
-    /* connection management (udp_conn.c, udp_live.c), unsequenced */
+    /* connection management (udp_handshake.c, udp_live.c), unsequenced */
     FY_UDP_T_COOKIE,   /* prio: answer to a CONN_REQ without a valid cookie (fy_udp_cookie_t) */
     FY_UDP_T_HB,       /* prio -> peer's liveness port: are you alive? (fy_udp_hb_t) */
     FY_UDP_T_HB_ACK,   /* liveness port -> prio: yes (the HB's payload echoed) */

@@ -200,6 +200,7 @@ typedef struct fy_udp_conn {
     struct fy_udp_iface *iface;
     uint32_t id, peer_id;
     uint64_t peer_uuid;
+    uint64_t peer_key; /* the peer iface's key: every datagram to it carries it (udp_handshake.c) */
     uint8_t state;
     uint8_t owned; /* proto holds it (ep_create); else a passive peer connection */
     uint8_t got_conn_ack, got_probe_ack;
@@ -449,13 +450,16 @@ typedef struct fy_udp_dev_addr {
     uint64_t host_id;
 } fy_udp_dev_addr_t;
 _Static_assert(sizeof(fy_udp_dev_addr_t) == 32, "udp device address is 32 bytes");
-/* Interface address: the two ports and the iface's uuid. */
+/* Interface address: the two ports, the segment size, the iface's uuid and its key (every
+ * datagram to the iface must carry it: whoever has the address may connect). */
 typedef struct fy_udp_iface_addr {
     uint16_t prio_port;
     uint16_t data_port;
     uint32_t seg_size;
     uint64_t uuid;
+    uint64_t key;
 } fy_udp_iface_addr_t;
+_Static_assert(sizeof(fy_udp_iface_addr_t) == 24, "udp interface address is 24 bytes");
 
 /* ---- shared functions ----------------------------------------------------------------- */
 extern const fy_tl_component_t fy_tl_udp_component;
@@ -509,6 +513,10 @@ ferry_status_t fy_udp_ep_create(fy_tl_iface_t *tl_iface, const void *dev_addr,
 void fy_udp_conn_rx_ctrl(fy_udp_iface_t *iface, const fy_udp_hdr_t *h, const uint8_t *payload,
                          size_t plen, const struct sockaddr_storage *from, uint8_t chan);
 void fy_udp_conn_timer_expired(fy_udp_iface_t *iface, fy_udp_conn_t *conn);
+/* A datagram with a key not ours: a RESET or HB_ACK from a stateless responder of a peer
+ * carries the key we sent it (the peer's own), and is taken when the connection it names
+ * has that peer key. */
+int fy_udp_reply_key_ok(fy_udp_iface_t *iface, const fy_udp_hdr_t *h);
 
 /* udp_close.c: close keeping the connection for the peer; reclaiming passive ones */
 void fy_udp_ep_destroy(fy_tl_ep_t *ep);
@@ -529,7 +537,7 @@ void fy_udp_live_rx_hb_ack(fy_udp_iface_t *iface, const fy_udp_hdr_t *h, const u
                            size_t plen);
 uint64_t fy_udp_cookie(const fy_udp_iface_t *iface, const struct sockaddr_storage *from,
                        uint64_t uuid, uint32_t src_id, uint64_t epoch);
-/* A conn-less datagram (COOKIE, RESET) straight to `to`. */
+/* A conn-less datagram (COOKIE, RESET) straight to `to`, with h's key (0: ours). */
 void fy_udp_send_raw(fy_udp_iface_t *iface, uint8_t chan, const fy_udp_hdr_t *h,
                      const void *payload, size_t plen, const struct sockaddr_storage *to);
 /* A sequenced or ACK datagram named a connection we do not have: tell the sender (RESET). */

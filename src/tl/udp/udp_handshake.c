@@ -57,6 +57,7 @@ static void conn_msg_fill(fy_udp_iface_t *iface, fy_udp_conn_t *c, fy_udp_conn_m
     m->probe_size = probe_size;
     m->live_port = iface->live_port;
     m->cookie = c->cookie;
+    m->key = iface->super.params.job_key;
 }
 
 static void apply_peer(fy_udp_conn_t *c, const fy_udp_conn_msg_t *m)
@@ -186,14 +187,14 @@ ferry_status_t fy_udp_ep_create(fy_tl_iface_t *tl_iface, const void *dev_addr,
 
     memcpy(&d, dev_addr, sizeof(d));
     memcpy(&a, iface_addr, sizeof(a));
-    if (d.ip.family != iface->addr.family || a.uuid == 0)
+    if (d.ip.family != iface->addr.family || a.uuid == 0 || a.key == 0)
         return FERRY_ERR_INVALID_ADDR;
     /* The peer connected to us first, or an ep of ours to it was closed and its connection
      * kept: take it over (asking the peer first whether its end still lives, see Close). */
     for (uint32_t i = 1; i < iface->conn_cap; i++) {
         c = iface->conns[i];
-        if (c != NULL && !c->owned && c->peer_uuid == a.uuid && c->state == FY_UDP_CONN_CONNECTED &&
-            !c->in_fail_list) {
+        if (c != NULL && !c->owned && c->peer_uuid == a.uuid && c->peer_key == a.key &&
+            c->state == FY_UDP_CONN_CONNECTED && !c->in_fail_list) {
             c->owned = 1;
             fy_udp_passive_count(c, 0);
             if (c->released || fy_time_ns() - c->last_rx_ns > ADOPT_FRESH_NS)
@@ -206,6 +207,7 @@ ferry_status_t fy_udp_ep_create(fy_tl_iface_t *tl_iface, const void *dev_addr,
     if (c == NULL)
         return FERRY_ERR_NO_MEMORY;
     c->owned = 1;
+    c->peer_key = a.key;
     c->state = FY_UDP_CONN_CONNECTING;
     fy_udp_conn_set_addrs(c, &d.ip, a.prio_port, a.data_port);
     if (a.seg_size >= 576 && a.seg_size < c->seg_size)
@@ -242,10 +244,12 @@ void fy_udp_conn_rx_ctrl(fy_udp_iface_t *iface, const fy_udp_hdr_t *h, const uin
         if (plen < sizeof(m) || chan != FY_UDP_CH_PRIO || h->src_id == 0)
             goto malformed;
         memcpy(&m, payload, sizeof(m));
-        if (m.uuid == 0 ||
+        if (m.uuid == 0 || m.key == 0 ||
             fy_netif_addr_from_sockaddr((const struct sockaddr *)from, &ip) != FERRY_OK)
             goto malformed;
         c = fy_udp_peer_lookup(iface, m.uuid, h->src_id);
+        if (c != NULL && c->peer_key != m.key)
+            goto unknown; /* another iface claiming that one's uuid and id */
         if (c == NULL) {
             /* No state for it: only a requester that proved it receives at its address
              * (it echoes our cookie) may create some. */
@@ -258,6 +262,7 @@ void fy_udp_conn_rx_ctrl(fy_udp_iface_t *iface, const fy_udp_hdr_t *h, const uin
                                       .cookie =
                                           fy_udp_cookie(iface, from, m.uuid, h->src_id, epoch)};
                 memset(&r, 0, sizeof(r));
+                r.job_key = m.key;
                 r.type = FY_UDP_T_COOKIE;
                 r.dst_id = h->src_id;
                 iface->cookies_sent++;
@@ -266,8 +271,8 @@ void fy_udp_conn_rx_ctrl(fy_udp_iface_t *iface, const fy_udp_hdr_t *h, const uin
             }
             for (uint32_t i = 1; i < iface->conn_cap && c == NULL; i++) {
                 fy_udp_conn_t *x = iface->conns[i];
-                if (x != NULL && x->peer_uuid == m.uuid && x->peer_id == 0 &&
-                    x->state == FY_UDP_CONN_CONNECTING)
+                if (x != NULL && x->peer_uuid == m.uuid && x->peer_key == m.key &&
+                    x->peer_id == 0 && x->state == FY_UDP_CONN_CONNECTING)
                     c = x;
             }
             if (c == NULL) {
@@ -281,6 +286,7 @@ void fy_udp_conn_rx_ctrl(fy_udp_iface_t *iface, const fy_udp_hdr_t *h, const uin
                 if (c == NULL)
                     return; /* no memory: the peer will ask again */
                 c->state = FY_UDP_CONN_CONNECTED;
+                c->peer_key = m.key;
                 fy_udp_conn_set_addrs(c, &ip, ntohs(ip.port_be), m.data_port);
                 fy_udp_passive_count(c, 1);
                 c->last_rx_ns = iface->now;
@@ -294,6 +300,7 @@ void fy_udp_conn_rx_ctrl(fy_udp_iface_t *iface, const fy_udp_hdr_t *h, const uin
              * whether this end lives, must connect afresh. */
             fy_udp_hdr_t r;
             memset(&r, 0, sizeof(r));
+            r.job_key = c->peer_key;
             r.type = FY_UDP_T_RESET;
             r.dst_id = h->src_id;
             r.src_id = c->id;
@@ -312,7 +319,7 @@ void fy_udp_conn_rx_ctrl(fy_udp_iface_t *iface, const fy_udp_hdr_t *h, const uin
             goto malformed;
         memcpy(&m, payload, sizeof(m));
         c = fy_udp_conn_lookup(iface, h->dst_id);
-        if (c == NULL || m.uuid != c->peer_uuid || h->src_id == 0)
+        if (c == NULL || m.uuid != c->peer_uuid || m.key != c->peer_key || h->src_id == 0)
             goto unknown;
         if (c->peer_id == 0) {
             fy_udp_bind_peer(c, h->src_id);
@@ -351,7 +358,7 @@ void fy_udp_conn_rx_ctrl(fy_udp_iface_t *iface, const fy_udp_hdr_t *h, const uin
         if (plen < sizeof(m) || chan != FY_UDP_CH_DATA || h->src_id == 0)
             goto malformed;
         memcpy(&m, payload, sizeof(m));
-        if (m.probe_size != plen + FY_UDP_HDR_LEN || m.prio_port == 0)
+        if (m.probe_size != plen + FY_UDP_HDR_LEN || m.prio_port == 0 || m.key == 0)
             goto malformed;
         /* Answered statelessly (to the sender's priority port, 8 bytes for a full-size
          * datagram: no amplification), so the probe need not wait for the handshake. */
@@ -360,7 +367,10 @@ void fy_udp_conn_rx_ctrl(fy_udp_iface_t *iface, const fy_udp_hdr_t *h, const uin
         else
             ((struct sockaddr_in6 *)&to)->sin6_port = htons(m.prio_port);
         c = fy_udp_peer_lookup(iface, m.uuid, h->src_id);
+        if (c != NULL && c->peer_key != m.key)
+            c = NULL;
         memset(&r, 0, sizeof(r));
+        r.job_key = m.key;
         r.type = FY_UDP_T_PROBE_ACK;
         r.dst_id = h->src_id;
         r.src_id = c != NULL ? c->id : 0;
@@ -439,6 +449,15 @@ malformed:
     return;
 unknown:
     iface->drops_unknown_ep++;
+}
+
+int fy_udp_reply_key_ok(fy_udp_iface_t *iface, const fy_udp_hdr_t *h)
+{
+    fy_udp_conn_t *c;
+    if (h->type != FY_UDP_T_RESET && h->type != FY_UDP_T_HB_ACK)
+        return 0;
+    c = fy_udp_conn_lookup(iface, h->dst_id);
+    return c != NULL && c->peer_key == h->job_key;
 }
 
 /* Next smaller size to probe after a size that small datagrams got through and this did not. */

@@ -18,6 +18,9 @@
  *                    fixed key unlaunched processes once shared); a CONN_REQ with that old
  *                    constant or the job key is dropped unanswered (counted as bad key), the
  *                    same request with the iface's key gets its COOKIE, keyed for the requester
+ *   reset_echoed     a RESET for a connection that is gone carries the key it was sent (the
+ *                    responder knows no other) and is still taken by the connection it names:
+ *                    the sender's ep fails with CONNECTION_RESET instead of resending forever
  */
 #include <arpa/inet.h>
 #include <malloc.h>
@@ -58,10 +61,17 @@ static void am_cb(void *arg, uint8_t id, const void *data, size_t len)
     got++;
 }
 
+static int expect_err;
+static ferry_status_t got_err;
+
 static void err_cb(void *arg, fy_tl_ep_t *e, ferry_status_t status)
 {
     (void)arg;
     (void)e;
+    if (expect_err) {
+        got_err = status;
+        return;
+    }
     FYTEST_FAIL("the real connection failed: %s", ferry_status_string(status));
 }
 
@@ -346,5 +356,29 @@ static void old_key_refused(void)
     close_pair();
 }
 
+static void reset_echoed(void)
+{
+    open_pair();
+    fy_udp_iface_t *a = (fy_udp_iface_t *)ifa, *b = (fy_udp_iface_t *)ifb;
+    send_am(0);
+    while (got < 1)
+        progress();
+    /* a forgets its end (as when reclaimed idle): b's next AM names a connection a has not */
+    for (uint32_t i = 1; i < a->conn_cap; i++)
+        if (a->conns[i] != NULL)
+            fy_udp_conn_reclaim(a->conns[i]);
+    FY_ASSERT_EQ(a->nconns, 0);
+    expect_err = 1;
+    got_err = FERRY_OK;
+    send_am(1);
+    for (unsigned k = 0; k < 200000 && got_err == FERRY_OK; k++)
+        progress();
+    FY_ASSERT_EQ(got_err, FERRY_ERR_CONNECTION_RESET);
+    FY_ASSERT(a->resets_sent >= 1 && b->resets_rx >= 1);
+    FY_ASSERT_EQ(b->drops_bad_key, 0);
+    expect_err = 0;
+    close_pair();
+}
+
 FYTEST_MAIN(FYTEST_CASE(forged_requests), FYTEST_CASE(cookie_replayed), FYTEST_CASE(idle_cost),
-            FYTEST_CASE(old_key_refused))
+            FYTEST_CASE(old_key_refused), FYTEST_CASE(reset_echoed))

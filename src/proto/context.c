@@ -61,10 +61,11 @@ static const fy_config_field_t ctx_fields[] = {
                     "return FERRY_ERR_NO_RESOURCE, taking nothing, until progress drains it.",
                     FY_CFG_SIZE, fy_ctx_opts_t, max_queued),
     FY_CONFIG_FIELD("JOB_KEY", "",
-                    "A job key carried by network transports; datagrams and connections with "
-                    "another key are refused.  Set by ferryrun; empty: the PMIx namespace "
-                    "(PMIX_NAMESPACE: mpirun, srun --mpi=pmix), else Slurm's job and step ids, "
-                    "else a fixed default shared by every unlaunched process.",
+                    "A job key carried by tcp, ofi and the sockaddr listener; connections and "
+                    "messages with another key are refused.  Set by ferryrun; empty: the PMIx "
+                    "namespace (PMIX_NAMESPACE: mpirun, srun --mpi=pmix), else Slurm's job and "
+                    "step ids, else a fixed default shared by every unlaunched process.  udp "
+                    "uses a random key per iface instead, published in the worker's address.",
                     FY_CFG_STRING, fy_ctx_opts_t, job_key),
     FY_CONFIG_FIELD("WIREUP_TIMEOUT", "2s",
                     "A new endpoint's lane that has not answered its wireup by then is given "
@@ -149,7 +150,8 @@ static uint64_t hash_string(const char *s)
  * mpirun, Slurm's srun --mpi=pmix, PRRTE) or Slurm's job and step ids.  Else (a singleton,
  * client/server by ip:port, MPICH's hydra, whose PMI-1 names the job only over its socket) a
  * fixed constant: every such process shares it, so it keeps ferry's traffic apart from other
- * programs' but not one unlaunched ferry program from another (docs/configuration.md). */
+ * programs' but not one unlaunched ferry program from another (docs/configuration.md).  udp
+ * does not use it: its key is random per iface and travels in the address (docs/udp.md). */
 static uint64_t default_job_key(const char *configured)
 {
     char buf[512];

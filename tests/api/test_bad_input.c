@@ -1,12 +1,15 @@
 /*
  * Bad input to every public call returns a specific error and never crashes: NULL handles,
  * unknown field_mask bits, unknown or out-of-range AM ids, oversized headers, malformed
- * addresses, bad memory parameters, remote access outside a key's region.
+ * addresses, bad memory parameters, remote access outside a key's region; the job key and
+ * udp's per-iface keys.
  */
 #include <stdio.h>
 
 #include "common.h"
+#include "proto/lanes.h"
 #include "proto/proto_int.h"
+#include "tl/udp/udp.h"
 
 static void null_handles(void)
 {
@@ -247,9 +250,10 @@ static void bad_config(void)
     FY_ASSERT_MSG(strstr(text, "carrier-pigeon"), "log: %s", text);
 }
 
-/* The job key network transports carry: FERRY_JOB_KEY first, else the launcher's job name
- * (the PMIx namespace, else Slurm's job and step), else the fixed default; two jobs of one
- * launcher get different keys, two ranks of one job the same. */
+/* The job key tcp, ofi and the sockaddr listener carry: FERRY_JOB_KEY first, else the launcher's
+ * job name (the PMIx namespace, else Slurm's job and step), else the fixed default; two jobs of
+ * one launcher get different keys, two ranks of one job the same.  udp does not use it: each
+ * udp iface draws its own random key and publishes it in the worker's address (udp_keys). */
 static uint64_t key_of(void)
 {
     ferry_context_t *ctx;
@@ -290,6 +294,58 @@ static void job_keys(void)
     unsetenv("FERRY_TLS");
 }
 
+/* The udp key in a worker's address (0: the address has no udp iface). */
+static uint64_t udp_key(ferry_worker_t *w)
+{
+    char addr[4096];
+    size_t len = sizeof(addr);
+    fy_remote_addr_t ra;
+    FY_ASSERT_OK(ferry_worker_get_address(w, addr, &len));
+    FY_ASSERT_OK(fy_address_unpack(addr, len, &ra));
+    for (unsigned i = 0; i < ra.niface; i++) {
+        fy_udp_iface_addr_t ia;
+        if (strcmp(ra.ifaces[i].tl, "udp") != 0 || ra.ifaces[i].iface_addr_len != sizeof(ia))
+            continue;
+        memcpy(&ia, ra.ifaces[i].iface_addr, sizeof(ia));
+        return ia.key;
+    }
+    return 0;
+}
+
+/* udp keys are per iface, random, whatever the job key: two workers of one context, and two
+ * contexts under one FERRY_JOB_KEY, each get their own, never the job key nor the old fixed
+ * default (an unlaunched process's key once, shared by every such process). */
+static void udp_keys(void)
+{
+    ferry_context_t *c1, *c2;
+    ferry_worker_t *w1, *w2, *w3;
+    if (fy_tl_find("udp") == NULL)
+        return; /* a build without udp */
+    setenv("FERRY_TLS", "udp", 1);
+    setenv("FERRY_UDP_IF_INCLUDE", "lo", 1);
+    setenv("FERRY_JOB_KEY", "0123456789abcdef", 1);
+    FY_ASSERT_OK(ferry_context_create(NULL, &c1));
+    FY_ASSERT_OK(ferry_context_create(NULL, &c2));
+    FY_ASSERT_OK(ferry_worker_create(c1, NULL, &w1));
+    FY_ASSERT_OK(ferry_worker_create(c1, NULL, &w2));
+    FY_ASSERT_OK(ferry_worker_create(c2, NULL, &w3));
+    uint64_t k1 = udp_key(w1), k2 = udp_key(w2), k3 = udp_key(w3);
+    uint64_t job = fy_context_job_key(c1);
+    FY_ASSERT_U64_EQ(fy_context_job_key(c2), job);
+    FY_ASSERT(k1 != 0 && k2 != 0 && k3 != 0);
+    FY_ASSERT(k1 != k2 && k1 != k3 && k2 != k3);
+    FY_ASSERT(k1 != job && k2 != job && k3 != job);
+    FY_ASSERT(k1 != FY_JOB_KEY_DEFAULT && k2 != FY_JOB_KEY_DEFAULT && k3 != FY_JOB_KEY_DEFAULT);
+    ferry_worker_destroy(w3);
+    ferry_worker_destroy(w2);
+    ferry_worker_destroy(w1);
+    ferry_context_destroy(c2);
+    ferry_context_destroy(c1);
+    unsetenv("FERRY_JOB_KEY");
+    unsetenv("FERRY_UDP_IF_INCLUDE");
+    unsetenv("FERRY_TLS");
+}
+
 FYTEST_MAIN(FYTEST_CASE(null_handles), FYTEST_CASE(bad_masks), FYTEST_CASE(bad_addresses),
             FYTEST_CASE(bad_am_args), FYTEST_CASE(bad_rma_args), FYTEST_CASE(bad_config),
-            FYTEST_CASE(job_keys))
+            FYTEST_CASE(job_keys), FYTEST_CASE(udp_keys))

@@ -33,6 +33,7 @@ static fy_udp_conn_t *bconn;     /* b's connection to a */
 static uint8_t a_dev[64], a_if[64];
 static struct sockaddr_in to[2]; /* a's priority and data ports */
 static int sock;
+static uint64_t a_key; /* the attacked iface's key (udp keys are per iface, in the address) */
 static fz_keys_t keys;
 static uint64_t region[1024];
 static volatile int got_am;
@@ -94,7 +95,7 @@ static void send_one(unsigned mode, uint8_t *d, size_t len)
         fy_udp_hdr_t h;
         memcpy(&h, d, sizeof(h));
         if (mode & 1)
-            h.job_key = JOB_KEY;
+            h.job_key = a_key; /* the target iface's, from its address */
         if (mode & 2) {
             h.dst_id = c->id;
             h.src_id = c->peer_id;
@@ -215,6 +216,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     fy_udp_iface_addr_t ia;
     memcpy(&da, a_dev, sizeof(da));
     memcpy(&ia, a_if, sizeof(ia));
+    a_key = ia.key;
     for (int c = 0; c < 2; c++) {
         to[c].sin_family = AF_INET;
         memcpy(&to[c].sin_addr, da.ip.addr, 4);

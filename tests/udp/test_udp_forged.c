@@ -1,7 +1,8 @@
 /*
  * test_udp_forged.c - connection requests from nobody who can answer, and junk, do not cost
  * the transport memory, and a real connection beside them keeps working.  Two udp ifaces in
- * this process (tl level); a third, plain socket plays the attacker, who knows the job key:
+ * this process (tl level); a third, plain socket plays the attacker, who has the attacked
+ * iface's address and so its key (it would be refused at the first check without it):
  *
  *   forged_requests  100,000 CONN_REQs (random uuids and connection ids, never echoing a
  *                    cookie) and 20,000 random datagrams at the priority and data ports,
@@ -13,6 +14,13 @@
  *                    (bench/RESULTS.md); no window array once the data is ACKed
  *   cookie_replayed  a cookie sent to one requester does not open a connection for another
  *                    uuid or connection id
+ *   old_key_refused  each iface has its own random key (not the job key it was given, not the
+ *                    fixed key unlaunched processes once shared); a CONN_REQ with that old
+ *                    constant or the job key is dropped unanswered (counted as bad key), the
+ *                    same request with the iface's key gets its COOKIE, keyed for the requester
+ *   reset_echoed     a RESET for a connection that is gone carries the key it was sent (the
+ *                    responder knows no other) and is still taken by the connection it names:
+ *                    the sender's ep fails with CONNECTION_RESET instead of resending forever
  */
 #include <arpa/inet.h>
 #include <malloc.h>
@@ -24,7 +32,9 @@
 #include "tl/tl.h"
 #include "tl/udp/udp.h"
 
-#define JOB_KEY 0x5eedf00dcafe0003ull
+#define JOB_KEY    0x5eedf00dcafe0003ull
+#define OLD_KEY    0x66657272794b3031ull /* every unlaunched process's job key before */
+#define FORGER_KEY 0x0f0f0f0f12345678ull /* the key the forger claims for its answers */
 
 static const fy_tl_component_t *tl;
 static fy_tl_md_t *md;
@@ -32,6 +42,7 @@ static fy_tl_iface_t *ifa, *ifb;
 static fy_tl_ep_t *ep;
 static struct sockaddr_in to[2];
 static int sock;
+static uint64_t akey; /* the attacked iface's key, from its address */
 static uint64_t got, bad;
 
 static void am_cb(void *arg, uint8_t id, const void *data, size_t len)
@@ -50,10 +61,17 @@ static void am_cb(void *arg, uint8_t id, const void *data, size_t len)
     got++;
 }
 
+static int expect_err;
+static ferry_status_t got_err;
+
 static void err_cb(void *arg, fy_tl_ep_t *e, ferry_status_t status)
 {
     (void)arg;
     (void)e;
+    if (expect_err) {
+        got_err = status;
+        return;
+    }
     FYTEST_FAIL("the real connection failed: %s", ferry_status_string(status));
 }
 
@@ -81,6 +99,7 @@ static void open_pair(void)
     fy_udp_iface_addr_t ia;
     memcpy(&da, a_dev, sizeof(da));
     memcpy(&ia, a_if, sizeof(ia));
+    akey = ia.key;
     for (int c = 0; c < 2; c++) {
         to[c].sin_family = AF_INET;
         memcpy(&to[c].sin_addr, da.ip.addr, 4);
@@ -109,14 +128,14 @@ static uint64_t rnd(void)
     return rng;
 }
 
-static void forge_req(uint64_t uuid, uint32_t src_id, uint64_t cookie)
+static void forge_req_key(uint64_t key, uint64_t uuid, uint32_t src_id, uint64_t cookie)
 {
     uint8_t buf[FY_UDP_HDR_LEN + sizeof(fy_udp_conn_msg_t)];
     fy_udp_hdr_t h;
     fy_udp_conn_msg_t m;
     memset(&h, 0, sizeof(h));
     memset(&m, 0, sizeof(m));
-    h.job_key = JOB_KEY;
+    h.job_key = key;
     h.src_id = src_id;
     h.type = FY_UDP_T_CONN_REQ;
     h.version = FY_UDP_VERSION;
@@ -130,10 +149,16 @@ static void forge_req(uint64_t uuid, uint32_t src_id, uint64_t cookie)
     m.credit = 1 << 20;
     m.live_port = 9;
     m.cookie = cookie;
+    m.key = FORGER_KEY;
     memcpy(buf, &h, sizeof(h));
     memcpy(buf + sizeof(h), &m, sizeof(m));
     while (sendto(sock, buf, sizeof(buf), 0, (struct sockaddr *)&to[0], sizeof(to[0])) < 0)
         tl->ops->iface_progress(ifa); /* our socket buffer is full: let the target read */
+}
+
+static void forge_req(uint64_t uuid, uint32_t src_id, uint64_t cookie)
+{
+    forge_req_key(akey, uuid, src_id, cookie);
 }
 
 static void forge_junk(void)
@@ -145,7 +170,7 @@ static void forge_junk(void)
         memcpy(buf + i, &r, FY_MIN((size_t)8, len - i));
     }
     if (rnd() % 2) { /* a valid key and version, so it gets past the first checks */
-        uint64_t k = JOB_KEY;
+        uint64_t k = akey;
         if (len >= FY_UDP_HDR_LEN) {
             memcpy(buf, &k, 8);
             buf[offsetof(fy_udp_hdr_t, version)] = FY_UDP_VERSION;
@@ -230,7 +255,8 @@ static void cookie_replayed(void)
     memcpy(&c, buf + FY_UDP_HDR_LEN, sizeof(c));
     FY_ASSERT_EQ(h.type, FY_UDP_T_COOKIE);
     FY_ASSERT_EQ(h.dst_id, 5);
-    FY_ASSERT_EQ(a->nconns, 1); /* the request cost nothing */
+    FY_ASSERT_U64_EQ(h.job_key, FORGER_KEY); /* keyed for the requester, as its conn msg says */
+    FY_ASSERT_EQ(a->nconns, 1);              /* the request cost nothing */
     uint64_t ck = c.cookie;
     forge_req(78, 5, ck); /* another uuid */
     forge_req(77, 6, ck); /* another connection id */
@@ -288,4 +314,71 @@ static void idle_cost(void)
     close_pair();
 }
 
-FYTEST_MAIN(FYTEST_CASE(forged_requests), FYTEST_CASE(cookie_replayed), FYTEST_CASE(idle_cost))
+static void old_key_refused(void)
+{
+    open_pair();
+    fy_udp_iface_t *a = (fy_udp_iface_t *)ifa, *b = (fy_udp_iface_t *)ifb;
+    send_am(0); /* the two ifaces talk, each with its own key */
+    while (got < 1)
+        progress();
+    uint64_t ka = a->super.params.job_key, kb = b->super.params.job_key;
+    printf("old_key_refused: iface keys %016llx and %016llx (job key given: %016llx)\n",
+           (unsigned long long)ka, (unsigned long long)kb, (unsigned long long)JOB_KEY);
+    FY_ASSERT(ka == akey && ka != 0 && kb != 0 && ka != kb);
+    FY_ASSERT(ka != JOB_KEY && ka != OLD_KEY && kb != JOB_KEY && kb != OLD_KEY);
+    uint64_t bad0 = a->drops_bad_key, cookies0 = a->cookies_sent;
+    const unsigned n = 50;
+    for (unsigned i = 0; i < n; i++) {
+        forge_req_key(i % 2 ? OLD_KEY : JOB_KEY, 77 + i, 5 + i, 0);
+        forge_req_key(i % 2 ? OLD_KEY : JOB_KEY, 77 + i, 5 + i, 12345); /* with a "cookie" */
+    }
+    uint8_t buf[256];
+    ssize_t r = -1;
+    for (unsigned k = 0; k < 2000 && a->drops_bad_key - bad0 < 2 * n; k++)
+        progress();
+    for (unsigned k = 0; k < 200; k++) {
+        progress();
+        r = recv(sock, buf, sizeof(buf), 0);
+        FY_ASSERT_MSG(r < 0, "a request with a wrong key was answered (%zd bytes)", r);
+    }
+    FY_ASSERT_EQ(a->drops_bad_key - bad0, 2 * n);
+    FY_ASSERT_EQ(a->cookies_sent, cookies0);
+    FY_ASSERT_EQ(a->nconns, 1);
+    /* The same request with the key from the address is answered. */
+    forge_req(77, 5, 0);
+    for (int i = 0; i < 100000 && r < 0; i++) {
+        progress();
+        r = recv(sock, buf, sizeof(buf), 0);
+    }
+    FY_ASSERT_EQ(r, FY_UDP_HDR_LEN + sizeof(fy_udp_cookie_t));
+    FY_ASSERT_EQ(buf[offsetof(fy_udp_hdr_t, type)], FY_UDP_T_COOKIE);
+    FY_ASSERT_EQ(a->cookies_sent, cookies0 + 1);
+    close_pair();
+}
+
+static void reset_echoed(void)
+{
+    open_pair();
+    fy_udp_iface_t *a = (fy_udp_iface_t *)ifa, *b = (fy_udp_iface_t *)ifb;
+    send_am(0);
+    while (got < 1)
+        progress();
+    /* a forgets its end (as when reclaimed idle): b's next AM names a connection a has not */
+    for (uint32_t i = 1; i < a->conn_cap; i++)
+        if (a->conns[i] != NULL)
+            fy_udp_conn_reclaim(a->conns[i]);
+    FY_ASSERT_EQ(a->nconns, 0);
+    expect_err = 1;
+    got_err = FERRY_OK;
+    send_am(1);
+    for (unsigned k = 0; k < 200000 && got_err == FERRY_OK; k++)
+        progress();
+    FY_ASSERT_EQ(got_err, FERRY_ERR_CONNECTION_RESET);
+    FY_ASSERT(a->resets_sent >= 1 && b->resets_rx >= 1);
+    FY_ASSERT_EQ(b->drops_bad_key, 0);
+    expect_err = 0;
+    close_pair();
+}
+
+FYTEST_MAIN(FYTEST_CASE(forged_requests), FYTEST_CASE(cookie_replayed), FYTEST_CASE(idle_cost),
+            FYTEST_CASE(old_key_refused), FYTEST_CASE(reset_echoed))

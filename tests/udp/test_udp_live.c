@@ -13,6 +13,10 @@
  *                   receive completes with an error within PEER_TIMEOUT + 1 s
  *   idle_peer_dies  a connected, idle endpoint learns of its peer's death by keepalive: err_cb
  *                   within PEER_TIMEOUT + 1 s, with nothing sent
+ *   unlaunched_keys two processes without any launcher (no FERRY_JOB_KEY, PMIx or Slurm job):
+ *                   each udp iface drew its own random key, published in its address, the two
+ *                   differ, and the processes still talk (a hello each way, then a 1 MiB
+ *                   rendezvous checked byte for byte)
  *
  * FYTEST_LIVE_LEN sets the rendezvous size (default 64 MiB; the issue's 256 MiB case is
  * `FYTEST_LIVE_LEN=256m build/tests/udp/test_udp_live killed_receiver`), FYTEST_LIVE_SLEEP
@@ -26,6 +30,8 @@
 #include "fytest.h"
 #include "fytest_proc.h"
 #include "fytest_util.h"
+#include "proto/lanes.h"
+#include "tl/udp/udp.h"
 
 #define TAG_HELLO 0xfeedull
 #define TAG_SMALL 1
@@ -179,6 +185,25 @@ static void end_close(end_t *e)
     e->w = NULL;
 }
 
+/* The key of the worker's udp iface, as its address publishes it (0: none). */
+static uint64_t udp_key_of(ferry_worker_t *w)
+{
+    char addr[4096];
+    size_t len = sizeof(addr);
+    fy_remote_addr_t ra;
+    fy_udp_iface_addr_t ia;
+    FY_ASSERT_OK(ferry_worker_get_address(w, addr, &len));
+    FY_ASSERT_OK(fy_address_unpack(addr, len, &ra));
+    for (unsigned i = 0; i < ra.niface; i++) {
+        if (strcmp(ra.ifaces[i].tl, "udp") != 0)
+            continue;
+        FY_ASSERT_EQ(ra.ifaces[i].iface_addr_len, sizeof(ia));
+        memcpy(&ia, ra.ifaces[i].iface_addr, sizeof(ia));
+        return ia.key;
+    }
+    return 0;
+}
+
 /* ---- the peer ------------------------------------------------------------------------- */
 
 static int peer_role(int rfd, int wfd, int argc, char **argv)
@@ -188,6 +213,24 @@ static int peer_role(int rfd, int wfd, int argc, char **argv)
     const char *mode = argv[0];
     size_t len = live_len();
     end_open(&e, 0);
+    if (strcmp(mode, "keys") == 0) {
+        uint64_t k = udp_key_of(e.w);
+        char *big = malloc(1 << 20);
+        done_t d = {0, 0};
+        ferry_request_t r = {.cb = req_cb, .user_data = &d};
+        FY_ASSERT(big != NULL);
+        FY_ASSERT(fyproc_send(e.wfd, &k, sizeof(k)) == 0);
+        fy_pattern(big, 1 << 20, 5);
+        ferry_status_t st = ferry_tag_send(e.ep, TAG_BIG, big, 1 << 20, &r);
+        if (st != FERRY_INPROGRESS)
+            d = (done_t){1, st};
+        wait_done(&e, &d, 30);
+        FY_ASSERT_OK(d.st);
+        await(&e, 'z');
+        free(big);
+        end_close(&e);
+        return 0;
+    }
     if (strcmp(mode, "sleep") == 0) {
         static char small[4096], reply[4096];
         char *big = malloc(1 << 20);
@@ -373,6 +416,40 @@ static void idle_peer_dies(void)
     killed("idle");
 }
 
+static void unlaunched_keys(void)
+{
+    fyproc_t p;
+    end_t e = {0};
+    uint64_t theirs = 0;
+    char *big = malloc(1 << 20);
+    done_t d = {0, 0};
+    ferry_request_t r = {.cb = req_cb, .user_data = &d};
+    FY_ASSERT(big != NULL);
+    unsetenv("FERRY_JOB_KEY");
+    unsetenv("PMIX_NAMESPACE");
+    unsetenv("SLURM_JOB_ID");
+    start(&p, &e, "keys"); /* a hello each way already went */
+    uint64_t ours = udp_key_of(e.w);
+    pipe_read(&e, &theirs, sizeof(theirs));
+    printf("unlaunched_keys: our udp key %016llx, the peer's %016llx\n", (unsigned long long)ours,
+           (unsigned long long)theirs);
+    FY_ASSERT(ours != 0 && theirs != 0);
+    FY_ASSERT_MSG(ours != theirs, "two unlaunched processes share the key %016llx",
+                  (unsigned long long)ours);
+    ferry_status_t st = ferry_tag_recv(e.w, big, 1 << 20, TAG_BIG, ~0ull, &r);
+    if (st != FERRY_INPROGRESS)
+        d = (done_t){1, st};
+    wait_done(&e, &d, 30);
+    FY_ASSERT_OK(d.st);
+    FY_ASSERT(fy_pattern_ok(big, 1 << 20, 5));
+    FY_ASSERT_EQ(e.errs, 0);
+    tell(&e, 'z');
+    FY_ASSERT_EQ(fyproc_wait(&p, 30000), 0);
+    end_close(&e);
+    fyproc_release(&p);
+    free(big);
+}
+
 static void setup_env(void)
 {
     setenv("FERRY_TLS", "udp", 0);
@@ -383,7 +460,8 @@ static void setup_env(void)
 int main(int argc, char **argv)
 {
     static const fytest_case_t cases[] = {FYTEST_CASE(sleeping_peer), FYTEST_CASE(killed_receiver),
-                                          FYTEST_CASE(killed_sender), FYTEST_CASE(idle_peer_dies)};
+                                          FYTEST_CASE(killed_sender), FYTEST_CASE(idle_peer_dies),
+                                          FYTEST_CASE(unlaunched_keys)};
     int st;
     setup_env();
     if (fyproc_child_main(argc, argv, roles, 1, &st))

@@ -146,7 +146,7 @@ static int flooder(int rfd, int wfd, void *arg)
             for (size_t i = 0; i < sizeof(pkt) / 8 && i * 8 < len + 64; i++)
                 memcpy(pkt + i * 8, &(uint64_t){rng * (i + 1)}, 8);
             memset(&h, 0, sizeof(h));
-            h.job_key = UT_JOB_KEY;
+            h.job_key = a.key; /* the target's, from its address */
             h.version = FY_UDP_VERSION;
             h.type = (uint8_t)(FY_UDP_T_AM + rng % 6);
             h.dst_id = (uint32_t)(rng >> 32);

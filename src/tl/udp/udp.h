@@ -3,7 +3,9 @@
  *
  *   udp_component.c  config table, memory domain, rkeys, the ops table
  *   udp_iface.c      interface selection, sockets, addresses, event fd, statistics
- *   udp_conn.c       connections (the tl ep): handshake with MTU probe, ids, failure, flush
+ *   udp_conn.c       connections (the tl ep): ids, table, failure, flush
+ *   udp_handshake.c  opening one: handshake, cookie round, MTU probe
+ *   udp_close.c      close keeping the connection; passive reclaim
  *   udp_tx.c         send path: fragments to segments, window, credits, ready queue, batching
  *   udp_rx.c         receive path: validation, ordering, stash, delivery, reassembly, RMA target
  *   udp_retx.c       ACKs, RTT estimate, the hotel and retransmissions
@@ -198,6 +200,7 @@ typedef struct fy_udp_conn {
     struct fy_udp_iface *iface;
     uint32_t id, peer_id;
     uint64_t peer_uuid;
+    uint64_t peer_key; /* the peer iface's key: every datagram to it carries it (udp_handshake.c) */
     uint8_t state;
     uint8_t owned; /* proto holds it (ep_create); else a passive peer connection */
     uint8_t got_conn_ack, got_probe_ack;
@@ -447,13 +450,16 @@ typedef struct fy_udp_dev_addr {
     uint64_t host_id;
 } fy_udp_dev_addr_t;
 _Static_assert(sizeof(fy_udp_dev_addr_t) == 32, "udp device address is 32 bytes");
-/* Interface address: the two ports and the iface's uuid. */
+/* Interface address: the two ports, the segment size, the iface's uuid and its key (every
+ * datagram to the iface must carry it: whoever has the address may connect). */
 typedef struct fy_udp_iface_addr {
     uint16_t prio_port;
     uint16_t data_port;
     uint32_t seg_size;
     uint64_t uuid;
+    uint64_t key;
 } fy_udp_iface_addr_t;
+_Static_assert(sizeof(fy_udp_iface_addr_t) == 24, "udp interface address is 24 bytes");
 
 /* ---- shared functions ----------------------------------------------------------------- */
 extern const fy_tl_component_t fy_tl_udp_component;
@@ -478,23 +484,43 @@ void fy_udp_iface_print(fy_tl_iface_t *tl_iface, FILE *f);
 void fy_udp_conn_print(const fy_udp_conn_t *conn, FILE *f);
 int fy_udp_stats_wanted(const fy_udp_iface_t *iface);
 
-/* udp_conn.c */
-ferry_status_t fy_udp_ep_create(fy_tl_iface_t *tl_iface, const void *dev_addr,
-                                const void *iface_addr, fy_tl_ep_t **ep_p);
-void fy_udp_ep_destroy(fy_tl_ep_t *ep);
+/* udp_conn.c: the connection table, failure, teardown, flush */
 ferry_status_t fy_udp_ep_flush(fy_tl_ep_t *ep, fy_tl_comp_t *comp);
 ferry_status_t fy_udp_ep_get_stats(fy_tl_ep_t *ep, ferry_ep_stats_t *stats);
 fy_udp_conn_t *fy_udp_conn_lookup(fy_udp_iface_t *iface, uint32_t id);
-void fy_udp_conn_rx_ctrl(fy_udp_iface_t *iface, const fy_udp_hdr_t *h, const uint8_t *payload,
-                         size_t plen, const struct sockaddr_storage *from, uint8_t chan);
-void fy_udp_conn_timer_expired(fy_udp_iface_t *iface, fy_udp_conn_t *conn);
+/* The connection the peer (uuid, its id) opened to us, if any. */
+fy_udp_conn_t *fy_udp_peer_lookup(fy_udp_iface_t *iface, uint64_t uuid, uint32_t id);
+void fy_udp_bind_peer(fy_udp_conn_t *conn, uint32_t peer_id);
+void fy_udp_unbind_peer(fy_udp_conn_t *conn);
+fy_udp_conn_t *fy_udp_conn_new(fy_udp_iface_t *iface, uint64_t peer_uuid);
+void fy_udp_conn_set_addrs(fy_udp_conn_t *conn, const fy_netif_addr_t *ip, uint16_t prio_port,
+                           uint16_t data_port);
+/* Count the connection among the passive ones (not taken up by an ep), or not. */
+void fy_udp_passive_count(fy_udp_conn_t *conn, int counted);
+/* Forget every segment in the send window (the stream they belong to is over). */
+void fy_udp_drop_window(fy_udp_conn_t *conn, ferry_status_t status);
+void fy_udp_conn_zombie(fy_udp_iface_t *iface, fy_udp_conn_t *conn);
 void fy_udp_conn_schedule_fail(fy_udp_conn_t *conn, ferry_status_t status);
 void fy_udp_conn_run_failures(fy_udp_iface_t *iface);
 void fy_udp_conn_fail(fy_udp_conn_t *conn, ferry_status_t status, int notify);
-void fy_udp_conn_reclaim(fy_udp_conn_t *conn);
 void fy_udp_flush_check(fy_udp_conn_t *conn);
 void fy_udp_conn_free_zombies(fy_udp_iface_t *iface);
 void fy_udp_conn_destroy_all(fy_udp_iface_t *iface);
+
+/* udp_handshake.c: opening a connection, the path check, asking whether a far end lives */
+ferry_status_t fy_udp_ep_create(fy_tl_iface_t *tl_iface, const void *dev_addr,
+                                const void *iface_addr, fy_tl_ep_t **ep_p);
+void fy_udp_conn_rx_ctrl(fy_udp_iface_t *iface, const fy_udp_hdr_t *h, const uint8_t *payload,
+                         size_t plen, const struct sockaddr_storage *from, uint8_t chan);
+void fy_udp_conn_timer_expired(fy_udp_iface_t *iface, fy_udp_conn_t *conn);
+/* A datagram with a key not ours: a RESET or HB_ACK from a stateless responder of a peer
+ * carries the key we sent it (the peer's own), and is taken when the connection it names
+ * has that peer key. */
+int fy_udp_reply_key_ok(fy_udp_iface_t *iface, const fy_udp_hdr_t *h);
+
+/* udp_close.c: close keeping the connection for the peer; reclaiming passive ones */
+void fy_udp_ep_destroy(fy_tl_ep_t *ep);
+void fy_udp_conn_reclaim(fy_udp_conn_t *conn);
 
 /* udp_live.c */
 ferry_status_t fy_udp_live_open(fy_udp_iface_t *iface);
@@ -511,7 +537,7 @@ void fy_udp_live_rx_hb_ack(fy_udp_iface_t *iface, const fy_udp_hdr_t *h, const u
                            size_t plen);
 uint64_t fy_udp_cookie(const fy_udp_iface_t *iface, const struct sockaddr_storage *from,
                        uint64_t uuid, uint32_t src_id, uint64_t epoch);
-/* A conn-less datagram (COOKIE, RESET) straight to `to`. */
+/* A conn-less datagram (COOKIE, RESET) straight to `to`, with h's key (0: ours). */
 void fy_udp_send_raw(fy_udp_iface_t *iface, uint8_t chan, const fy_udp_hdr_t *h,
                      const void *payload, size_t plen, const struct sockaddr_storage *to);
 /* A sequenced or ACK datagram named a connection we do not have: tell the sender (RESET). */

@@ -1,34 +1,17 @@
 /*
- * udp_conn.c - connections, which are the udp transport's endpoints: their ids, the
- * handshake that opens them, the path check before first use, failure and teardown, flush.
+ * udp_conn.c - the connection table and a connection's end: connections are the udp
+ * transport's endpoints; here are their ids, the two ways to find one (by our id, which every
+ * datagram names, and by the peer's uuid and id, which a CONN_REQ names), their creation, failure
+ * and teardown, flush and statistics.
  *
  * A connection is bidirectional, so ACKs of one direction ride on the data of the other.
  * Each end has a 32-bit id (slot index | generation << 16); every datagram names the
- * receiver's id and the sender's, and a datagram naming an unknown id is dropped.
+ * receiver's id and the sender's, and a datagram naming an unknown id is dropped.  The
+ * generation makes an id from before a slot was reused name nothing.
  *
- * Handshake (lazy: ep_create returns at once, sends queue until it completes):
- *   initiator                                 responder
- *   CONN_REQ (prio) ------------------------> find (uuid, src id) or adopt a connection of
- *                                              its own to that uuid still unanswered, or
- *                                              create a passive one
- *            <------------------------------- CONN_ACK (its id, window, credit, sizes)
- *   PROBE (data, full segment size) --------> known sender?
- *            <------------------------------- PROBE_ACK (the size that arrived)
- * Both are resent on a hotel timer until answered.  When CONN_ACK comes back but the full-
- * size PROBE never does, small datagrams pass and large ones die: an MTU mismatch on the
- * path.  That is logged as such and the probe falls back to smaller sizes (9000-, 1500-
- * byte paths, then 576), so the connection works at a size the path carries.  No answer at
- * all within FERRY_UDP_PEER_TIMEOUT: the ep fails (err_cb, FERRY_ERR_UNREACHABLE).
- *
- * When proto creates an ep to a remote iface that already opened a connection to us (a
- * passive one), that connection is adopted, so there is one stream per pair of ifaces.
- *
- * Close: since the peer's ep to us shares the connection, ep_destroy keeps a healthy one
- * (passive again) rather than reset the peer mid-flush; only what reads the caller's memory
- * forbids it (keepable()).  Taking up a connection whose far end may have gone meanwhile (one
- * we kept, or a passive one long silent) first asks the peer under the connection's own ids:
- * its end answers (go on), or the peer has none (COOKIE: the stream starts again) or a failed
- * one (RESET: a new id, connect afresh).  docs/udp.md, Close.
+ * How a connection opens is udp_handshake.c; how a close keeps it for the peer and how an
+ * unused passive one is reclaimed, udp_close.c.  A failed connection becomes a zombie, freed
+ * outside progress so a completion called from inside a loop over it finds it whole.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -36,16 +19,6 @@
 #include "tl/udp/udp.h"
 #include "util/clock.h"
 #include "util/log.h"
-
-#define CONN_RETRY_NS     (5 * FY_NSEC_PER_MSEC)
-#define CONN_RETRY_MAX_NS (100 * FY_NSEC_PER_MSEC)
-#define PROBE_TRIES       8
-#define COOKIE_EPOCH_NS   (16 * FY_NSEC_PER_SEC)
-/* A passive connection that heard from its peer this recently is taken up without asking
- * whether the peer's end lives (the usual case: the reply ep made for the peer's first AM). */
-#define ADOPT_FRESH_NS (100 * FY_NSEC_PER_MSEC)
-
-static void drop_window(fy_udp_conn_t *c, ferry_status_t status);
 
 static uint64_t peer_key(uint64_t uuid, uint32_t id)
 {
@@ -62,16 +35,24 @@ fy_udp_conn_t *fy_udp_conn_lookup(fy_udp_iface_t *iface, uint32_t id)
     return c != NULL && c->id == id ? c : NULL;
 }
 
-static fy_udp_conn_t *peer_lookup(fy_udp_iface_t *iface, uint64_t uuid, uint32_t id)
+fy_udp_conn_t *fy_udp_peer_lookup(fy_udp_iface_t *iface, uint64_t uuid, uint32_t id)
 {
     fy_udp_conn_t *c = fy_hash_get(&iface->by_peer, peer_key(uuid, id));
     return c != NULL && c->peer_uuid == uuid && c->peer_id == id ? c : NULL;
 }
 
-static void bind_peer(fy_udp_conn_t *c, uint32_t peer_id)
+void fy_udp_bind_peer(fy_udp_conn_t *c, uint32_t peer_id)
 {
     c->peer_id = peer_id;
     fy_hash_put(&c->iface->by_peer, peer_key(c->peer_uuid, peer_id), c);
+}
+
+void fy_udp_unbind_peer(fy_udp_conn_t *c)
+{
+    fy_udp_iface_t *iface = c->iface;
+    if (c->peer_id != 0 && fy_hash_get(&iface->by_peer, peer_key(c->peer_uuid, c->peer_id)) == c)
+        fy_hash_del(&iface->by_peer, peer_key(c->peer_uuid, c->peer_id));
+    c->peer_id = 0;
 }
 
 static ferry_status_t slot_alloc(fy_udp_iface_t *iface, fy_udp_conn_t *c)
@@ -107,8 +88,8 @@ static ferry_status_t slot_alloc(fy_udp_iface_t *iface, fy_udp_conn_t *c)
     return FERRY_OK;
 }
 
-static void set_addrs(fy_udp_conn_t *c, const fy_netif_addr_t *ip, uint16_t prio_port,
-                      uint16_t data_port)
+void fy_udp_conn_set_addrs(fy_udp_conn_t *c, const fy_netif_addr_t *ip, uint16_t prio_port,
+                           uint16_t data_port)
 {
     fy_netif_addr_t a = *ip;
     a.port_be = htons(prio_port);
@@ -124,7 +105,7 @@ static void set_addrs(fy_udp_conn_t *c, const fy_netif_addr_t *ip, uint16_t prio
                    memcmp(ip->addr, c->iface->addr.addr, sizeof(ip->addr)) == 0);
 }
 
-static fy_udp_conn_t *conn_new(fy_udp_iface_t *iface, uint64_t peer_uuid)
+fy_udp_conn_t *fy_udp_conn_new(fy_udp_iface_t *iface, uint64_t peer_uuid)
 {
     fy_udp_conn_t *c = calloc(1, sizeof(*c));
     if (c == NULL)
@@ -159,36 +140,7 @@ static fy_udp_conn_t *conn_new(fy_udp_iface_t *iface, uint64_t peer_uuid)
     return c;
 }
 
-static void conn_msg_fill(fy_udp_iface_t *iface, fy_udp_conn_t *c, fy_udp_conn_msg_t *m,
-                          uint32_t probe_size)
-{
-    memset(m, 0, sizeof(*m));
-    m->uuid = iface->uuid;
-    m->prio_port = iface->ch[FY_UDP_CH_PRIO].port;
-    m->data_port = iface->ch[FY_UDP_CH_DATA].port;
-    m->window = (uint32_t)iface->opts->window;
-    m->seg_size = c->seg_size;
-    m->prio_mtu = (uint32_t)iface->opts->prio_mtu;
-    m->credit = iface->credit;
-    m->probe_size = probe_size;
-    m->live_port = iface->live_port;
-    m->cookie = c->cookie;
-}
-
-static void apply_peer(fy_udp_conn_t *c, const fy_udp_conn_msg_t *m)
-{
-    const fy_udp_opts_t *o = c->iface->opts;
-    c->wnd = (uint32_t)FY_MIN((unsigned long)m->window, o->window);
-    if (c->wnd == 0)
-        c->wnd = 1;
-    c->credit = FY_MIN((uint64_t)o->credit, m->credit);
-    c->prio_mtu = (uint32_t)FY_MIN((size_t)m->prio_mtu, o->prio_mtu);
-    if (m->seg_size >= 576 && m->seg_size < c->seg_size)
-        c->seg_size = m->seg_size;
-    c->peer_live_port = m->live_port;
-}
-
-static void passive_count(fy_udp_conn_t *c, int counted)
+void fy_udp_passive_count(fy_udp_conn_t *c, int counted)
 {
     if (c->passive_counted == counted)
         return;
@@ -197,434 +149,6 @@ static void passive_count(fy_udp_conn_t *c, int counted)
         c->iface->npassive++;
     else
         c->iface->npassive--;
-}
-
-static void send_handshake(fy_udp_iface_t *iface, fy_udp_conn_t *c)
-{
-    fy_udp_conn_msg_t m;
-    /* Beside every probe a small request: its answer, coming back while the probe's does
-     * not, is what tells an MTU mismatch from a peer that is only slow to answer (a
-     * priority channel backed up behind data). */
-    if (!c->got_conn_ack || !c->got_probe_ack) {
-        conn_msg_fill(iface, c, &m, 0);
-        fy_udp_tx_ctrl(iface, c, FY_UDP_CH_PRIO, FY_UDP_T_CONN_REQ, &m, sizeof(m), 0,
-                       &c->addr[FY_UDP_CH_PRIO], c->addrlen);
-    }
-    if (!c->got_probe_ack) {
-        conn_msg_fill(iface, c, &m, c->probe_size);
-        fy_udp_tx_ctrl(iface, c, FY_UDP_CH_DATA, FY_UDP_T_PROBE, &m, sizeof(m), c->probe_size,
-                       &c->addr[FY_UDP_CH_DATA], c->addrlen);
-    }
-    fy_udp_tx_flush_all(iface);
-    c->conn_last_tx = fy_time_ns();
-    uint64_t stay = CONN_RETRY_NS << FY_MIN(c->conn_tries, 5u);
-    fy_hotel_checkin(&iface->hotel, &c->conn_timer.room, FY_MIN(stay, CONN_RETRY_MAX_NS),
-                     fy_time_ns());
-}
-
-/* An adopted connection whose peer end is not known to live: its sends wait (state
- * CONNECTING) while a CONN_REQ under the connection's own ids asks the peer.  The peer's end
- * answers CONN_ACK (it lives: go on where the stream is); a peer without that end answers
- * COOKIE, then makes a new end (stream_restart), or RESET (conn_renew). */
-static void verify_start(fy_udp_iface_t *iface, fy_udp_conn_t *c)
-{
-    c->state = FY_UDP_CONN_CONNECTING;
-    c->verifying = 1;
-    c->got_conn_ack = 0;
-    c->got_probe_ack = 1; /* the path was probed when the connection opened */
-    c->probe_size = c->probe_max = c->seg_size;
-    c->conn_tries = 0;
-    c->small_acks = 0;
-    c->conn_start = fy_time_ns();
-    fy_list_del(&c->ready_link);
-    send_handshake(iface, c);
-}
-
-/* The peer's end of the stream is gone: what was in flight in either direction is void.
- * Queued sends (never numbered) stay and go on the new stream from sequence 0; a chunked
- * message that was part-way through starts again from its first chunk (only messages with a
- * copy of their own are ever kept across a close, see keepable()). */
-static void stream_restart(fy_udp_conn_t *c)
-{
-    fy_udp_iface_t *iface = c->iface;
-    fy_list_t *e;
-    drop_window(c, FERRY_ERR_CONNECTION_RESET);
-    fy_list_for_each(e, &c->sendq)
-    {
-        fy_udp_pend_t *p = fy_container_of(e, fy_udp_pend_t, link);
-        if (p->kind == FY_UDP_PEND_FRAG)
-            ((fy_udp_frag_t *)p)->next_off = 0;
-    }
-    c->snd_una = c->snd_nxt = 0;
-    c->snd_high = (uint32_t)-1;
-    c->cwnd = FY_UDP_CWND_INIT;
-    c->rack_tx = 0;
-    memset(c->rack_ch, 0, sizeof(c->rack_ch));
-    c->last_tsecr = 0;
-    c->resent_at = 0;
-    fy_udp_cc_init(c);
-    fy_udp_rx_unplace(iface, c);
-    fy_udp_stash_clear(c);
-    c->rx_active = 0;
-    c->rcv_nxt = 0;
-    c->ts_echo = 0;
-    c->dsack_pending = 0;
-    fy_list_del(&c->ack_link);
-    c->ack_pending = c->ack_now = 0;
-    c->ack_unsent = 0;
-    c->ack_unsent_bytes = 0;
-    c->verifying = 0;
-}
-
-static void unbind_peer(fy_udp_conn_t *c)
-{
-    fy_udp_iface_t *iface = c->iface;
-    if (c->peer_id != 0 && fy_hash_get(&iface->by_peer, peer_key(c->peer_uuid, c->peer_id)) == c)
-        fy_hash_del(&iface->by_peer, peer_key(c->peer_uuid, c->peer_id));
-    c->peer_id = 0;
-}
-
-/* The peer refused the adopted connection (RESET: its end failed or is gone): open a fresh
- * one in its place, under a new id so nothing of the old stream is taken for the new. */
-static void conn_renew(fy_udp_iface_t *iface, fy_udp_conn_t *c)
-{
-    uint32_t idx = c->id & 0xffff;
-    char buf[FY_NETIF_ADDR_STRLEN];
-    fy_list_t *e;
-    fy_debug("udp: peer %s no longer has its end of connection %08x: connecting afresh",
-             fy_netif_addr_str(&c->peer_addr, 0, buf, sizeof(buf)), c->id);
-    stream_restart(c);
-    unbind_peer(c);
-    if (++iface->conn_gen[idx] == 0)
-        iface->conn_gen[idx] = 1;
-    c->id = ((uint32_t)iface->conn_gen[idx] << 16) | idx;
-    fy_list_for_each(e, &c->sendq) /* formed segments carry the id they were made under */
-    {
-        fy_udp_pend_t *p = fy_container_of(e, fy_udp_pend_t, link);
-        if (p->kind == FY_UDP_PEND_SEG)
-            memcpy(((fy_udp_seg_t *)p)->hdr + offsetof(fy_udp_hdr_t, src_id), &c->id,
-                   sizeof(c->id));
-    }
-    c->cookie = 0;
-    c->got_conn_ack = 0;
-    c->conn_tries = 0;
-    c->conn_start = fy_time_ns();
-    send_handshake(iface, c);
-}
-
-ferry_status_t fy_udp_ep_create(fy_tl_iface_t *tl_iface, const void *dev_addr,
-                                const void *iface_addr, fy_tl_ep_t **ep_p)
-{
-    fy_udp_iface_t *iface = fy_udp_iface(tl_iface);
-    fy_udp_dev_addr_t d;
-    fy_udp_iface_addr_t a;
-    fy_udp_conn_t *c;
-
-    memcpy(&d, dev_addr, sizeof(d));
-    memcpy(&a, iface_addr, sizeof(a));
-    if (d.ip.family != iface->addr.family || a.uuid == 0)
-        return FERRY_ERR_INVALID_ADDR;
-    /* The peer connected to us first, or an ep of ours to it was closed and its connection
-     * kept: take it over (asking the peer first whether its end still lives, see Close). */
-    for (uint32_t i = 1; i < iface->conn_cap; i++) {
-        c = iface->conns[i];
-        if (c != NULL && !c->owned && c->peer_uuid == a.uuid && c->state == FY_UDP_CONN_CONNECTED &&
-            !c->in_fail_list) {
-            c->owned = 1;
-            passive_count(c, 0);
-            if (c->released || fy_time_ns() - c->last_rx_ns > ADOPT_FRESH_NS)
-                verify_start(iface, c);
-            *ep_p = &c->super;
-            return FERRY_OK;
-        }
-    }
-    c = conn_new(iface, a.uuid);
-    if (c == NULL)
-        return FERRY_ERR_NO_MEMORY;
-    c->owned = 1;
-    c->state = FY_UDP_CONN_CONNECTING;
-    set_addrs(c, &d.ip, a.prio_port, a.data_port);
-    if (a.seg_size >= 576 && a.seg_size < c->seg_size)
-        c->seg_size = a.seg_size;
-    c->probe_size = c->probe_max = c->seg_size;
-    send_handshake(iface, c);
-    *ep_p = &c->super;
-    return FERRY_OK;
-}
-
-static void maybe_connected(fy_udp_iface_t *iface, fy_udp_conn_t *c)
-{
-    if (c->state != FY_UDP_CONN_CONNECTING || !c->got_conn_ack || !c->got_probe_ack)
-        return;
-    c->state = FY_UDP_CONN_CONNECTED;
-    c->verifying = 0;
-    c->seg_size = c->probe_size;
-    c->last_rx_ns = iface->now;
-    fy_hotel_checkout(&iface->hotel, &c->conn_timer.room);
-    fy_udp_live_watch(c);
-    fy_udp_ready_add(c);
-}
-
-/* CONN_REQ, CONN_ACK, PROBE, PROBE_ACK: the datagram's header is valid (key, length). */
-void fy_udp_conn_rx_ctrl(fy_udp_iface_t *iface, const fy_udp_hdr_t *h, const uint8_t *payload,
-                         size_t plen, const struct sockaddr_storage *from, uint8_t chan)
-{
-    fy_udp_conn_msg_t m;
-    fy_udp_conn_t *c;
-
-    switch (h->type) {
-    case FY_UDP_T_CONN_REQ: {
-        fy_netif_addr_t ip;
-        if (plen < sizeof(m) || chan != FY_UDP_CH_PRIO || h->src_id == 0)
-            goto malformed;
-        memcpy(&m, payload, sizeof(m));
-        if (m.uuid == 0 ||
-            fy_netif_addr_from_sockaddr((const struct sockaddr *)from, &ip) != FERRY_OK)
-            goto malformed;
-        c = peer_lookup(iface, m.uuid, h->src_id);
-        if (c == NULL) {
-            /* No state for it: only a requester that proved it receives at its address
-             * (it echoes our cookie) may create some. */
-            uint64_t epoch = iface->now / COOKIE_EPOCH_NS;
-            if (m.cookie == 0 ||
-                (m.cookie != fy_udp_cookie(iface, from, m.uuid, h->src_id, epoch) &&
-                 m.cookie != fy_udp_cookie(iface, from, m.uuid, h->src_id, epoch - 1))) {
-                fy_udp_hdr_t r;
-                fy_udp_cookie_t ck = {.uuid = iface->uuid,
-                                      .cookie =
-                                          fy_udp_cookie(iface, from, m.uuid, h->src_id, epoch)};
-                memset(&r, 0, sizeof(r));
-                r.type = FY_UDP_T_COOKIE;
-                r.dst_id = h->src_id;
-                iface->cookies_sent++;
-                fy_udp_send_raw(iface, FY_UDP_CH_PRIO, &r, &ck, sizeof(ck), from);
-                return;
-            }
-            for (uint32_t i = 1; i < iface->conn_cap && c == NULL; i++) {
-                fy_udp_conn_t *x = iface->conns[i];
-                if (x != NULL && x->peer_uuid == m.uuid && x->peer_id == 0 &&
-                    x->state == FY_UDP_CONN_CONNECTING)
-                    c = x;
-            }
-            if (c == NULL) {
-                if (iface->npassive >= iface->opts->max_passive) {
-                    /* Full of connections nobody adopted: refuse; a real peer asks again
-                     * and gets in when one is adopted or reclaimed. */
-                    iface->half_open_refused++;
-                    return;
-                }
-                c = conn_new(iface, m.uuid);
-                if (c == NULL)
-                    return; /* no memory: the peer will ask again */
-                c->state = FY_UDP_CONN_CONNECTED;
-                set_addrs(c, &ip, ntohs(ip.port_be), m.data_port);
-                passive_count(c, 1);
-                c->last_rx_ns = iface->now;
-                fy_udp_live_watch(c);
-            }
-            bind_peer(c, h->src_id);
-            apply_peer(c, &m);
-        }
-        if (c->state == FY_UDP_CONN_FAILED || c->state == FY_UDP_CONN_CLOSED) {
-            /* Our end failed (and its owner has not closed it yet): the requester, asking
-             * whether this end lives, must connect afresh. */
-            fy_udp_hdr_t r;
-            memset(&r, 0, sizeof(r));
-            r.type = FY_UDP_T_RESET;
-            r.dst_id = h->src_id;
-            r.src_id = c->id;
-            iface->resets_sent++;
-            fy_udp_send_raw(iface, FY_UDP_CH_PRIO, &r, NULL, 0, from);
-            return;
-        }
-        c->last_rx_ns = iface->now;
-        conn_msg_fill(iface, c, &m, 0);
-        fy_udp_tx_ctrl(iface, c, FY_UDP_CH_PRIO, FY_UDP_T_CONN_ACK, &m, sizeof(m), 0,
-                       &c->addr[FY_UDP_CH_PRIO], c->addrlen);
-        return;
-    }
-    case FY_UDP_T_CONN_ACK:
-        if (plen < sizeof(m))
-            goto malformed;
-        memcpy(&m, payload, sizeof(m));
-        c = fy_udp_conn_lookup(iface, h->dst_id);
-        if (c == NULL || m.uuid != c->peer_uuid || h->src_id == 0)
-            goto unknown;
-        if (c->peer_id == 0) {
-            bind_peer(c, h->src_id);
-        } else if (c->peer_id != h->src_id) {
-            if (c->state != FY_UDP_CONN_CONNECTING)
-                goto unknown;
-            /* We had adopted the peer's connection from its CONN_REQ, and that connection
-             * went away before the handshake finished (its ep destroyed); the peer answered
-             * our own CONN_REQ with a new one: follow it, or both ends wait forever. */
-            /* Or we asked whether the peer's end of an adopted connection lives, and the
-             * peer made a new end instead (after a COOKIE): a new stream. */
-            if (c->verifying)
-                stream_restart(c);
-            unbind_peer(c);
-            bind_peer(c, h->src_id);
-        }
-        if (c->state != FY_UDP_CONN_CONNECTING)
-            return;
-        {
-            uint32_t seg = c->seg_size;
-            apply_peer(c, &m);
-            c->seg_size = seg; /* decided by the probe */
-        }
-        if (c->got_conn_ack) {
-            c->small_acks++; /* an answer to a small request sent beside a probe */
-            return;
-        }
-        c->got_conn_ack = 1;
-        c->conn_tries = 0;
-        maybe_connected(iface, c);
-        return;
-    case FY_UDP_T_PROBE: {
-        fy_udp_probe_ack_t pa;
-        fy_udp_hdr_t r;
-        struct sockaddr_storage to = *from;
-        if (plen < sizeof(m) || chan != FY_UDP_CH_DATA || h->src_id == 0)
-            goto malformed;
-        memcpy(&m, payload, sizeof(m));
-        if (m.probe_size != plen + FY_UDP_HDR_LEN || m.prio_port == 0)
-            goto malformed;
-        /* Answered statelessly (to the sender's priority port, 8 bytes for a full-size
-         * datagram: no amplification), so the probe need not wait for the handshake. */
-        if (to.ss_family == AF_INET)
-            ((struct sockaddr_in *)&to)->sin_port = htons(m.prio_port);
-        else
-            ((struct sockaddr_in6 *)&to)->sin6_port = htons(m.prio_port);
-        c = peer_lookup(iface, m.uuid, h->src_id);
-        memset(&r, 0, sizeof(r));
-        r.type = FY_UDP_T_PROBE_ACK;
-        r.dst_id = h->src_id;
-        r.src_id = c != NULL ? c->id : 0;
-        pa.probe_size = m.probe_size;
-        fy_udp_send_raw(iface, FY_UDP_CH_PRIO, &r, &pa, sizeof(pa), &to);
-        return;
-    }
-    case FY_UDP_T_COOKIE: {
-        fy_udp_cookie_t ck;
-        if (plen != sizeof(ck))
-            goto malformed;
-        memcpy(&ck, payload, sizeof(ck));
-        c = fy_udp_conn_lookup(iface, h->dst_id);
-        if (c == NULL || ck.uuid != c->peer_uuid)
-            goto unknown;
-        if (c->state != FY_UDP_CONN_CONNECTING || c->got_conn_ack || ck.cookie == 0 ||
-            ck.cookie == c->cookie)
-            return;
-        c->cookie = ck.cookie;
-        conn_msg_fill(iface, c, &m, 0);
-        fy_udp_tx_ctrl(iface, c, FY_UDP_CH_PRIO, FY_UDP_T_CONN_REQ, &m, sizeof(m), 0,
-                       &c->addr[FY_UDP_CH_PRIO], c->addrlen);
-        return;
-    }
-    case FY_UDP_T_HB_ACK:
-        fy_udp_live_rx_hb_ack(iface, h, payload, plen);
-        return;
-    case FY_UDP_T_RESET:
-        c = fy_udp_conn_lookup(iface, h->dst_id);
-        if (c == NULL || c->peer_id == 0 || c->peer_id != h->src_id || !fy_udp_conn_alive(c))
-            goto unknown;
-        iface->resets_rx++;
-        if (c->verifying) {
-            conn_renew(iface, c);
-            return;
-        }
-        {
-            /* With nothing in flight this is an ordinary close at the other end: news. */
-            char buf[FY_NETIF_ADDR_STRLEN];
-            int busy = !fy_list_is_empty(&c->sendq) || c->snd_una != c->snd_nxt ||
-                       !fy_list_is_empty(&c->rma_fifo);
-            fy_log(busy ? FY_LOG_WARN : FY_LOG_INFO,
-                   "udp: peer %s reset connection %08x (it no longer has its end: closed, "
-                   "reclaimed as idle, or restarted)%s",
-                   fy_netif_addr_str(&c->peer_addr, 0, buf, sizeof(buf)), c->id,
-                   busy ? "; its pending operations fail" : "");
-        }
-        fy_udp_conn_schedule_fail(c, FERRY_ERR_CONNECTION_RESET);
-        return;
-    case FY_UDP_T_PROBE_ACK: {
-        fy_udp_probe_ack_t pa;
-        if (plen < sizeof(pa))
-            goto malformed;
-        memcpy(&pa, payload, sizeof(pa));
-        c = fy_udp_conn_lookup(iface, h->dst_id);
-        if (c == NULL || (c->peer_id != 0 && h->src_id != 0 && c->peer_id != h->src_id))
-            goto unknown;
-        if (c->state != FY_UDP_CONN_CONNECTING)
-            return;
-        if (pa.probe_size != c->probe_size) {
-            /* A larger size we gave up on got through after all (its answer was only slow,
-             * behind a busy peer's queue): the path carries it. */
-            if (pa.probe_size < c->probe_size || pa.probe_size > c->probe_max)
-                return;
-            c->probe_size = (uint32_t)pa.probe_size;
-        }
-        c->got_probe_ack = 1;
-        maybe_connected(iface, c);
-        return;
-    }
-    default:
-        goto malformed;
-    }
-malformed:
-    iface->drops_malformed++;
-    return;
-unknown:
-    iface->drops_unknown_ep++;
-}
-
-/* Next smaller size to probe after a size that small datagrams got through and this did not. */
-static uint32_t probe_fallback(const fy_udp_conn_t *c)
-{
-    uint32_t ipudp = c->iface->addr.family == 4 ? 28 : 48;
-    static const uint32_t mtus[] = {9000, 1500, 576};
-    for (unsigned i = 0; i < FY_ARRAY_SIZE(mtus); i++)
-        if (mtus[i] - ipudp < c->probe_size)
-            return mtus[i] - ipudp;
-    return 0;
-}
-
-void fy_udp_conn_timer_expired(fy_udp_iface_t *iface, fy_udp_conn_t *c)
-{
-    char buf[FY_NETIF_ADDR_STRLEN];
-    if (c->state != FY_UDP_CONN_CONNECTING)
-        return;
-    c->conn_tries++;
-    /* Time we spent without progress (computing, asleep) is not the peer's silence: only
-     * time in which we asked counts. */
-    if (iface->now - c->conn_last_tx > 2 * CONN_RETRY_MAX_NS)
-        c->conn_start += iface->now - c->conn_last_tx - CONN_RETRY_MAX_NS;
-    if (iface->now - c->conn_start > iface->opts->peer_timeout) {
-        fy_error("udp: no answer from %s within %.1f s (%s): is the peer running, and is "
-                 "the address reachable?",
-                 fy_netif_addr_str(&c->peer_addr, 0, buf, sizeof(buf)),
-                 (double)iface->opts->peer_timeout / 1e9,
-                 c->got_conn_ack ? "handshake answered, path probe not" : "no handshake");
-        fy_udp_conn_schedule_fail(c, FERRY_ERR_UNREACHABLE);
-        return;
-    }
-    if (c->got_conn_ack && !c->got_probe_ack && c->conn_tries >= PROBE_TRIES &&
-        c->small_acks >= PROBE_TRIES / 2) {
-        uint32_t next = probe_fallback(c);
-        fy_warn("udp: MTU mismatch on the path to %s: %u-byte datagrams get through but "
-                "%u-byte ones do not (local interface MTU %u); %s",
-                fy_netif_addr_str(&c->peer_addr, 0, buf, sizeof(buf)), (unsigned)c->prio_mtu,
-                c->probe_size, iface->if_mtu,
-                next ? "falling back to smaller segments; set FERRY_UDP_MTU to the path's MTU"
-                     : "giving up");
-        if (next == 0) {
-            fy_udp_conn_schedule_fail(c, FERRY_ERR_UNREACHABLE);
-            return;
-        }
-        c->probe_size = next;
-        c->conn_tries = 0;
-        c->small_acks = 0;
-    }
-    send_handshake(iface, c);
 }
 
 void fy_udp_conn_schedule_fail(fy_udp_conn_t *c, ferry_status_t status)
@@ -658,16 +182,7 @@ void fy_udp_conn_run_failures(fy_udp_iface_t *iface)
     }
 }
 
-/* An idle connection a peer opened and proto never adopted: drop it quietly (a peer that
- * still uses it gets a RESET). */
-void fy_udp_conn_reclaim(fy_udp_conn_t *c)
-{
-    if (c->owned)
-        return;
-    fy_udp_conn_fail(c, FERRY_ERR_CANCELED, 0);
-}
-
-static void zombie(fy_udp_iface_t *iface, fy_udp_conn_t *c)
+void fy_udp_conn_zombie(fy_udp_iface_t *iface, fy_udp_conn_t *c)
 {
     c->state = FY_UDP_CONN_CLOSED;
     if (c->in_fail_list) {
@@ -676,7 +191,7 @@ static void zombie(fy_udp_iface_t *iface, fy_udp_conn_t *c)
     }
     iface->conns[c->id & 0xffff] = NULL;
     iface->nconns--;
-    passive_count(c, 0);
+    fy_udp_passive_count(c, 0);
     if (iface->hotel.slots != NULL)
         fy_hotel_checkout(&iface->hotel, &c->pace_timer.room);
     if (iface->live_hotel.slots != NULL)
@@ -689,7 +204,7 @@ static void zombie(fy_udp_iface_t *iface, fy_udp_conn_t *c)
 }
 
 /* Forget every segment in the send window (the stream they belong to is over). */
-static void drop_window(fy_udp_conn_t *c, ferry_status_t status)
+void fy_udp_drop_window(fy_udp_conn_t *c, ferry_status_t status)
 {
     fy_udp_iface_t *iface = c->iface;
     for (uint32_t s = c->snd_una; s != c->snd_nxt; s++) {
@@ -744,7 +259,7 @@ void fy_udp_conn_fail(fy_udp_conn_t *c, ferry_status_t status, int notify)
             fy_mpool_put(&iface->flush_pool, fl);
         }
     }
-    drop_window(c, status);
+    fy_udp_drop_window(c, status);
     /* (the window array stays until the conn is freed: a completion called from an ACK's
      * loop over the window may have failed the connection) */
     while ((e = fy_list_pop_head(&c->flushq)) != NULL) {
@@ -762,97 +277,7 @@ void fy_udp_conn_fail(fy_udp_conn_t *c, ferry_status_t status, int notify)
         iface->super.params.err_cb(iface->super.params.err_arg, &c->super, status);
     }
     if (!c->owned && c->state == FY_UDP_CONN_FAILED)
-        zombie(iface, c);
-}
-
-/* Can the connection outlive its owner's ep?  Only when what stays of its send side reads no
- * memory of the caller's and answers nobody: in the window and the queue, segments and
- * messages with a copy of their own; a zero-copy message not yet begun is cancelled, one
- * part-way through (or an RMA, or a GET answer the peer waits for) means no. */
-static int keepable(const fy_udp_conn_t *c)
-{
-    const fy_udp_iface_t *iface = c->iface;
-    const fy_list_t *e;
-    if (!fy_udp_conn_alive(c) || c->peer_id == 0 || c->in_fail_list ||
-        (c->state == FY_UDP_CONN_CONNECTING && !c->verifying) || !fy_list_is_empty(&c->rma_fifo) ||
-        iface->npassive >= iface->opts->max_passive)
-        return 0;
-    for (uint32_t s = c->snd_una; s != c->snd_nxt; s++) {
-        const fy_udp_seg_t *seg = c->win[s & (iface->wsize - 1)];
-        if (seg != NULL && seg->frag != NULL && seg->frag->bounce == NULL)
-            return 0;
-    }
-    fy_list_for_each(e, &c->sendq)
-    {
-        const fy_udp_pend_t *p = fy_container_of(e, fy_udp_pend_t, link);
-        const fy_udp_frag_t *f = (const fy_udp_frag_t *)p;
-        if (p->kind == FY_UDP_PEND_FRAG && f->bounce == NULL &&
-            (f->next_off != 0 || f->outstanding != 0 || f->type != FY_UDP_T_AM_CHUNK))
-            return 0;
-    }
-    return 1;
-}
-
-/* Close, keeping the connection: the peer's endpoint to us shares it (one stream per pair
- * of ifaces), and may still be flushing or sending; dropping it would reset the peer.  The
- * connection becomes passive, as if the peer had opened it, and is reclaimed when idle
- * (FERRY_UDP_PASSIVE_IDLE) or taken up again by a new ep of ours to that peer (then verified:
- * the peer's end may have gone meanwhile). */
-static void release(fy_udp_conn_t *c)
-{
-    fy_udp_iface_t *iface = c->iface;
-    fy_list_t keep, *e;
-    fy_list_init(&keep);
-    if (c->verifying) { /* (nothing of the new owner was numbered yet) */
-        c->state = FY_UDP_CONN_CONNECTED;
-        c->verifying = 0;
-        c->got_conn_ack = 1;
-        fy_hotel_checkout(&iface->hotel, &c->conn_timer.room);
-    }
-    while ((e = fy_list_pop_head(&c->sendq)) != NULL) {
-        fy_udp_pend_t *p = fy_container_of(e, fy_udp_pend_t, link);
-        if (p->kind == FY_UDP_PEND_FLUSH) {
-            fy_udp_flush_t *fl = (fy_udp_flush_t *)p;
-            fl->comp->cb(fl->comp, FERRY_ERR_CANCELED);
-            fy_mpool_put(&iface->flush_pool, fl);
-        } else if (p->kind == FY_UDP_PEND_FRAG && ((fy_udp_frag_t *)p)->bounce == NULL) {
-            fy_udp_frag_t *f = (fy_udp_frag_t *)p;
-            f->queued = 0;
-            f->result = FERRY_ERR_CANCELED;
-            fy_udp_frag_finish(iface, f);
-        } else {
-            fy_list_add_tail(&keep, e);
-        }
-    }
-    while ((e = fy_list_pop_head(&keep)) != NULL)
-        fy_list_add_tail(&c->sendq, e);
-    while ((e = fy_list_pop_head(&c->flushq)) != NULL) {
-        fy_udp_flush_t *fl = fy_container_of(e, fy_udp_flush_t, pend.link);
-        fl->comp->cb(fl->comp, FERRY_ERR_CANCELED);
-        fy_mpool_put(&iface->flush_pool, fl);
-    }
-    c->sticky = FERRY_OK;
-    c->owned = 0;
-    c->super.owner = NULL;
-    c->released = 1;
-    passive_count(c, 1);
-    fy_udp_ready_add(c);
-}
-
-void fy_udp_ep_destroy(fy_tl_ep_t *ep)
-{
-    fy_udp_conn_t *c = fy_udp_conn(ep);
-    if (c == NULL || c->state == FY_UDP_CONN_CLOSED)
-        return;
-    if (fy_udp_stats_wanted(c->iface))
-        fy_udp_conn_print(c, stderr);
-    if (c->owned && keepable(c)) {
-        release(c);
-        return;
-    }
-    fy_udp_conn_fail(c, FERRY_ERR_CANCELED, 0); /* still owned: it stays for zombie() */
-    c->owned = 0;
-    zombie(c->iface, c);
+        fy_udp_conn_zombie(iface, c);
 }
 
 void fy_udp_conn_free_zombies(fy_udp_iface_t *iface)
@@ -879,7 +304,7 @@ void fy_udp_conn_destroy_all(fy_udp_iface_t *iface)
         c->owned = 0;
         fy_udp_conn_fail(c, FERRY_ERR_CANCELED, 0);
         if (c->state != FY_UDP_CONN_CLOSED)
-            zombie(iface, c);
+            fy_udp_conn_zombie(iface, c);
     }
     iface->in_progress--;
     fy_udp_conn_free_zombies(iface);

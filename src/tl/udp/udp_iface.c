@@ -294,6 +294,22 @@ ferry_status_t fy_udp_iface_open(fy_tl_md_t *tl_md, const fy_tl_iface_params_t *
     iface->uuid ^= params->worker_uuid;
     if (iface->uuid == 0)
         iface->uuid = 1;
+    /* The iface's key replaces the job key on the wire: drawn here, published in the iface
+     * address, required in every datagram that reaches us (the peer learned it from our
+     * address, or from our CONN_REQ).  The address is the capability: two jobs, or two
+     * unlaunched programs, never share a key, and a forger must first obtain an address.
+     * No fallback to something guessable: without randomness there is no iface. */
+    {
+        uint64_t key = 0;
+        while (key == 0) {
+            if (getrandom(&key, sizeof(key), 0) != sizeof(key)) {
+                fy_error("udp: cannot draw the iface key (getrandom: %s)", strerror(errno));
+                st = FERRY_ERR_NO_RESOURCE;
+                goto err;
+            }
+        }
+        iface->super.params.job_key = key;
+    }
     iface->host_id = fy_netif_host_id();
     iface->wsize = 1;
     while (iface->wsize < o->window)
@@ -427,7 +443,8 @@ ferry_status_t fy_udp_iface_get_address(fy_tl_iface_t *tl_iface, void *dev_addr,
     fy_udp_iface_addr_t a = {.prio_port = iface->ch[FY_UDP_CH_PRIO].port,
                              .data_port = iface->ch[FY_UDP_CH_DATA].port,
                              .seg_size = iface->seg_size,
-                             .uuid = iface->uuid};
+                             .uuid = iface->uuid,
+                             .key = iface->super.params.job_key};
     if (dev_addr != NULL)
         memcpy(dev_addr, &d, sizeof(d));
     if (iface_addr != NULL)

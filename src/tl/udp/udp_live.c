@@ -102,13 +102,7 @@ static void live_answer(fy_udp_live_t *l)
             h.len != sizeof(hb) || hb.uuid != l->uuid)
             continue;
         if (l->csum) {
-            uint32_t want = h.csum, zero = 0, got;
-            if (!(h.flags & FY_UDP_F_CSUM))
-                continue;
-            got = fy_udp_crc32c(0, buf[i], FY_UDP_CSUM_OFFSET);
-            got = fy_udp_crc32c(got, &zero, 4);
-            got = fy_udp_crc32c(got, buf[i] + FY_UDP_CSUM_OFFSET + 4, len - FY_UDP_CSUM_OFFSET - 4);
-            if (got != want)
+            if (!(h.flags & FY_UDP_F_CSUM) || fy_udp_dgram_crc(buf[i], NULL, len, len) != h.csum)
                 continue;
         }
         uint32_t d = h.dst_id;
@@ -352,6 +346,7 @@ static void send_hb(fy_udp_iface_t *iface, fy_udp_conn_t *c)
         ((struct sockaddr_in6 *)&to)->sin6_port = htons(c->peer_live_port);
     fy_udp_hdr_t h;
     memset(&h, 0, sizeof(h));
+    h.job_key = c->peer_key;
     h.type = FY_UDP_T_HB;
     h.dst_id = c->peer_id;
     h.src_id = c->id;
@@ -511,7 +506,8 @@ void fy_udp_send_raw(fy_udp_iface_t *iface, uint8_t chan, const fy_udp_hdr_t *hi
     fy_udp_hdr_t h = *hin;
     if (plen > sizeof(buf) - FY_UDP_HDR_LEN)
         return;
-    h.job_key = iface->super.params.job_key;
+    if (h.job_key == 0) /* a RESET to a datagram naming nothing of ours echoes our key */
+        h.job_key = iface->super.params.job_key;
     h.version = FY_UDP_VERSION;
     h.len = (uint32_t)plen;
     h.flags = iface->csum ? FY_UDP_F_CSUM : 0;

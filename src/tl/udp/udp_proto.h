@@ -23,7 +23,8 @@
  *   |             tsval             |             tsecr             | 40
  *   +-------+-------+-------+-------+-------+-------+-------+-------+
  *
- *   job_key  params.job_key of the sender's iface; a datagram with another key is dropped.
+ *   job_key  the receiver's iface key (random per iface, in its address: udp_handshake.c);
+ *            a datagram with another key is dropped.
  *   dst_id   the receiver's connection id (0 in CONN_REQ and PROBE, which create/find one).
  *   src_id   the sender's connection id; must be the peer id the receiver recorded.
  *   seq      the segment's sequence number (sequenced types only).
@@ -46,7 +47,8 @@
 #include <string.h>
 
 #define FY_UDP_VERSION                                                                             \
-    2 /* 2: timestamps and whole-window SACK; cookie handshake, heartbeats, reset */
+    3 /* 2: timestamps and whole-window SACK; cookie handshake, heartbeats, reset; 3: the          \
+         receiver's per-iface key in every datagram, the sender's in the conn msg */
 #define FY_UDP_HDR_LEN 48
 
 /* Packet types.  Those from FY_UDP_T_AM on carry a sequence number and are reliable. */
@@ -56,7 +58,7 @@ enum fy_udp_type {
     FY_UDP_T_PROBE,        /* data: full-size datagram, checks the path MTU */
     FY_UDP_T_PROBE_ACK,    /* prio: the probe arrived (fy_udp_probe_ack_t) */
     FY_UDP_T_ACK,          /* prio: an explicit (delayed or immediate) ACK, header only */
-    /* connection management (udp_conn.c, udp_live.c), unsequenced */
+    /* connection management (udp_handshake.c, udp_live.c), unsequenced */
     FY_UDP_T_COOKIE,   /* prio: answer to a CONN_REQ without a valid cookie (fy_udp_cookie_t) */
     FY_UDP_T_HB,       /* prio -> peer's liveness port: are you alive? (fy_udp_hb_t) */
     FY_UDP_T_HB_ACK,   /* liveness port -> prio: yes (the HB's payload echoed) */
@@ -127,6 +129,7 @@ _Static_assert(sizeof(fy_udp_hdr_t) == FY_UDP_HDR_LEN, "udp header is 48 bytes")
  *   probe_size PROBE only: the datagram's own size, echoed in PROBE_ACK
  *   live_port  the sender's liveness port (heartbeats are answered there)
  *   cookie     CONN_REQ: the cookie from the responder's COOKIE (0 in the first request)
+ *   key        the sender's iface key: what the receiver puts in every datagram back
  */
 typedef struct fy_udp_conn_msg {
     uint64_t uuid;
@@ -141,8 +144,9 @@ typedef struct fy_udp_conn_msg {
     uint16_t pad;
     uint32_t reserved;
     uint64_t cookie;
+    uint64_t key;
 } fy_udp_conn_msg_t;
-_Static_assert(sizeof(fy_udp_conn_msg_t) == 56, "conn msg is 56 bytes");
+_Static_assert(sizeof(fy_udp_conn_msg_t) == 64, "conn msg is 64 bytes");
 
 /*
  * COOKIE payload, 16 bytes: the responder's uuid and the cookie the requester must echo in
@@ -271,5 +275,11 @@ static inline int32_t fy_udp_seq_diff(uint32_t a, uint32_t b)
 
 /* CRC32C (Castagnoli), hardware-assisted where the CPU has it (udp_csum.c). */
 uint32_t fy_udp_crc32c(uint32_t crc, const void *buf, size_t len);
+/* The same, a byte at a time whatever the CPU (the portable path; the tests' reference). */
+uint32_t fy_udp_crc32c_sw(uint32_t crc, const void *buf, size_t len);
+/* What a datagram's csum field must hold: the CRC32C of its len bytes with that field zero.
+ * Bytes from `split` on are at `rest` when it is not NULL (a chunk received straight into its
+ * place), else they follow in `dgram`. */
+uint32_t fy_udp_dgram_crc(const uint8_t *dgram, const uint8_t *rest, size_t split, size_t len);
 
 #endif

@@ -84,7 +84,7 @@ static void repost_all(fy_udp_iface_t *iface, fy_udp_chan_t *ch)
 
     ch->place_conn = NULL;
     if (c != NULL && iface->opts->place && fy_udp_conn_alive(c) && c->rx_chunk != 0 &&
-        !iface->csum && PLACE_HDR + c->rx_chunk <= ch->mtu) {
+        PLACE_HDR + c->rx_chunk <= ch->mtu) {
         uint64_t C = c->rx_chunk, off;
         for (off = c->rx_got; c->rx_active && i < FY_UDP_BATCH && off < c->rx_total; i++, off += C)
             post_placed(ch, i, c->rx_buf + off, off, (uint32_t)FY_MIN(C, c->rx_total - off),
@@ -409,7 +409,7 @@ static int rx_dgram(fy_udp_iface_t *iface, uint8_t chan, fy_udp_rxbuf_t *b, size
         return 0;
     }
     memcpy(&h, b->data, sizeof(h));
-    if (h.job_key != iface->super.params.job_key) {
+    if (h.job_key != iface->super.params.job_key && !fy_udp_reply_key_ok(iface, &h)) {
         iface->drops_bad_key++;
         return 0;
     }
@@ -418,23 +418,11 @@ static int rx_dgram(fy_udp_iface_t *iface, uint8_t chan, fy_udp_rxbuf_t *b, size
         iface->drops_malformed++;
         return 0;
     }
-    if (placed != NULL && (h.flags & FY_UDP_F_CSUM)) {
-        memcpy(b->data + PLACE_HDR, placed, len - PLACE_HDR); /* the CRC needs it whole */
-        placed = NULL;
-    }
-    if (iface->csum || (h.flags & FY_UDP_F_CSUM)) {
-        uint32_t want = h.csum, zero = 0, got;
-        if (!(h.flags & FY_UDP_F_CSUM)) {
-            iface->drops_csum++;
-            return 0;
-        }
-        got = fy_udp_crc32c(0, b->data, FY_UDP_CSUM_OFFSET);
-        got = fy_udp_crc32c(got, &zero, 4);
-        got = fy_udp_crc32c(got, b->data + FY_UDP_CSUM_OFFSET + 4, len - FY_UDP_CSUM_OFFSET - 4);
-        if (got != want) {
-            iface->drops_csum++;
-            return 0;
-        }
+    if ((iface->csum || (h.flags & FY_UDP_F_CSUM)) &&
+        (!(h.flags & FY_UDP_F_CSUM) ||
+         fy_udp_dgram_crc(b->data, placed, PLACE_HDR, len) != h.csum)) {
+        iface->drops_csum++; /* (a placed chunk's data is checked where it landed) */
+        return 0;
     }
     if (h.type < FY_UDP_T_FIRST_SEQ && h.type != FY_UDP_T_ACK) {
         fy_udp_conn_rx_ctrl(iface, &h, p, h.len, from, chan);

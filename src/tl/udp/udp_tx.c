@@ -98,7 +98,7 @@ void fy_udp_seg_init_hdr(fy_udp_conn_t *conn, fy_udp_seg_t *seg, uint8_t type, u
 {
     fy_udp_hdr_t h;
     memset(&h, 0, sizeof(h));
-    h.job_key = conn->iface->super.params.job_key;
+    h.job_key = conn->peer_key;
     h.src_id = conn->id;
     h.len = (uint32_t)(xhdr_len + dlen);
     h.type = type;
@@ -710,7 +710,7 @@ void fy_udp_tx_ctrl(fy_udp_iface_t *iface, fy_udp_conn_t *c, uint8_t chan, uint8
 
     ch = &iface->ch[chan];
     memset(&h, 0, sizeof(h));
-    h.job_key = iface->super.params.job_key;
+    h.job_key = c->peer_key;
     h.dst_id = c->peer_id;
     h.src_id = c->id;
     h.type = type;

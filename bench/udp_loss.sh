@@ -11,7 +11,7 @@
 #   ferry: tests/udp/udp_pingpong bw -s 1048576 -T $SECS -c   (1 MiB AMs, every byte checked
 #          by the receiver; the run fails on any difference)
 #   tcp:   a Linux TCP stream of 1 MiB writes for $SECS (python3 socket, the system's
-#          congestion control), bytes counted by the receiver
+#          congestion control or TCP_CC's, e.g. TCP_CC=cubic), bytes counted by the receiver
 #
 # A row is NAME:impairer-args (commas for spaces), e.g. "loss10:--loss,10".  Prints a markdown
 # table of MB/s and the ratio.  Needs root (ip netns, iptables).  Everything it makes carries
@@ -94,6 +94,8 @@ if mode == "server":
 else:
     c = socket.create_connection(("10.78.0.2", 5599), timeout=secs + 30)
     c.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    if len(sys.argv) > 3 and sys.argv[3]:
+        c.setsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, sys.argv[3].encode())
     buf = b"\x5a" * (1 << 20); t0 = time.time()
     try:
         while time.time() - t0 < secs: c.sendall(buf)
@@ -107,7 +109,7 @@ tcp_run() {
   ip netns exec "$Bn" timeout $((${SECS%.*} * 4 + 90)) python3 "/tmp/fy_tcp_$id.py" server "$SECS" > "$out" &
   local sp=$!
   for _ in $(seq 100); do grep -q ready "$out" && break; sleep 0.05; done
-  ip netns exec "$A" timeout 120 python3 "/tmp/fy_tcp_$id.py" client "$SECS" || true
+  ip netns exec "$A" timeout 120 python3 "/tmp/fy_tcp_$id.py" client "$SECS" "${TCP_CC:-}" || true
   wait "$sp" || true
   tail -n1 "$out"; rm -f "$out"
 }
@@ -121,7 +123,8 @@ ferry_run() { # [udp_pingpong]
   echo "$r" | awk '/GB\/s/ {printf "%.2f\n", $5 * 1000}'
 }
 
-echo "load before: $(cut -d' ' -f1-3 /proc/loadavg); rate ${RATE}, ${SECS} s per run, $(date -u +%H:%M)"
+cc=${TCP_CC:-$(ip netns exec "$A" sysctl -n net.ipv4.tcp_congestion_control 2>/dev/null || echo '?')}
+echo "load before: $(cut -d' ' -f1-3 /proc/loadavg); rate ${RATE}, ${SECS} s per run, TCP $cc, $(date -u +%H:%M)"
 echo
 if [ -n "$ALT" ]; then
   echo "ALT: $ALT"

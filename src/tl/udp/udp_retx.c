@@ -110,21 +110,10 @@ static inline int sacked(uint32_t ack, uint32_t sack, const fy_udp_sack_ext_t *e
 
 /* RACK: lost when a segment sent after it on the same channel (by more than the reorder
  * window) arrived.  Across channels nothing can be told: a busy receiver may read one
- * socket milliseconds behind the other (there the timer decides).
- *
- * And not before its expected arrival (its send time + SRTT + the reorder window) has
- * passed: a segment that arrived far sooner than the others went around the queue they wait
- * in - a network duplicate sent past a router's queue (the impairer of bench/udp_loss.sh
- * does that: its copies overtake up to 30 ms of queue), a faster path - and what was sent
- * before it is still in that queue, not lost.  (Taking every such copy's send time as the
- * RACK clock resent up to a queue's worth of segments per copy, each then received twice.)
- * On a FIFO path the two tests agree: the segment after a lost one arrives one SRTT after
- * it left. */
+ * socket milliseconds behind the other (there the timer decides). */
 static int rack_lost(const fy_udp_conn_t *c, const fy_udp_seg_t *seg, uint64_t reo)
 {
-    if (seg->tx_ns + reo > c->rack_ch[seg->chan])
-        return 0;
-    return c->iface->now >= seg->tx_ns + (uint64_t)c->srtt + reo;
+    return seg->tx_ns + reo <= c->rack_ch[seg->chan];
 }
 
 /* Resend the holes below the highest segment the receiver holds (from the SACK bits). */

@@ -15,8 +15,8 @@
  * takes a fresh timestamp for the RTT estimate and checks the segment into the hotel.  The
  * datagrams of one pass go to the kernel with one sendmmsg per channel; a datagram the
  * kernel refuses for lack of buffer goes to the front of the resend queue.  Segments that fit
- * the priority MTU go on the priority channel, the rest (and every resend) on the data
- * channel.
+ * the priority MTU go on the priority channel, the rest (every resend, and a fragment's
+ * chunks after the first) on the data channel.
  */
 #include <errno.h>
 #include <netinet/udp.h>
@@ -419,9 +419,16 @@ static void seg_assign(fy_udp_conn_t *c, fy_udp_seg_t *seg)
         seg->frag->outstanding++;
 }
 
+/* A chunk after the first of its fragment follows the one before it on the data channel,
+ * whatever its size: on the priority channel a fragment's small tail overtook its
+ * predecessor, so the receiver stashed it and ACKed the hole at once, and the sender's timer
+ * (RACK judges nothing across channels) resent it needlessly - a 64 KiB AM on the loopback
+ * is a 65,408-byte chunk and a 128-byte one. */
 static inline uint8_t chan_for(const fy_udp_conn_t *c, const fy_udp_seg_t *seg)
 {
-    return seg->hlen + seg->dlen <= c->prio_mtu ? FY_UDP_CH_PRIO : FY_UDP_CH_DATA;
+    return seg->hlen + seg->dlen <= c->prio_mtu && (seg->frag == NULL || seg->off == 0)
+               ? FY_UDP_CH_PRIO
+               : FY_UDP_CH_DATA;
 }
 
 void fy_udp_seg_sent(fy_udp_conn_t *c, fy_udp_seg_t *seg)

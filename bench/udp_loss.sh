@@ -21,9 +21,9 @@
 #   SECS=8 RATE=0 bench/udp_loss.sh build loss10:--loss,10
 #
 # REPS=N repeats every row N times (one table line per run).  ALT=OTHER_BUILD also runs that
-# build's udp_pingpong in every row, right after this one's (before/after in the same minute:
-# the machine's load moves faster than a whole table takes).  TCP=0 leaves the TCP stream
-# out (ferry alone, for comparing builds).
+# build's udp_pingpong in every row, beside this one's (before/after in the same minute: the
+# machine's load moves faster than a whole table takes; the order alternates by repetition).
+# TCP=0 leaves the TCP stream out (ferry alone, for comparing builds).
 set -eu
 B=${1:?usage: udp_loss.sh BUILD_DIR [name:impairer,args ...]}
 shift
@@ -145,8 +145,14 @@ for row in "${ROWS[@]}"; do
   ip netns exec "$A" "$IMP" --queue 9 --seed 7 "${rate_args[@]}" $args > "$p" &
   imp_pid=$!
   for _ in $(seq 100); do grep -q ready "$p" && break; sleep 0.05; done
-  f=$(ferry_run)
-  a=; [ -z "$ALT" ] || a=$(ferry_run "$ALT/tests/udp/udp_pingpong")
+  # (with ALT, every second repetition runs ALT first: the second run of a row tends to be
+  # a few % faster, which would otherwise always favour ALT)
+  a=
+  if [ -n "$ALT" ] && [ $((_rep % 2)) = 0 ]; then
+    a=$(ferry_run "$ALT/tests/udp/udp_pingpong"); f=$(ferry_run)
+  else
+    f=$(ferry_run); [ -z "$ALT" ] || a=$(ferry_run "$ALT/tests/udp/udp_pingpong")
+  fi
   t=-; [ "$TCP" = 0 ] || t=$(tcp_run)
   kill "$imp_pid" 2>/dev/null; wait "$imp_pid" 2>/dev/null || true; imp_pid=; rm -f "$p"
   if [ -n "$ALT" ]; then

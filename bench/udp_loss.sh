@@ -11,7 +11,7 @@
 #   ferry: tests/udp/udp_pingpong bw -s 1048576 -T $SECS -c   (1 MiB AMs, every byte checked
 #          by the receiver; the run fails on any difference)
 #   tcp:   a Linux TCP stream of 1 MiB writes for $SECS (python3 socket, the system's
-#          congestion control), bytes counted by the receiver
+#          congestion control or TCP_CC's, e.g. TCP_CC=cubic), bytes counted by the receiver
 #
 # A row is NAME:impairer-args (commas for spaces), e.g. "loss10:--loss,10".  Prints a markdown
 # table of MB/s and the ratio.  Needs root (ip netns, iptables).  Everything it makes carries
@@ -19,6 +19,11 @@
 #
 #   bench/udp_loss.sh build                       # the default rows
 #   SECS=8 RATE=0 bench/udp_loss.sh build loss10:--loss,10
+#
+# REPS=N repeats every row N times (one table line per run).  ALT=OTHER_BUILD also runs that
+# build's udp_pingpong in every row, beside this one's (before/after in the same minute: the
+# machine's load moves faster than a whole table takes; the order alternates by repetition).
+# TCP=0 leaves the TCP stream out (ferry alone, for comparing builds).
 set -eu
 B=${1:?usage: udp_loss.sh BUILD_DIR [name:impairer,args ...]}
 shift
@@ -26,9 +31,13 @@ SECS=${SECS:-6}
 RATE=${RATE:-200M}
 BURST=${BURST:-16k}   # the link's token bucket: a real link serializes (the impairer's default, 64 KiB, is a policer)
 LIMIT=${LIMIT:-500}   # the link's queue, packets
+REPS=${REPS:-1}
+ALT=${ALT:-}
+TCP=${TCP:-1}
 PP=$B/tests/udp/udp_pingpong
 IMP=$B/tests/faults/fy_impair
 [ -x "$PP" ] && [ -x "$IMP" ] || { echo "build $PP and $IMP first" >&2; exit 1; }
+[ -z "$ALT" ] || [ -x "$ALT/tests/udp/udp_pingpong" ] || { echo "no $ALT/tests/udp/udp_pingpong" >&2; exit 1; }
 ROWS=("$@")
 if [ ${#ROWS[@]} -eq 0 ]; then
   ROWS=(clean: loss1:--loss,1 loss5:--loss,5 loss10:--loss,10 loss20:--loss,20
@@ -85,6 +94,8 @@ if mode == "server":
 else:
     c = socket.create_connection(("10.78.0.2", 5599), timeout=secs + 30)
     c.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    if len(sys.argv) > 3 and sys.argv[3]:
+        c.setsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, sys.argv[3].encode())
     buf = b"\x5a" * (1 << 20); t0 = time.time()
     try:
         while time.time() - t0 < secs: c.sendall(buf)
@@ -98,25 +109,35 @@ tcp_run() {
   ip netns exec "$Bn" timeout $((${SECS%.*} * 4 + 90)) python3 "/tmp/fy_tcp_$id.py" server "$SECS" > "$out" &
   local sp=$!
   for _ in $(seq 100); do grep -q ready "$out" && break; sleep 0.05; done
-  ip netns exec "$A" timeout 120 python3 "/tmp/fy_tcp_$id.py" client "$SECS" || true
+  ip netns exec "$A" timeout 120 python3 "/tmp/fy_tcp_$id.py" client "$SECS" "${TCP_CC:-}" || true
   wait "$sp" || true
   tail -n1 "$out"; rm -f "$out"
 }
 
-ferry_run() {
-  local r
+ferry_run() { # [udp_pingpong]
+  local r pp=${1:-$PP}
   r=$(ip netns exec "$A" env FERRY_UDP_IF_INCLUDE="$DA" FERRY_UDP_CHECKSUM=y FERRY_STATS=1 \
-      timeout 180 "$PP" bw -s 1048576 -T "$SECS" -c -w -d "$DA" -N "$Bn" -D "$DB" 2>&1) || {
+      timeout 180 "$pp" bw -s 1048576 -T "$SECS" -c -w -d "$DA" -N "$Bn" -D "$DB" 2>&1) || {
     echo "FAIL"; echo "$r" >&2; return; }
   echo "$r" >&2
   echo "$r" | awk '/GB\/s/ {printf "%.2f\n", $5 * 1000}'
 }
 
-echo "load before: $(cut -d' ' -f1-3 /proc/loadavg); rate ${RATE}, ${SECS} s per run, $(date -u +%H:%M)"
+cc=${TCP_CC:-$(ip netns exec "$A" sysctl -n net.ipv4.tcp_congestion_control 2>/dev/null || echo '?')}
+echo "load before: $(cut -d' ' -f1-3 /proc/loadavg); rate ${RATE}, ${SECS} s per run, TCP $cc, $(date -u +%H:%M)"
 echo
-echo "| row (each way) | impairer | ferry udp MB/s | Linux TCP MB/s | ferry / TCP |"
-echo "| --- | --- | ---: | ---: | ---: |"
+if [ -n "$ALT" ]; then
+  echo "ALT: $ALT"
+  echo
+  echo "| row (each way) | impairer | ferry udp MB/s | ALT MB/s | Linux TCP MB/s | ferry / TCP | ALT / TCP |"
+  echo "| --- | --- | ---: | ---: | ---: | ---: | ---: |"
+else
+  echo "| row (each way) | impairer | ferry udp MB/s | Linux TCP MB/s | ferry / TCP |"
+  echo "| --- | --- | ---: | ---: | ---: |"
+fi
+ratio() { awk -v f="$1" -v t="$2" 'BEGIN { if (t > 0 && f+0 == f) printf "%.2f", f / t; else print "-" }'; }
 for row in "${ROWS[@]}"; do
+ for _rep in $(seq "$REPS"); do
   name=${row%%:*}; args=${row#*:}; args=${args//,/ }
   rate_args=(); [ "$RATE" != 0 ] && rate_args=(--rate "$RATE" --burst "$BURST" --limit "$LIMIT")
   p=$(mktemp)
@@ -124,10 +145,22 @@ for row in "${ROWS[@]}"; do
   ip netns exec "$A" "$IMP" --queue 9 --seed 7 "${rate_args[@]}" $args > "$p" &
   imp_pid=$!
   for _ in $(seq 100); do grep -q ready "$p" && break; sleep 0.05; done
-  f=$(ferry_run); t=$(tcp_run)
+  # (with ALT, every second repetition runs ALT first: the second run of a row tends to be
+  # a few % faster, which would otherwise always favour ALT)
+  a=
+  if [ -n "$ALT" ] && [ $((_rep % 2)) = 0 ]; then
+    a=$(ferry_run "$ALT/tests/udp/udp_pingpong"); f=$(ferry_run)
+  else
+    f=$(ferry_run); [ -z "$ALT" ] || a=$(ferry_run "$ALT/tests/udp/udp_pingpong")
+  fi
+  t=-; [ "$TCP" = 0 ] || t=$(tcp_run)
   kill "$imp_pid" 2>/dev/null; wait "$imp_pid" 2>/dev/null || true; imp_pid=; rm -f "$p"
-  ratio=$(awk -v f="$f" -v t="$t" 'BEGIN { if (t > 0 && f+0 == f) printf "%.2f", f / t; else print "-" }')
-  echo "| $name | ${args:-none} | $f | $t | $ratio |"
+  if [ -n "$ALT" ]; then
+    echo "| $name | ${args:-none} | $f | $a | $t | $(ratio "$f" "$t") | $(ratio "$a" "$t") |"
+  else
+    echo "| $name | ${args:-none} | $f | $t | $(ratio "$f" "$t") |"
+  fi
+ done
 done
 echo
 echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"

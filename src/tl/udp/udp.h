@@ -42,6 +42,7 @@
 #define FY_UDP_SEG_HDR_MAX (FY_UDP_HDR_LEN + 48)
 #define FY_UDP_CWND_INIT   64 /* segments a new ep may have in flight before its first ACK */
 #define FY_UDP_CWND_MIN    32
+#define FY_UDP_ACK_MID     8 /* mid-message, an ACK waits for this many segments (udp_tx.c) */
 #define FY_UDP_QUEUE_NS    (20 * 1000 * 1000ll)   /* queueing delay tolerated above 4x min RTT */
 #define FY_UDP_RWND_LAPSE  (200 * 1000 * 1000ull) /* an advertised window without news */
 #define FY_UDP_TX_BYTES    (1u << 20)             /* bytes of new segments one ep sends per pass */
@@ -566,7 +567,7 @@ void fy_udp_tx_ctrl(fy_udp_iface_t *iface, fy_udp_conn_t *conn, uint8_t chan, ui
                     const struct sockaddr_storage *to, socklen_t tolen);
 void fy_udp_tx_flush(fy_udp_iface_t *iface, uint8_t chan);
 void fy_udp_tx_flush_all(fy_udp_iface_t *iface);
-void fy_udp_send_acks(fy_udp_iface_t *iface, int force);
+uint64_t fy_udp_send_acks(fy_udp_iface_t *iface, int force);
 void fy_udp_ack_schedule(fy_udp_conn_t *conn, int now, size_t bytes);
 size_t fy_udp_chunk_payload(const fy_udp_conn_t *conn, uint8_t type);
 /* The send window array exists only while segments are in flight: the send path attaches

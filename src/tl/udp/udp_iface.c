@@ -538,11 +538,12 @@ ferry_status_t fy_udp_iface_event_arm(fy_tl_iface_t *tl_iface)
         return FERRY_ERR_BUSY;
     iface->now = now;
     if (!fy_list_is_empty(&iface->acklist)) {
-        fy_udp_send_acks(iface, 1);
+        deadline = fy_udp_send_acks(iface, 1); /* (mid-message ones wait: ACK_DELAY) */
         fy_udp_tx_flush_all(iface);
     }
     if (fy_hotel_occupancy(&iface->hotel) != 0)
-        deadline = now + iface->opts->rto_min;
+        deadline = deadline == 0 ? now + iface->opts->rto_min
+                                 : FY_MIN(deadline, now + iface->opts->rto_min);
     if (iface->pace_due != 0) {       /* a paced connection's next send (udp_cc.c) */
         if (iface->pace_due <= now) { /* (once: it may be stale, its timer checked out) */
             iface->pace_due = 0;
@@ -577,7 +578,8 @@ void fy_udp_conn_print(const fy_udp_conn_t *c, FILE *f)
     fprintf(f,
             "  ep %08x -> %s peer %08x %s%s: tx %llu msgs %llu B, rx %llu msgs %llu B, "
             "resent %llu (fast %llu, timeouts %llu), dup acks %llu, dup segs %llu, "
-            "rtt %.1f us rto %.1f us, window %u/%u, inflight %llu/%llu B, seg %u B",
+            "rtt %.1f us rto %.1f us (min %.1f), reorder window %u/4 min rtt, dsacks %llu, "
+            "cwnd %u, window %u/%u, inflight %llu/%llu B, seg %u B",
             c->id, fy_netif_addr_str(&c->peer_addr, 0, buf, sizeof(buf)), c->peer_id,
             c->owned ? "" : "(passive)",
             c->state == FY_UDP_CONN_CONNECTED    ? ""
@@ -588,6 +590,7 @@ void fy_udp_conn_print(const fy_udp_conn_t *c, FILE *f)
             (unsigned long long)s->retransmits, (unsigned long long)s->fast_retransmits,
             (unsigned long long)s->timeouts, (unsigned long long)s->dup_acks,
             (unsigned long long)s->drops_duplicate, (double)c->srtt / 1e3, (double)c->rto / 1e3,
+            (double)c->min_rtt / 1e3, c->reo_quarters, (unsigned long long)c->dsacks, c->cwnd,
             c->snd_nxt - c->snd_una, c->wnd, (unsigned long long)c->inflight,
             (unsigned long long)c->credit, c->seg_size);
     if (c->pace_ok)

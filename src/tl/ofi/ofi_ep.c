@@ -2,7 +2,7 @@
  * ofi_ep.c - the ofi endpoint: an address vector entry and the operations on it.
  *
  * AM.  Every message is [fy_ofi_hdr_t][payload] on fi_send, received into the iface's
- * pre-posted buffers (ofi_iface.c); FI_ORDER_SAS keeps the AMs of one ep in order.
+ * pre-posted buffers (ofi_progress.c); FI_ORDER_SAS keeps the AMs of one ep in order.
  * am_short goes by fi_inject when it fits the provider's inject size (done in the call, no
  * completion), otherwise as am_bcopy: a copy into the op's buffer and fi_send.  am_zcopy
  * sends the header (copied) and the caller's iov by fi_sendmsg, completing when libfabric

@@ -632,7 +632,7 @@ void fy_ofi_rndv_check_peers(fy_ofi_iface_t *iface)
             any = 1;
             /* libfabric 1.17's shm completes an endpoint's operations in order, and a read
              * from a dead process never completes: nothing after it will.  Fail everything
-             * with an error rather than let it hang (ofi_iface.c fails the eps). */
+             * with an error rather than let it hang (ofi_progress.c fails the eps). */
             if (rr->reads > 0 && strcmp(iface->info->fabric_attr->prov_name, "shm") == 0 &&
                 !iface->wedged) {
                 fy_error("ofi: shm: a read from process %d, which died, never completes; "

@@ -6,6 +6,12 @@
  *   ofi_floor PROVIDER write SIZE ITERS   a stream of fi_write of SIZE bytes, 64 in flight,
  *                                         ended by an fi_read (remote completion): MB/s
  *   ofi_floor PROVIDER pingpong SIZE ITERS  fi_send / fi_recv ping-pong: one-way latency us
+ *   ofi_floor PROVIDER inject SIZE COUNT  COUNT fi_inject of SIZE bytes (retried on -FI_EAGAIN
+ *                                         for up to 5 s), then an 8-byte fi_read: how many the
+ *                                         target received and whether the read completed
+ *   ofi_floor PROVIDER inject-send SIZE COUNT  the same, but a refused fi_inject is sent by
+ *                                         fi_send: over udp;ofi_rxd the target receives 1024
+ *                                         and nothing after (docs/ofi.md, "rxd")
  *
  * Debian ships no fabtests beyond fi_pingpong, and fi_pingpong has no RMA stream: this is the
  * "fi_write stream" of issue 12's acceptance.  The target only progresses its CQ (the software
@@ -17,6 +23,7 @@
 #include <rdma/fi_endpoint.h>
 #include <rdma/fi_errno.h>
 #include <rdma/fi_rma.h>
+#include <fcntl.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -123,6 +130,64 @@ static void post_recv(side_t *s, size_t len)
         reap(s);
 }
 
+/* ofi_floor PROVIDER inject|inject-send: the initiator's side (the target counts in
+ * inject_target).  inject retries a refused fi_inject; inject-send posts that message with
+ * fi_send instead (what ferry's am_short did), sends in flight unbounded. */
+static void inject_stream(side_t *s, const wire_t *theirs, size_t size, long count, int then_send,
+                          int rfd)
+{
+    long sent = 0, eagain = 0, nsend = 0;
+    double end = now() + 5;
+    while (sent < count && now() < end) {
+        ssize_t ret = fi_inject(s->ep, s->buf, size, s->peer);
+        if (ret == -FI_EAGAIN) {
+            eagain++;
+            reap(s);
+            if (then_send && (ret = fi_send(s->ep, s->buf, size, NULL, s->peer, NULL)) == 0)
+                nsend++;
+        }
+        if (ret == 0)
+            sent++, end = now() + 5;
+        else if (ret != -FI_EAGAIN)
+            die("fi_inject", (int)ret);
+    }
+    /* the read's completion is the last one: every send's came before or with it */
+    int read_done = 0;
+    ssize_t ret;
+    end = now() + 5;
+    while ((ret = fi_read(s->ep, s->buf, 8, NULL, s->peer, theirs->addr, theirs->key, s)) ==
+               -FI_EAGAIN &&
+           now() < end)
+        reap(s);
+    while (ret == 0 && !read_done && now() < end) {
+        struct fi_cq_entry e;
+        if (fi_cq_read(s->cq, &e, 1) == 1 && e.op_context == s)
+            read_done = 1;
+    }
+    long got = -1;
+    while (read(rfd, &got, sizeof(got)) != sizeof(got)) /* the target's count; keep progressing */
+        reap(s);
+    printf("ofi_floor %s %s size %zu: %ld of %ld sent (-FI_EAGAIN %ld times, %ld by fi_send), "
+           "%ld received, the read after them %s\n",
+           s->info->fabric_attr->prov_name, then_send ? "inject-send" : "inject", size, sent, count,
+           eagain, nsend, got, read_done ? "completed" : "did not complete in 5 s");
+}
+
+/* The target of inject_stream: receives until COUNT came or 5 s pass without one. */
+static long inject_target(side_t *s, size_t size, long count)
+{
+    long got = 0;
+    double end = now() + 5;
+    while (got < count && now() < end) {
+        post_recv(s, size);
+        while (reap(s) == 0 && now() < end)
+            ;
+        if (now() < end)
+            got++, end = now() + 5;
+    }
+    return got;
+}
+
 static void send_wait(side_t *s, size_t len)
 {
     ssize_t ret;
@@ -135,7 +200,7 @@ static void send_wait(side_t *s, size_t len)
 int main(int argc, char **argv)
 {
     if (argc < 5) {
-        fprintf(stderr, "usage: ofi_floor PROVIDER write|pingpong SIZE ITERS\n");
+        fprintf(stderr, "usage: ofi_floor PROVIDER write|pingpong|inject|inject-send SIZE ITERS\n");
         return 2;
     }
     const char *prov = argv[1], *test = argv[2];
@@ -155,7 +220,19 @@ int main(int argc, char **argv)
         die("pipe", FI_EIO);
     if (fi_av_insert(s.av, theirs.name, 1, &s.peer, 0, NULL) != 1)
         die("fi_av_insert", FI_EINVAL);
-    if (strcmp(test, "write") == 0) {
+    if (strncmp(test, "inject", 6) == 0) {
+        if (child) {
+            long got = inject_target(&s, size, iters);
+            int sent_ok = write(up[1], &got, sizeof(got)) == sizeof(got);
+            double end = now() + 1; /* answer reads and acks a little longer */
+            while (sent_ok && now() < end)
+                reap(&s);
+        } else {
+            int fl = fcntl(up[0], F_GETFL);
+            fcntl(up[0], F_SETFL, fl | O_NONBLOCK);
+            inject_stream(&s, &theirs, size, iters, strcmp(test, "inject-send") == 0, up[0]);
+        }
+    } else if (strcmp(test, "write") == 0) {
         if (child) { /* target: progress until the initiator's "done" arrives */
             post_recv(&s, 8);
             while (reap(&s) == 0)

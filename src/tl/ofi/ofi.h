@@ -151,7 +151,7 @@ typedef struct fy_ofi_op {
     uint64_t operand, compare, result; /* atomics */
     void *result_dst;
     size_t amo_size;
-    void *bbuf; /* copy buffer (FY_OFI_MSG_MAX), kept with the op across reuse */
+    void *bbuf; /* copy buffer (the iface's bbuf_size), kept with the op across reuse */
     /* FI_MR_LOCAL: registrations kept with the op across reuse (its bbuf; the op itself, for
      * the atomics' operand, compare and result and the flush's read), the descriptors of a
      * send's gather list, and the cache regions of the caller's buffers it holds until it
@@ -202,6 +202,10 @@ struct fy_ofi_iface {
     uint8_t name[FY_OFI_NAME_MAX];
     size_t name_len;
     size_t inject_size, max_iov, max_msg;
+    int no_inject;             /* every message by fi_send (rxd: ofi_iface.c says why) */
+    unsigned long tx_ops;      /* FERRY_OFI_TX_OPS, or less where the provider needs it */
+    int zcopy_copies;          /* an eager am_zcopy is copied (rxd: ofi_iface.c says why) */
+    size_t bbuf_size;          /* each op's copy buffer */
     size_t msg_max, bcopy_max; /* AM sizes on the wire, header included */
     fy_ofi_rx_t *rx;
     unsigned nrx;

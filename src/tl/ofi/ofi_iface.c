@@ -101,6 +101,23 @@ ferry_status_t fy_ofi_iface_open(fy_tl_md_t *super_md, const fy_tl_iface_params_
         iface->msg_max = 16384 - 256;
         iface->bcopy_max = 2048;
     }
+    /* libfabric 1.17's rxd loses messages when fi_send is posted while its injected messages
+     * fill its transmit queue (an inject refused with -FI_EAGAIN, then the send: the peer
+     * receives 1024 and nothing after; `ofi_floor "udp;ofi_rxd" inject` reproduces it, and
+     * docs/ofi.md tells it).  So over rxd every message is an fi_send with a completion,
+     * bounded by FERRY_OFI_TX_OPS like any op, and never more than half rxd's transmit queue
+     * (its sends alone are lost the same way past it); am_short keeps its size. */
+    iface->no_inject = strstr(md->info->fabric_attr->prov_name, "ofi_rxd") != NULL;
+    iface->tx_ops = md->cfg.tx_ops;
+    if (iface->no_inject && md->info->tx_attr->size >= 8 &&
+        iface->tx_ops > md->info->tx_attr->size / 2)
+        iface->tx_ops = md->info->tx_attr->size / 2;
+    /* rxd resends a message from the caller's buffer until the peer acknowledges it, also
+     * after ep_destroy returned (nothing in libfabric takes a posted send back), so a forced
+     * close there would let the peer see memory the caller reused: over rxd an eager am_zcopy
+     * is copied into its op's buffer (64 KiB; rxd moves ~0.3 GB/s, the copy ~10 GB/s). */
+    iface->zcopy_copies = iface->no_inject;
+    iface->bbuf_size = iface->zcopy_copies ? iface->msg_max + 256 : FY_OFI_BBUF;
     fy_ofi_rndv_init(iface);
     const char *what = "";
     int ret;

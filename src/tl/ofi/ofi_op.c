@@ -25,7 +25,7 @@
 fy_ofi_op_t *fy_ofi_op_get(fy_ofi_iface_t *iface, fy_ofi_ep_t *ep, int kind, fy_tl_comp_t *comp)
 {
     int counted = kind != FY_OFI_OP_FLUSH;
-    if (counted && iface->inflight >= iface->md->cfg.tx_ops)
+    if (counted && iface->inflight >= iface->tx_ops)
         return NULL;
     fy_ofi_op_t *op;
     if (!fy_list_is_empty(&iface->free)) {

@@ -291,7 +291,7 @@ static void send_ack(fy_ofi_iface_t *iface, fi_addr_t dst, uint64_t cookie, ferr
     wr32(m + sizeof(fy_ofi_hdr_t) + 8, (uint32_t)(int32_t)st);
     ssize_t ret = -FI_EAGAIN;
     if (!queue_only && iface->nacks == 0) {
-        if (iface->inject_size >= sizeof(m)) {
+        if (iface->inject_size >= sizeof(m) && !iface->no_inject) {
             ret = fi_inject(iface->ep, m, sizeof(m), dst);
         } else {
             fy_ofi_op_t *op = fy_ofi_op_get(iface, NULL, FY_OFI_OP_SEND, NULL);

@@ -12,10 +12,15 @@
  *   ofi_floor PROVIDER inject-send SIZE COUNT  the same, but a refused fi_inject is sent by
  *                                         fi_send: over udp;ofi_rxd the target receives 1024
  *                                         and nothing after (docs/ofi.md, "rxd")
+ *   ofi_floor PROVIDER close-inflight SIZE COUNT  one process, two endpoints: A sends, closes,
+ *                                         then B progresses (shm crashes: docs/ofi.md)
+ *   ofi_floor PROVIDER dereg 64 1         a write with a key the target deregistered: what the
+ *                                         provider does (docs/ofi.md); dereg-live: key kept
  *
  * Debian ships no fabtests beyond fi_pingpong, and fi_pingpong has no RMA stream: this is the
  * "fi_write stream" of issue 12's acceptance.  The target only progresses its CQ (the software
- * providers need it).  Addresses go over a pipe; nothing sleeps.
+ * providers need it).  Addresses go over a pipe; nothing sleeps.  The modes after pingpong are
+ * the minimal reproductions of what docs/ofi.md says the providers do, with libfabric alone.
  */
 #include <rdma/fabric.h>
 #include <rdma/fi_cm.h>
@@ -188,6 +193,121 @@ static long inject_target(side_t *s, size_t size, long count)
     return got;
 }
 
+static void close_side(side_t *s)
+{
+    if (s->mr != NULL)
+        fi_close(&s->mr->fid);
+    fi_close(&s->ep->fid);
+    fi_close(&s->av->fid);
+    fi_close(&s->cq->fid);
+    fi_close(&s->domain->fid);
+    fi_close(&s->fabric->fid);
+    fi_freeinfo(s->info);
+    free(s->buf);
+}
+
+/* ofi_floor PROVIDER close-inflight SIZE COUNT: two endpoints of one process; A sends COUNT
+ * messages of SIZE bytes to B, which has not progressed yet, and closes; then B progresses.
+ * libfabric 1.17's shm crashes there, even when the one send A tried was refused (the first
+ * contact, which B has not yet taken in, names a region that closed): the reproduction of
+ * the conformance suite's iface_close_open_eps exception over shm (docs/ofi.md). */
+static int close_inflight(const char *prov, size_t size, long count)
+{
+    side_t a, b;
+    open_side(&a, prov, size);
+    open_side(&b, prov, size);
+    wire_t wb;
+    my_wire(&b, &wb);
+    if (fi_av_insert(a.av, wb.name, 1, &a.peer, 0, NULL) != 1)
+        die("fi_av_insert", FI_EINVAL);
+    long sent = 0;
+    for (double end = now() + 2; sent < count && now() < end;) {
+        ssize_t ret = fi_send(a.ep, a.buf, size, NULL, a.peer, NULL);
+        if (ret == 0)
+            sent++;
+        else if (ret != -FI_EAGAIN)
+            die("fi_send", (int)ret);
+        reap(&a);
+    }
+    printf("ofi_floor %s close-inflight: A posted %ld sends of %zu bytes and closes\n", prov, sent,
+           size);
+    fflush(stdout);
+    close_side(&a);
+    for (double end = now() + 1; now() < end;) /* a receive at a time, for 1 s */
+        if (fi_recv(b.ep, b.buf, size, NULL, FI_ADDR_UNSPEC, NULL) == 0)
+            while (reap(&b) == 0 && now() < end)
+                ;
+    printf("ofi_floor %s close-inflight: B progressed for 1 s after A closed and survived\n", prov);
+    close_side(&b);
+    return 0;
+}
+
+/* ofi_floor PROVIDER dereg: the target closes its registration, then the initiator writes 64
+ * bytes with the key it had: does the write complete, fail, or hang, and did the target's
+ * memory change?  The reproduction of the conformance suite's rma_unchecked_dereg over ofi;
+ * "dereg-live" is the same with the registration kept (the memory must change). */
+static void dereg_write(side_t *s, const wire_t *theirs, int dereg, int child, const int up[2],
+                        const int down[2])
+{
+    char c = 0;
+    if (child) {
+        if (dereg) {
+            fi_close(&s->mr->fid);
+            s->mr = NULL;
+        }
+        memset(s->buf, 1, 64);
+        if (write(up[1], &c, 1) != 1) /* "deregistered" */
+            die("pipe", FI_EIO);
+        int fl = fcntl(down[0], F_GETFL);
+        fcntl(down[0], F_SETFL, fl | O_NONBLOCK);
+        while (read(down[0], &c, 1) != 1) /* progress until the initiator is done */
+            reap(s);
+        for (double end = now() + 0.2; now() < end;) /* and a little longer: data in flight */
+            reap(s);
+        int changed = 0;
+        for (int i = 0; i < 64; i++)
+            changed |= s->buf[i] != 1;
+        if (write(up[1], &changed, sizeof(changed)) != sizeof(changed))
+            die("pipe", FI_EIO);
+        return;
+    }
+    if (read(up[0], &c, 1) != 1)
+        die("pipe", FI_EIO);
+    memset(s->buf, 2, 64);
+    ssize_t ret;
+    double end = now() + 5;
+    while ((ret = fi_write(s->ep, s->buf, 64, NULL, s->peer, theirs->addr, theirs->key, NULL)) ==
+               -FI_EAGAIN &&
+           now() < end)
+        reap(s);
+    const char *what = "did not complete in 5 s";
+    if (ret != 0) {
+        what = "was refused when posted";
+    } else {
+        while (now() < end) {
+            struct fi_cq_entry e;
+            ssize_t n = fi_cq_read(s->cq, &e, 1);
+            if (n == 1) {
+                what = "completed without an error";
+                break;
+            }
+            if (n == -FI_EAVAIL) {
+                struct fi_cq_err_entry err = {0};
+                fi_cq_readerr(s->cq, &err, 0);
+                printf("ofi_floor dereg: the write's error: %s\n", fi_strerror(err.err));
+                what = "completed with an error";
+                break;
+            }
+        }
+    }
+    int changed = -1;
+    if (write(down[1], &c, 1) != 1 || read(up[0], &changed, sizeof(changed)) != sizeof(changed))
+        die("pipe", FI_EIO);
+    printf("ofi_floor %s dereg: a write with a%s key %s; the target's memory %s\n",
+           s->info->fabric_attr->prov_name, dereg ? " deregistered" : " live", what,
+           changed ? "changed" : "did not change");
+}
+
 static void send_wait(side_t *s, size_t len)
 {
     ssize_t ret;
@@ -200,12 +320,16 @@ static void send_wait(side_t *s, size_t len)
 int main(int argc, char **argv)
 {
     if (argc < 5) {
-        fprintf(stderr, "usage: ofi_floor PROVIDER write|pingpong|inject|inject-send SIZE ITERS\n");
+        fprintf(stderr,
+                "usage: ofi_floor PROVIDER "
+                "write|pingpong|inject|inject-send|close-inflight|dereg|dereg-live SIZE ITERS\n");
         return 2;
     }
     const char *prov = argv[1], *test = argv[2];
     size_t size = strtoull(argv[3], NULL, 0);
     long iters = atol(argv[4]);
+    if (strcmp(test, "close-inflight") == 0)
+        return close_inflight(prov, size, iters);
     int up[2], down[2];
     if (pipe(up) || pipe(down))
         return 1;
@@ -232,6 +356,8 @@ int main(int argc, char **argv)
             fcntl(up[0], F_SETFL, fl | O_NONBLOCK);
             inject_stream(&s, &theirs, size, iters, strcmp(test, "inject-send") == 0, up[0]);
         }
+    } else if (strncmp(test, "dereg", 5) == 0) {
+        dereg_write(&s, &theirs, strcmp(test, "dereg") == 0, child, up, down);
     } else if (strcmp(test, "write") == 0) {
         if (child) { /* target: progress until the initiator's "done" arrives */
             post_recv(&s, 8);
@@ -286,14 +412,7 @@ int main(int argc, char **argv)
             printf("ofi_floor %s pingpong size %zu: %.2f us one way\n", prov, size,
                    (now() - t0) / (double)iters / 2 * 1e6);
     }
-    fi_close(&s.mr->fid);
-    fi_close(&s.ep->fid);
-    fi_close(&s.av->fid);
-    fi_close(&s.cq->fid);
-    fi_close(&s.domain->fid);
-    fi_close(&s.fabric->fid);
-    fi_freeinfo(s.info);
-    free(s.buf);
+    close_side(&s);
     if (!child)
         waitpid(pid, NULL, 0);
     return 0;

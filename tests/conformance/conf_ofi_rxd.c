@@ -3,9 +3,9 @@
  * `udp;ofi_rxd` provider (reliable datagrams over the udp provider), bound to 127.0.0.1.
  *
  * What libfabric 1.17's rxd cannot do here: a put with a key the target deregistered never
- * completes (no error comes back, rxd retries it), so that check is skipped
- * (rma_unchecked_dereg; docs/ofi.md, "What the conformance suite runs"); bounds and rights are
- * refused at once by the initiator.  Every case runs.
+ * completes (no error comes back, rxd retries it: ofi_floor "udp;ofi_rxd" dereg 64 1), so
+ * that check is skipped (rma_unchecked_dereg; docs/ofi.md, "What the conformance suite
+ * runs"); bounds and rights are refused at once by the initiator.  Every case runs.
  */
 #include "conf.h"
 

@@ -15,7 +15,8 @@
  *   ofi_floor PROVIDER close-inflight SIZE COUNT  one process, two endpoints: A sends, closes,
  *                                         then B progresses (shm crashes: docs/ofi.md)
  *   ofi_floor PROVIDER dereg 64 1         a write with a key the target deregistered: what the
- *                                         provider does (docs/ofi.md); dereg-live: key kept
+ *                                         provider does (docs/ofi.md); dereg-live: key kept;
+ *                                         dereg-read, dereg-live-read: the same with a read
  *
  * Debian ships no fabtests beyond fi_pingpong, and fi_pingpong has no RMA stream: this is the
  * "fi_write stream" of issue 12's acceptance.  The target only progresses its CQ (the software
@@ -246,8 +247,8 @@ static int close_inflight(const char *prov, size_t size, long count)
  * bytes with the key it had: does the write complete, fail, or hang, and did the target's
  * memory change?  The reproduction of the conformance suite's rma_unchecked_dereg over ofi;
  * "dereg-live" is the same with the registration kept (the memory must change). */
-static void dereg_write(side_t *s, const wire_t *theirs, int dereg, int child, const int up[2],
-                        const int down[2])
+static void dereg_write(side_t *s, const wire_t *theirs, int dereg, int get, int child,
+                        const int up[2], const int down[2])
 {
     char c = 0;
     if (child) {
@@ -276,8 +277,9 @@ static void dereg_write(side_t *s, const wire_t *theirs, int dereg, int child, c
     memset(s->buf, 2, 64);
     ssize_t ret;
     double end = now() + 5;
-    while ((ret = fi_write(s->ep, s->buf, 64, NULL, s->peer, theirs->addr, theirs->key, NULL)) ==
-               -FI_EAGAIN &&
+    while ((ret = get ? fi_read(s->ep, s->buf, 64, NULL, s->peer, theirs->addr, theirs->key, NULL)
+                      : fi_write(s->ep, s->buf, 64, NULL, s->peer, theirs->addr, theirs->key,
+                                 NULL)) == -FI_EAGAIN &&
            now() < end)
         reap(s);
     const char *what = "did not complete in 5 s";
@@ -303,9 +305,13 @@ static void dereg_write(side_t *s, const wire_t *theirs, int dereg, int child, c
     int changed = -1;
     if (write(down[1], &c, 1) != 1 || read(up[0], &changed, sizeof(changed)) != sizeof(changed))
         die("pipe", FI_EIO);
-    printf("ofi_floor %s dereg: a write with a%s key %s; the target's memory %s\n",
-           s->info->fabric_attr->prov_name, dereg ? " deregistered" : " live", what,
-           changed ? "changed" : "did not change");
+    int got = 1; /* a read: did the target's bytes arrive? */
+    for (int i = 0; i < 64; i++)
+        got &= s->buf[i] == 1;
+    printf("ofi_floor %s dereg: a %s with a%s key %s; %s\n", s->info->fabric_attr->prov_name,
+           get ? "read" : "write", dereg ? " deregistered" : " live", what,
+           get ? (got ? "the target's bytes arrived" : "the destination kept its old bytes")
+               : (changed ? "the target's memory changed" : "the target's memory did not change"));
 }
 
 static void send_wait(side_t *s, size_t len)
@@ -320,9 +326,10 @@ static void send_wait(side_t *s, size_t len)
 int main(int argc, char **argv)
 {
     if (argc < 5) {
-        fprintf(stderr,
-                "usage: ofi_floor PROVIDER "
-                "write|pingpong|inject|inject-send|close-inflight|dereg|dereg-live SIZE ITERS\n");
+        fprintf(
+            stderr,
+            "usage: ofi_floor PROVIDER "
+            "write|pingpong|inject|inject-send|close-inflight|dereg[-live][-read] SIZE ITERS\n");
         return 2;
     }
     const char *prov = argv[1], *test = argv[2];
@@ -357,7 +364,8 @@ int main(int argc, char **argv)
             inject_stream(&s, &theirs, size, iters, strcmp(test, "inject-send") == 0, up[0]);
         }
     } else if (strncmp(test, "dereg", 5) == 0) {
-        dereg_write(&s, &theirs, strcmp(test, "dereg") == 0, child, up, down);
+        dereg_write(&s, &theirs, strstr(test, "live") == NULL, strstr(test, "read") != NULL, child,
+                    up, down);
     } else if (strcmp(test, "write") == 0) {
         if (child) { /* target: progress until the initiator's "done" arrives */
             post_recv(&s, 8);

@@ -6,10 +6,22 @@
  *   ofi_floor PROVIDER write SIZE ITERS   a stream of fi_write of SIZE bytes, 64 in flight,
  *                                         ended by an fi_read (remote completion): MB/s
  *   ofi_floor PROVIDER pingpong SIZE ITERS  fi_send / fi_recv ping-pong: one-way latency us
+ *   ofi_floor PROVIDER inject SIZE COUNT  COUNT fi_inject of SIZE bytes (retried on -FI_EAGAIN
+ *                                         for up to 5 s), then an 8-byte fi_read: how many the
+ *                                         target received and whether the read completed
+ *   ofi_floor PROVIDER inject-send SIZE COUNT  the same, but a refused fi_inject is sent by
+ *                                         fi_send: over udp;ofi_rxd the target receives 1024
+ *                                         and nothing after (docs/ofi.md, "rxd")
+ *   ofi_floor PROVIDER close-inflight SIZE COUNT  one process, two endpoints: A sends, closes,
+ *                                         then B progresses (shm crashes: docs/ofi.md)
+ *   ofi_floor PROVIDER dereg 64 1         a write with a key the target deregistered: what the
+ *                                         provider does (docs/ofi.md); dereg-live: key kept;
+ *                                         dereg-read, dereg-live-read: the same with a read
  *
  * Debian ships no fabtests beyond fi_pingpong, and fi_pingpong has no RMA stream: this is the
  * "fi_write stream" of issue 12's acceptance.  The target only progresses its CQ (the software
- * providers need it).  Addresses go over a pipe; nothing sleeps.
+ * providers need it).  Addresses go over a pipe; nothing sleeps.  The modes after pingpong are
+ * the minimal reproductions of what docs/ofi.md says the providers do, with libfabric alone.
  */
 #include <rdma/fabric.h>
 #include <rdma/fi_cm.h>
@@ -17,6 +29,7 @@
 #include <rdma/fi_endpoint.h>
 #include <rdma/fi_errno.h>
 #include <rdma/fi_rma.h>
+#include <fcntl.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -123,6 +136,184 @@ static void post_recv(side_t *s, size_t len)
         reap(s);
 }
 
+/* ofi_floor PROVIDER inject|inject-send: the initiator's side (the target counts in
+ * inject_target).  inject retries a refused fi_inject; inject-send posts that message with
+ * fi_send instead (what ferry's am_short did), sends in flight unbounded. */
+static void inject_stream(side_t *s, const wire_t *theirs, size_t size, long count, int then_send,
+                          int rfd)
+{
+    long sent = 0, eagain = 0, nsend = 0;
+    double end = now() + 5;
+    while (sent < count && now() < end) {
+        ssize_t ret = fi_inject(s->ep, s->buf, size, s->peer);
+        if (ret == -FI_EAGAIN) {
+            eagain++;
+            reap(s);
+            if (then_send && (ret = fi_send(s->ep, s->buf, size, NULL, s->peer, NULL)) == 0)
+                nsend++;
+        }
+        if (ret == 0)
+            sent++, end = now() + 5;
+        else if (ret != -FI_EAGAIN)
+            die("fi_inject", (int)ret);
+    }
+    /* the read's completion is the last one: every send's came before or with it */
+    int read_done = 0;
+    ssize_t ret;
+    end = now() + 5;
+    while ((ret = fi_read(s->ep, s->buf, 8, NULL, s->peer, theirs->addr, theirs->key, s)) ==
+               -FI_EAGAIN &&
+           now() < end)
+        reap(s);
+    while (ret == 0 && !read_done && now() < end) {
+        struct fi_cq_entry e;
+        if (fi_cq_read(s->cq, &e, 1) == 1 && e.op_context == s)
+            read_done = 1;
+    }
+    long got = -1;
+    while (read(rfd, &got, sizeof(got)) != sizeof(got)) /* the target's count; keep progressing */
+        reap(s);
+    printf("ofi_floor %s %s size %zu: %ld of %ld sent (-FI_EAGAIN %ld times, %ld by fi_send), "
+           "%ld received, the read after them %s\n",
+           s->info->fabric_attr->prov_name, then_send ? "inject-send" : "inject", size, sent, count,
+           eagain, nsend, got, read_done ? "completed" : "did not complete in 5 s");
+}
+
+/* The target of inject_stream: receives until COUNT came or 5 s pass without one. */
+static long inject_target(side_t *s, size_t size, long count)
+{
+    long got = 0;
+    double end = now() + 5;
+    while (got < count && now() < end) {
+        post_recv(s, size);
+        while (reap(s) == 0 && now() < end)
+            ;
+        if (now() < end)
+            got++, end = now() + 5;
+    }
+    return got;
+}
+
+static void close_side(side_t *s)
+{
+    if (s->mr != NULL)
+        fi_close(&s->mr->fid);
+    fi_close(&s->ep->fid);
+    fi_close(&s->av->fid);
+    fi_close(&s->cq->fid);
+    fi_close(&s->domain->fid);
+    fi_close(&s->fabric->fid);
+    fi_freeinfo(s->info);
+    free(s->buf);
+}
+
+/* ofi_floor PROVIDER close-inflight SIZE COUNT: two endpoints of one process; A sends COUNT
+ * messages of SIZE bytes to B, which has not progressed yet, and closes; then B progresses.
+ * libfabric 1.17's shm crashes there, even when the one send A tried was refused (the first
+ * contact, which B has not yet taken in, names a region that closed): the reproduction of
+ * the conformance suite's iface_close_open_eps exception over shm (docs/ofi.md). */
+static int close_inflight(const char *prov, size_t size, long count)
+{
+    side_t a, b;
+    open_side(&a, prov, size);
+    open_side(&b, prov, size);
+    wire_t wb;
+    my_wire(&b, &wb);
+    if (fi_av_insert(a.av, wb.name, 1, &a.peer, 0, NULL) != 1)
+        die("fi_av_insert", FI_EINVAL);
+    long sent = 0;
+    for (double end = now() + 2; sent < count && now() < end;) {
+        ssize_t ret = fi_send(a.ep, a.buf, size, NULL, a.peer, NULL);
+        if (ret == 0)
+            sent++;
+        else if (ret != -FI_EAGAIN)
+            die("fi_send", (int)ret);
+        reap(&a);
+    }
+    printf("ofi_floor %s close-inflight: A posted %ld sends of %zu bytes and closes\n", prov, sent,
+           size);
+    fflush(stdout);
+    close_side(&a);
+    for (double end = now() + 1; now() < end;) /* a receive at a time, for 1 s */
+        if (fi_recv(b.ep, b.buf, size, NULL, FI_ADDR_UNSPEC, NULL) == 0)
+            while (reap(&b) == 0 && now() < end)
+                ;
+    printf("ofi_floor %s close-inflight: B progressed for 1 s after A closed and survived\n", prov);
+    close_side(&b);
+    return 0;
+}
+
+/* ofi_floor PROVIDER dereg: the target closes its registration, then the initiator writes 64
+ * bytes with the key it had: does the write complete, fail, or hang, and did the target's
+ * memory change?  The reproduction of the conformance suite's rma_unchecked_dereg over ofi;
+ * "dereg-live" is the same with the registration kept (the memory must change). */
+static void dereg_write(side_t *s, const wire_t *theirs, int dereg, int get, int child,
+                        const int up[2], const int down[2])
+{
+    char c = 0;
+    if (child) {
+        if (dereg) {
+            fi_close(&s->mr->fid);
+            s->mr = NULL;
+        }
+        memset(s->buf, 1, 64);
+        if (write(up[1], &c, 1) != 1) /* "deregistered" */
+            die("pipe", FI_EIO);
+        int fl = fcntl(down[0], F_GETFL);
+        fcntl(down[0], F_SETFL, fl | O_NONBLOCK);
+        while (read(down[0], &c, 1) != 1) /* progress until the initiator is done */
+            reap(s);
+        for (double end = now() + 0.2; now() < end;) /* and a little longer: data in flight */
+            reap(s);
+        int changed = 0;
+        for (int i = 0; i < 64; i++)
+            changed |= s->buf[i] != 1;
+        if (write(up[1], &changed, sizeof(changed)) != sizeof(changed))
+            die("pipe", FI_EIO);
+        return;
+    }
+    if (read(up[0], &c, 1) != 1)
+        die("pipe", FI_EIO);
+    memset(s->buf, 2, 64);
+    ssize_t ret;
+    double end = now() + 5;
+    while ((ret = get ? fi_read(s->ep, s->buf, 64, NULL, s->peer, theirs->addr, theirs->key, NULL)
+                      : fi_write(s->ep, s->buf, 64, NULL, s->peer, theirs->addr, theirs->key,
+                                 NULL)) == -FI_EAGAIN &&
+           now() < end)
+        reap(s);
+    const char *what = "did not complete in 5 s";
+    if (ret != 0) {
+        what = "was refused when posted";
+    } else {
+        while (now() < end) {
+            struct fi_cq_entry e;
+            ssize_t n = fi_cq_read(s->cq, &e, 1);
+            if (n == 1) {
+                what = "completed without an error";
+                break;
+            }
+            if (n == -FI_EAVAIL) {
+                struct fi_cq_err_entry err = {0};
+                fi_cq_readerr(s->cq, &err, 0);
+                printf("ofi_floor dereg: the write's error: %s\n", fi_strerror(err.err));
+                what = "completed with an error";
+                break;
+            }
+        }
+    }
+    int changed = -1;
+    if (write(down[1], &c, 1) != 1 || read(up[0], &changed, sizeof(changed)) != sizeof(changed))
+        die("pipe", FI_EIO);
+    int got = 1; /* a read: did the target's bytes arrive? */
+    for (int i = 0; i < 64; i++)
+        got &= s->buf[i] == 1;
+    printf("ofi_floor %s dereg: a %s with a%s key %s; %s\n", s->info->fabric_attr->prov_name,
+           get ? "read" : "write", dereg ? " deregistered" : " live", what,
+           get ? (got ? "the target's bytes arrived" : "the destination kept its old bytes")
+               : (changed ? "the target's memory changed" : "the target's memory did not change"));
+}
+
 static void send_wait(side_t *s, size_t len)
 {
     ssize_t ret;
@@ -135,12 +326,17 @@ static void send_wait(side_t *s, size_t len)
 int main(int argc, char **argv)
 {
     if (argc < 5) {
-        fprintf(stderr, "usage: ofi_floor PROVIDER write|pingpong SIZE ITERS\n");
+        fprintf(
+            stderr,
+            "usage: ofi_floor PROVIDER "
+            "write|pingpong|inject|inject-send|close-inflight|dereg[-live][-read] SIZE ITERS\n");
         return 2;
     }
     const char *prov = argv[1], *test = argv[2];
     size_t size = strtoull(argv[3], NULL, 0);
     long iters = atol(argv[4]);
+    if (strcmp(test, "close-inflight") == 0)
+        return close_inflight(prov, size, iters);
     int up[2], down[2];
     if (pipe(up) || pipe(down))
         return 1;
@@ -155,7 +351,22 @@ int main(int argc, char **argv)
         die("pipe", FI_EIO);
     if (fi_av_insert(s.av, theirs.name, 1, &s.peer, 0, NULL) != 1)
         die("fi_av_insert", FI_EINVAL);
-    if (strcmp(test, "write") == 0) {
+    if (strncmp(test, "inject", 6) == 0) {
+        if (child) {
+            long got = inject_target(&s, size, iters);
+            int sent_ok = write(up[1], &got, sizeof(got)) == sizeof(got);
+            double end = now() + 1; /* answer reads and acks a little longer */
+            while (sent_ok && now() < end)
+                reap(&s);
+        } else {
+            int fl = fcntl(up[0], F_GETFL);
+            fcntl(up[0], F_SETFL, fl | O_NONBLOCK);
+            inject_stream(&s, &theirs, size, iters, strcmp(test, "inject-send") == 0, up[0]);
+        }
+    } else if (strncmp(test, "dereg", 5) == 0) {
+        dereg_write(&s, &theirs, strstr(test, "live") == NULL, strstr(test, "read") != NULL, child,
+                    up, down);
+    } else if (strcmp(test, "write") == 0) {
         if (child) { /* target: progress until the initiator's "done" arrives */
             post_recv(&s, 8);
             while (reap(&s) == 0)
@@ -209,14 +420,7 @@ int main(int argc, char **argv)
             printf("ofi_floor %s pingpong size %zu: %.2f us one way\n", prov, size,
                    (now() - t0) / (double)iters / 2 * 1e6);
     }
-    fi_close(&s.mr->fid);
-    fi_close(&s.ep->fid);
-    fi_close(&s.av->fid);
-    fi_close(&s.cq->fid);
-    fi_close(&s.domain->fid);
-    fi_close(&s.fabric->fid);
-    fi_freeinfo(s.info);
-    free(s.buf);
+    close_side(&s);
     if (!child)
         waitpid(pid, NULL, 0);
     return 0;

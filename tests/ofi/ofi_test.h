@@ -1,5 +1,6 @@
-/* Helpers the ofi tests share: elapsed time, a worker's printed info, and a child process's
- * context, worker and ep to the parent whose address it reads from a pipe. */
+/* Helpers the ofi tests share: elapsed time, a worker's printed info, a child process's
+ * context, worker and ep to the parent whose address it reads from a pipe, and the tail of a
+ * sender child that is killed mid-transfer. */
 #ifndef FY_OFI_TEST_H
 #define FY_OFI_TEST_H
 
@@ -47,6 +48,23 @@ __attribute__((unused)) static int child_connect(int rfd, ferry_context_t **ctx,
         .field_mask = FERRY_EP_FIELD_ADDRESS, .address = addr, .address_len = len};
     if (ferry_ep_create(*w, &ep_params, ep) != FERRY_OK)
         return 5;
+    return 0;
+}
+
+/* In a killed-sender child whose send has started (st, the send's return): progress until the
+ * receiver says, one byte on rfd, that it has seen the send, then stay silent (no progress,
+ * so the receiver's read of it waits) until the parent kills this process.  Returns the
+ * child's exit status: 6 when the send did not start. */
+__attribute__((unused)) static int child_send_then_silent(int rfd, ferry_worker_t *w,
+                                                          ferry_status_t st)
+{
+    if (st != FERRY_INPROGRESS)
+        return 6;
+    while (!fyproc_readable(rfd))
+        ferry_worker_progress(w);
+    char c;
+    fyproc_recv(rfd, &c, 1, 1000);
+    fyproc_recv(rfd, &c, 1, -1); /* silent from here: killed while waiting */
     return 0;
 }
 

@@ -232,15 +232,9 @@ static int sender(int rfd, int wfd, int argc, char **argv)
     fill_pattern(buf, KILL_LEN, 100);
     uint32_t h[2] = {0, 100};
     ferry_request_t rs = {.cb = NULL};
-    ferry_status_t st = ferry_am_send(ep, AM_ID, h, sizeof(h), buf, KILL_LEN, &rs);
-    if (st != FERRY_INPROGRESS)
-        return 6;
-    while (!fyproc_readable(rfd)) /* until the receiver saw the descriptor */
-        ferry_worker_progress(w);
-    char c;
-    fyproc_recv(rfd, &c, 1, 1000);
-    fyproc_recv(rfd, &c, 1, -1); /* silent from here: killed while waiting */
-    return 0;
+    /* until the receiver saw the descriptor, then silent */
+    return child_send_then_silent(rfd, w,
+                                  ferry_am_send(ep, AM_ID, h, sizeof(h), buf, KILL_LEN, &rs));
 }
 
 static const fyproc_role_t roles[] = {{"sender", sender}};

@@ -32,15 +32,8 @@ static int sender(int rfd, int wfd, int argc, char **argv)
     char *buf = malloc(LEN);
     fill_pattern(buf, LEN, 5);
     ferry_request_t rs = {.cb = NULL};
-    ferry_status_t st = ferry_tag_send(ep, TAG, buf, LEN, &rs);
-    if (st != FERRY_INPROGRESS)
-        return 6;
-    while (!fyproc_readable(rfd)) /* until the receiver saw the RTS */
-        ferry_worker_progress(w);
-    char c;
-    fyproc_recv(rfd, &c, 1, 1000);
-    fyproc_recv(rfd, &c, 1, -1); /* silent from here: killed while waiting */
-    return 0;
+    /* until the receiver saw the RTS, then silent */
+    return child_send_then_silent(rfd, w, ferry_tag_send(ep, TAG, buf, LEN, &rs));
 }
 
 static const fyproc_role_t roles[] = {{"sender", sender}};

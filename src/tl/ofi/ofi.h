@@ -151,7 +151,7 @@ typedef struct fy_ofi_op {
     uint64_t operand, compare, result; /* atomics */
     void *result_dst;
     size_t amo_size;
-    void *bbuf; /* copy buffer (FY_OFI_MSG_MAX), kept with the op across reuse */
+    void *bbuf; /* copy buffer (the iface's bbuf_size), kept with the op across reuse */
     /* FI_MR_LOCAL: registrations kept with the op across reuse (its bbuf; the op itself, for
      * the atomics' operand, compare and result and the flush's read), the descriptors of a
      * send's gather list, and the cache regions of the caller's buffers it holds until it
@@ -202,6 +202,10 @@ struct fy_ofi_iface {
     uint8_t name[FY_OFI_NAME_MAX];
     size_t name_len;
     size_t inject_size, max_iov, max_msg;
+    int no_inject;             /* every message by fi_send (rxd: ofi_iface.c says why) */
+    unsigned long tx_ops;      /* FERRY_OFI_TX_OPS, or less where the provider needs it */
+    int zcopy_copies;          /* an eager am_zcopy is copied (rxd: ofi_iface.c says why) */
+    size_t bbuf_size;          /* each op's copy buffer */
     size_t msg_max, bcopy_max; /* AM sizes on the wire, header included */
     fy_ofi_rx_t *rx;
     unsigned nrx;
@@ -251,17 +255,23 @@ ferry_status_t fy_ofi_iface_get_address(fy_tl_iface_t *iface, void *dev_addr, vo
 int fy_ofi_iface_is_reachable(fy_tl_iface_t *iface, const void *dev_addr, const void *iface_addr);
 void fy_ofi_iface_unreachable_why(fy_tl_iface_t *iface, const void *dev_addr,
                                   const void *iface_addr, char *buf, size_t len);
+void fy_ofi_iface_print(fy_tl_iface_t *iface, FILE *f);
+
+/* ofi_progress.c */
 unsigned fy_ofi_iface_progress(fy_tl_iface_t *iface);
 int fy_ofi_iface_event_fd(fy_tl_iface_t *iface);
 ferry_status_t fy_ofi_iface_event_arm(fy_tl_iface_t *iface);
-void fy_ofi_iface_print(fy_tl_iface_t *iface, FILE *f);
+int fy_ofi_rx_post(fy_ofi_iface_t *iface, fy_ofi_rx_t *rx);
+unsigned fy_ofi_read_cq(fy_ofi_iface_t *iface);
+int fy_ofi_open_event_fd(fy_ofi_iface_t *iface); /* at open: the timer and the epoll set */
+
+/* ofi_op.c */
 fy_ofi_op_t *fy_ofi_op_get(fy_ofi_iface_t *iface, fy_ofi_ep_t *ep, int kind, fy_tl_comp_t *comp);
 void fy_ofi_op_put(fy_ofi_iface_t *iface, fy_ofi_op_t *op);
 void fy_ofi_op_done(fy_ofi_iface_t *iface, fy_ofi_op_t *op, ferry_status_t st);
+void fy_ofi_op_free_all(fy_ofi_iface_t *iface, fy_list_t *head);
 void fy_ofi_ep_fail(fy_ofi_ep_t *ep, ferry_status_t st);
 void fy_ofi_ep_drain(fy_ofi_ep_t *ep);
-int fy_ofi_post_flush_read(fy_ofi_iface_t *iface, fy_ofi_op_t *op);
-int fy_ofi_ep_retry(fy_ofi_ep_t *ep);
 ferry_status_t fy_ofi_op_local_mr(fy_ofi_iface_t *iface, fy_ofi_op_t *op, void *buf, size_t len,
                                   fy_ofi_mr_t *mr);
 ferry_status_t fy_ofi_op_descs(fy_ofi_iface_t *iface, fy_ofi_op_t *op, const struct iovec *v,
@@ -281,6 +291,8 @@ void fy_ofi_rndv_retry(fy_ofi_iface_t *iface);
 void fy_ofi_rndv_check_peers(fy_ofi_iface_t *iface);
 
 /* ofi_ep.c */
+int fy_ofi_post_flush_read(fy_ofi_iface_t *iface, fy_ofi_op_t *op);
+int fy_ofi_ep_retry(fy_ofi_ep_t *ep);
 void fy_ofi_put_hdr(fy_ofi_iface_t *iface, void *dst, uint8_t type, uint8_t id);
 int fy_ofi_op_bbuf(fy_ofi_iface_t *iface, fy_ofi_op_t *op);
 ferry_status_t fy_ofi_send_iov(fy_ofi_ep_t *ep, fy_ofi_op_t *op, const struct iovec *v, size_t n);

@@ -2,7 +2,7 @@
  * ofi_ep.c - the ofi endpoint: an address vector entry and the operations on it.
  *
  * AM.  Every message is [fy_ofi_hdr_t][payload] on fi_send, received into the iface's
- * pre-posted buffers (ofi_iface.c); FI_ORDER_SAS keeps the AMs of one ep in order.
+ * pre-posted buffers (ofi_progress.c); FI_ORDER_SAS keeps the AMs of one ep in order.
  * am_short goes by fi_inject when it fits the provider's inject size (done in the call, no
  * completion), otherwise as am_bcopy: a copy into the op's buffer and fi_send.  am_zcopy
  * sends the header (copied) and the caller's iov by fi_sendmsg, completing when libfabric
@@ -107,7 +107,7 @@ ferry_status_t fy_ofi_ep_get_stats(fy_tl_ep_t *super, ferry_ep_stats_t *stats)
     stats->tx_bytes = ep->tx_bytes;
     stats->drops_malformed = iface->rx_dropped;
     stats->window_used = iface->inflight;
-    stats->window_max = iface->md->cfg.tx_ops;
+    stats->window_max = iface->tx_ops;
     return FERRY_OK;
 }
 
@@ -202,9 +202,9 @@ int fy_ofi_ep_retry(fy_ofi_ep_t *ep)
 int fy_ofi_op_bbuf(fy_ofi_iface_t *iface, fy_ofi_op_t *op)
 {
     if (op->bbuf == NULL)
-        op->bbuf = malloc(FY_OFI_BBUF);
+        op->bbuf = malloc(iface->bbuf_size);
     if (op->bbuf == NULL ||
-        fy_ofi_op_local_mr(iface, op, op->bbuf, FY_OFI_BBUF, &op->bbuf_mr) != FERRY_OK)
+        fy_ofi_op_local_mr(iface, op, op->bbuf, iface->bbuf_size, &op->bbuf_mr) != FERRY_OK)
         return 0;
     op->desc[0] = fy_ofi_mr_desc(&op->bbuf_mr);
     return 1;
@@ -257,7 +257,7 @@ ferry_status_t fy_ofi_am_short(fy_tl_ep_t *super, uint8_t id, const struct iovec
         return FERRY_ERR_INVALID_PARAM;
     if (ep->failed != FERRY_OK)
         return ep->failed;
-    if (len + sizeof(fy_ofi_hdr_t) > inj || ep->nqueued > 0)
+    if (len + sizeof(fy_ofi_hdr_t) > inj || ep->nqueued > 0 || iface->no_inject)
         return fy_ofi_am_bcopy(super, id, iov, iovcnt);
     uint8_t buf[FY_OFI_BCOPY];
     fy_ofi_put_hdr(iface, buf, FY_OFI_AM, id);
@@ -306,9 +306,14 @@ ferry_status_t fy_ofi_am_zcopy(fy_tl_ep_t *super, uint8_t id, const void *hdr, s
     struct iovec v[8];
     size_t n = 0;
     v[n++] = (struct iovec){op->bbuf, sizeof(fy_ofi_hdr_t) + hdr_len};
-    for (size_t i = 0; i < iovcnt; i++)
-        if (iov[i].iov_len > 0)
-            v[n++] = iov[i];
+    if (iface->zcopy_copies) { /* one buffer of the op's own (rxd) */
+        fy_iov_gather((uint8_t *)op->bbuf + v[0].iov_len, iov, iovcnt);
+        v[0].iov_len += len;
+    } else {
+        for (size_t i = 0; i < iovcnt; i++)
+            if (iov[i].iov_len > 0)
+                v[n++] = iov[i];
+    }
     ferry_status_t st = fy_ofi_op_descs(iface, op, v, 1, n);
     if (st != FERRY_OK) {
         fy_ofi_op_put(iface, op);

@@ -1,550 +1,21 @@
 /*
- * ofi_iface.c - the ofi interface: one FI_EP_RDM endpoint with its completion queue and
- * address vector, the receive buffers, the pool of operations, and progress.
- *
- * PROGRESS reads the CQ (which also drives the providers' manual progress) and routes each
- * completion by its context: a receive hands the AM to am_cb and posts the buffer again, any
- * other completion finishes its op (ofi_ep.c keeps the ops of an ep in issue order, and a
- * flush at the head of that list completes right after the op before it).  An error entry
- * becomes the op's status, logged with fi_strerror and the provider's fi_cq_strerror text;
- * a failed send fails its ep (err_cb), a refused RMA fails only itself.  Posts that libfabric
- * answers with -FI_EAGAIN from inside progress (a receive buffer, a flush's read) are kept
- * and retried on the next pass, never dropped.
- *
- * LIVENESS.  libfabric's software providers do not report a dead peer reliably (shm never
- * does; rxd retries for ever).  The transport reaches this host only, so each ep knows its
- * peer's pid and progress checks it every FERRY_OFI_PEER_CHECK: a peer that is gone fails its
- * eps with CONNECTION_RESET (their ops and flushes end with that error, then err_cb).
+ * ofi_iface.c - the ofi interface: opening one FI_EP_RDM endpoint (a context of the md's
+ * domain) with its completion queue, address vector, receive buffers and wake-up fd; closing
+ * it after libfabric gave back what it held; and what the iface tells the rest of ferry: its
+ * attributes (sizes from the provider, atomics per op and width from fi_atomicvalid, the lane
+ * figures), its address (the endpoint name, the peer-check pid, the flush word) and whether a
+ * peer is reachable.  The data path is elsewhere: ofi_ep.c posts, ofi_progress.c completes,
+ * ofi_op.c finishes ops, ofi_rndv.c runs the AM rendezvous.
  */
 #include <endian.h>
-#include <errno.h>
-#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/epoll.h>
-#include <sys/timerfd.h>
 #include <unistd.h>
 
 #include "tl/ofi/ofi.h"
 #include "util/clock.h"
 #include "util/log.h"
 #include "util/status.h"
-
-/* ---- the op pool ------------------------------------------------------------------------- */
-
-fy_ofi_op_t *fy_ofi_op_get(fy_ofi_iface_t *iface, fy_ofi_ep_t *ep, int kind, fy_tl_comp_t *comp)
-{
-    int counted = kind != FY_OFI_OP_FLUSH;
-    if (counted && iface->inflight >= iface->md->cfg.tx_ops)
-        return NULL;
-    fy_ofi_op_t *op;
-    if (!fy_list_is_empty(&iface->free)) {
-        op = fy_container_of(fy_list_pop_head(&iface->free), fy_ofi_op_t, elem);
-    } else {
-        if (iface->nops == iface->all_cap) {
-            unsigned cap = iface->all_cap ? 2 * iface->all_cap : 64;
-            fy_ofi_op_t **a = realloc(iface->all_ops, cap * sizeof(*a));
-            if (a == NULL)
-                return NULL;
-            iface->all_ops = a;
-            iface->all_cap = cap;
-        }
-        op = calloc(1, sizeof(*op));
-        if (op == NULL)
-            return NULL;
-        op->index = iface->nops;
-        iface->all_ops[iface->nops++] = op;
-    }
-    uint32_t index = op->index;
-    void *bbuf = op->bbuf;
-    fy_ofi_mr_t bbuf_mr = op->bbuf_mr, self_mr = op->self_mr;
-    memset(op, 0, sizeof(*op));
-    op->index = index;
-    op->bbuf = bbuf;
-    op->bbuf_mr = bbuf_mr;
-    op->self_mr = self_mr;
-    op->ep = ep;
-    op->kind = (uint8_t)kind;
-    op->comp = comp;
-    op->counted = (uint8_t)counted;
-    fy_list_init(&op->elem);
-    if (counted)
-        iface->inflight++;
-    return op;
-}
-
-/* FI_MR_LOCAL: the cache regions of the caller's buffers an op held, given back */
-static void op_release_regions(fy_ofi_iface_t *iface, fy_ofi_op_t *op)
-{
-    for (unsigned i = 0; i < op->nregions; i++)
-        fy_rcache_put(iface->md->rcache, op->regions[i]);
-    op->nregions = 0;
-}
-
-/* FI_MR_LOCAL: register [buf, +len) for local use into mr (bound to the iface's endpoint
- * under FI_MR_ENDPOINT), once: an op keeps it across reuse. */
-ferry_status_t fy_ofi_op_local_mr(fy_ofi_iface_t *iface, fy_ofi_op_t *op, void *buf, size_t len,
-                                  fy_ofi_mr_t *mr)
-{
-    (void)op;
-    if (!iface->md->mrdom.mode.local || mr->mr != NULL)
-        return FERRY_OK;
-    return fy_ofi_mr_reg(&iface->md->mrdom, iface->ep, buf, len, 0, 1, mr);
-}
-
-/* FI_MR_LOCAL: op->desc[first..n) for the caller's buffers v[first..n), from the md's
- * registration cache; the op holds the regions until it goes back to the pool (a buffer sent
- * again is registered once).  Without FI_MR_LOCAL the descriptors stay NULL. */
-ferry_status_t fy_ofi_op_descs(fy_ofi_iface_t *iface, fy_ofi_op_t *op, const struct iovec *v,
-                               size_t first, size_t n)
-{
-    if (!iface->md->mrdom.mode.local)
-        return FERRY_OK;
-    fy_rcache_t *rc = fy_ofi_md_rcache(iface->md);
-    if (rc == NULL)
-        return FERRY_ERR_NO_MEMORY;
-    for (size_t i = first; i < n; i++) {
-        fy_rcache_region_t *r;
-        ferry_status_t st = fy_rcache_get(rc, v[i].iov_base, v[i].iov_len, 0, &r);
-        if (st != FERRY_OK)
-            return st; /* the regions taken so far go back with the op */
-        op->regions[op->nregions++] = r;
-        op->desc[i] = fy_ofi_mr_desc(fy_rcache_region_memh(r));
-    }
-    return FERRY_OK;
-}
-
-void fy_ofi_op_put(fy_ofi_iface_t *iface, fy_ofi_op_t *op)
-{
-    if (op->nregions > 0)
-        op_release_regions(iface, op);
-    if (fy_list_is_linked(&op->elem))
-        fy_list_del(&op->elem);
-    if (op->counted)
-        iface->inflight--;
-    op->counted = 0;
-    op->ep = NULL;
-    fy_list_add_head(&iface->free, &op->elem);
-}
-
-static void op_free_all(fy_ofi_iface_t *iface, fy_list_t *head)
-{
-    while (!fy_list_is_empty(head)) {
-        fy_ofi_op_t *op = fy_container_of(fy_list_pop_head(head), fy_ofi_op_t, elem);
-        op_release_regions(iface, op);
-        fy_ofi_mr_dereg(&op->bbuf_mr);
-        fy_ofi_mr_dereg(&op->self_mr);
-        free(op->bbuf);
-        free(op);
-    }
-}
-
-/* ---- ops finishing ------------------------------------------------------------------------ */
-
-/* The flushes now at the head of ep's list with nothing left to wait for: detached, their
- * completions and statuses returned (the caller calls them after the op before them). */
-#define MAX_READY 16
-static unsigned take_flushes(fy_ofi_ep_t *ep, fy_tl_comp_t **comps, ferry_status_t *sts)
-{
-    fy_ofi_iface_t *iface = (fy_ofi_iface_t *)ep->super.iface;
-    unsigned n = 0;
-    while (n < MAX_READY && !fy_list_is_empty(&ep->ops)) {
-        fy_ofi_op_t *f = fy_container_of(ep->ops.next, fy_ofi_op_t, elem);
-        if (f->kind != FY_OFI_OP_FLUSH || f->posted || f->need_read)
-            break;
-        ferry_status_t st = f->status;
-        if (f->comp == NULL) { /* a marker of flush(NULL): keep its error for the next */
-            if (st != FERRY_OK && ep->deferred == FERRY_OK)
-                ep->deferred = st;
-            fy_ofi_op_put(iface, f);
-            continue;
-        }
-        if (st == FERRY_OK && ep->deferred != FERRY_OK) {
-            st = ep->deferred;
-            ep->deferred = FERRY_OK;
-        }
-        comps[n] = f->comp;
-        sts[n++] = st;
-        fy_ofi_op_put(iface, f);
-    }
-    return n;
-}
-
-void fy_ofi_op_done(fy_ofi_iface_t *iface, fy_ofi_op_t *op, ferry_status_t st)
-{
-    fy_ofi_ep_t *ep = op->ep;
-    fy_tl_comp_t *comp = op->comp;
-    if (op->kind == FY_OFI_OP_AMO && op->result_dst != NULL && st == FERRY_OK) {
-        if (op->amo_size == 4) {
-            uint32_t v = (uint32_t)op->result;
-            memcpy(op->result_dst, &v, 4);
-        } else {
-            memcpy(op->result_dst, &op->result, 8);
-        }
-    }
-    if (op->kind == FY_OFI_OP_FLUSH) { /* its read came back */
-        op->posted = 0;
-        op->need_read = 0;
-        if (st != FERRY_OK && op->status == FERRY_OK)
-            op->status = st;
-        if (ep == NULL) {
-            fy_ofi_op_put(iface, op);
-            return;
-        }
-        fy_tl_comp_t *fc[MAX_READY];
-        ferry_status_t fs[MAX_READY];
-        unsigned n = take_flushes(ep, fc, fs);
-        for (unsigned i = 0; i < n; i++)
-            if (fc[i] != NULL)
-                fc[i]->cb(fc[i], fs[i]);
-        return;
-    }
-    fy_ofi_op_put(iface, op);
-    if (ep == NULL)
-        return;
-    if (st != FERRY_OK && comp == NULL && ep->deferred == FERRY_OK)
-        ep->deferred = st;
-    fy_tl_comp_t *fc[MAX_READY];
-    ferry_status_t fs[MAX_READY];
-    unsigned n = take_flushes(ep, fc, fs);
-    if (comp != NULL)
-        comp->cb(comp, st);
-    for (unsigned i = 0; i < n; i++)
-        if (fc[i] != NULL)
-            fc[i]->cb(fc[i], fs[i]);
-}
-
-/* Take every op off a failing or destroyed ep: posted ones become orphans (libfabric still
- * holds their context), the others go back to the pool; each caller is answered with st. */
-static void ep_cancel_all(fy_ofi_ep_t *ep, ferry_status_t st)
-{
-    fy_ofi_iface_t *iface = (fy_ofi_iface_t *)ep->super.iface;
-    while (!fy_list_is_empty(&ep->ops)) {
-        fy_ofi_op_t *op = fy_container_of(fy_list_pop_head(&ep->ops), fy_ofi_op_t, elem);
-        fy_list_init(&op->elem);
-        fy_tl_comp_t *comp = op->comp;
-        op->comp = NULL;
-        op->ep = NULL;
-        op->queued = 0;
-        op->result_dst = NULL;
-        if (op->posted)
-            fy_list_add_tail(&iface->orphans, &op->elem);
-        else
-            fy_ofi_op_put(iface, op);
-        ferry_status_t s = st;
-        if (s == FERRY_ERR_CANCELED && op->kind == FY_OFI_OP_FLUSH && ep->failed != FERRY_OK)
-            s = ep->failed;
-        if (comp != NULL)
-            comp->cb(comp, s);
-    }
-}
-
-void fy_ofi_ep_drain(fy_ofi_ep_t *ep)
-{
-    ep->nqueued = 0;
-    ep_cancel_all(ep, FERRY_ERR_CANCELED);
-}
-
-void fy_ofi_ep_fail(fy_ofi_ep_t *ep, ferry_status_t st)
-{
-    if (ep->failed != FERRY_OK)
-        return;
-    fy_ofi_iface_t *iface = (fy_ofi_iface_t *)ep->super.iface;
-    ep->failed = st;
-    ep->nqueued = 0;
-    ep->depth++;
-    ep_cancel_all(ep, st);
-    if (!ep->err_reported && !ep->destroyed) {
-        ep->err_reported = 1;
-        if (iface->super.params.err_cb != NULL)
-            iface->super.params.err_cb(iface->super.params.err_arg, &ep->super, st);
-    }
-    if (--ep->depth == 0 && ep->destroyed)
-        free(ep);
-}
-
-/* ---- receive ------------------------------------------------------------------------------ */
-
-static int rx_post(fy_ofi_iface_t *iface, fy_ofi_rx_t *rx)
-{
-    ssize_t ret;
-    void *desc = fy_ofi_mr_desc(&rx->mr);
-    if (iface->multi) {
-        struct iovec v = {rx->buf, rx->len};
-        struct fi_msg m = {.msg_iov = &v,
-                           .desc = &desc,
-                           .iov_count = 1,
-                           .addr = FI_ADDR_UNSPEC,
-                           .context = &rx->op.ctx};
-        ret = fi_recvmsg(iface->ep, &m, FI_MULTI_RECV);
-    } else {
-        ret = fi_recv(iface->ep, rx->buf, rx->len, desc, FI_ADDR_UNSPEC, &rx->op.ctx);
-    }
-    rx->needs_post = ret != 0;
-    if (ret != 0 && ret != -FI_EAGAIN)
-        fy_warn("ofi: posting a receive buffer failed: %s", fi_strerror((int)-ret));
-    return (int)ret;
-}
-
-static void rx_message(fy_ofi_iface_t *iface, const void *data, size_t len)
-{
-    fy_ofi_hdr_t h;
-    if (iface->closing)
-        return; /* no callback from iface_close */
-    if (len < sizeof(h)) {
-        iface->rx_dropped++;
-        return;
-    }
-    memcpy(&h, data, sizeof(h));
-    if (le32toh(h.job_tag) != iface->job_tag || h.am_id > FY_TL_AM_ID_MAX) {
-        iface->rx_dropped++;
-        return;
-    }
-    const uint8_t *p = (const uint8_t *)data + sizeof(h);
-    if (h.type == FY_OFI_AM)
-        fy_ofi_rndv_deliver(iface, h.am_id, p, len - sizeof(h)); /* in order (ofi_rndv.c) */
-    else if (h.type == FY_OFI_RTS || h.type == FY_OFI_ATS)
-        fy_ofi_rndv_rx(iface, h.type, h.am_id, p, len - sizeof(h));
-    /* else a flush probe */
-}
-
-/* ---- completions -------------------------------------------------------------------------- */
-
-static void handle_entry(fy_ofi_iface_t *iface, void *ctx, uint64_t flags, void *buf, size_t len,
-                         ferry_status_t st)
-{
-    fy_ofi_op_t *op = ctx;
-    if (op == NULL)
-        return;
-    if (op->kind == FY_OFI_OP_RECV) {
-        fy_ofi_rx_t *rx = fy_container_of(op, fy_ofi_rx_t, op);
-        if (st == FERRY_OK && (flags & FI_RECV) && len > 0)
-            rx_message(iface, iface->multi && buf != NULL ? buf : rx->buf, len);
-        if (!iface->multi || (flags & FI_MULTI_RECV) || st != FERRY_OK)
-            rx_post(iface, rx);
-        return;
-    }
-    op->posted = 0;
-    if (op->kind == FY_OFI_OP_RREAD) { /* a rendezvous' read (its receive is the iface's) */
-        fy_ofi_rndv_read_done(iface, op, st);
-        return;
-    }
-    fy_ofi_ep_t *ep = op->ep;
-    if (ep == NULL) { /* orphan: its caller was answered */
-        if (op->kind == FY_OFI_OP_FLUSH)
-            op->need_read = 0;
-        fy_ofi_op_put(iface, op);
-        return;
-    }
-    if (st != FERRY_OK &&
-        (op->kind == FY_OFI_OP_SEND || op->kind == FY_OFI_OP_RNDV || st == FERRY_ERR_CANCELED)) {
-        /* a message the provider could not deliver: the peer is unreachable; the op ends
-         * with the ep's failure, like the rest of its ops.  Any op the provider cancels
-         * (ferry cancels none: a destroyed ep's ops become orphans) means the same: rxm
-         * cancels the reads and writes of a connection that broke. */
-        fy_ofi_ep_fail(ep, st == FERRY_ERR_CANCELED ? FERRY_ERR_CONNECTION_RESET : st);
-        return;
-    }
-    if (op->kind == FY_OFI_OP_RNDV) { /* the RTS went: done when the ATS came too */
-        fy_ofi_rndv_sent(iface, op);
-        return;
-    }
-    fy_ofi_op_done(iface, op, st);
-}
-
-static unsigned read_cq(fy_ofi_iface_t *iface)
-{
-    struct fi_cq_data_entry ent[16];
-    unsigned events = 0;
-    for (int pass = 0; pass < 4; pass++) {
-        ssize_t n = fi_cq_read(iface->cq, ent, 16);
-        if (n > 0) {
-            for (ssize_t i = 0; i < n; i++)
-                handle_entry(iface, ent[i].op_context, ent[i].flags, ent[i].buf, ent[i].len,
-                             FERRY_OK);
-            events += (unsigned)n;
-            if (n < 16)
-                break;
-            continue;
-        }
-        if (n == -FI_EAVAIL) {
-            struct fi_cq_err_entry e;
-            memset(&e, 0, sizeof(e));
-            if (fi_cq_readerr(iface->cq, &e, 0) != 1)
-                break;
-            ferry_status_t st = fy_ofi_status(e.err ? e.err : FI_EIO);
-            iface->cq_errors++;
-            fy_ofi_op_t *op = e.op_context;
-            if (e.err != FI_ECANCELED) {
-                char pbuf[256] = "";
-                const char *ptxt =
-                    fi_cq_strerror(iface->cq, e.prov_errno, e.err_data, pbuf, sizeof(pbuf));
-                fy_log(op != NULL && op->kind == FY_OFI_OP_RECV ? FY_LOG_WARN : FY_LOG_DEBUG,
-                       "ofi: %s completion error: %s (provider: %s)",
-                       op == NULL                    ? "an"
-                       : op->kind == FY_OFI_OP_RECV  ? "a receive"
-                       : op->kind == FY_OFI_OP_SEND  ? "a send"
-                       : op->kind == FY_OFI_OP_WRITE ? "a write"
-                       : op->kind == FY_OFI_OP_READ  ? "a read"
-                       : op->kind == FY_OFI_OP_AMO   ? "an atomic"
-                       : op->kind == FY_OFI_OP_RNDV  ? "a rendezvous' descriptor"
-                       : op->kind == FY_OFI_OP_RREAD ? "a rendezvous' read"
-                                                     : "a flush read",
-                       fi_strerror(e.err), ptxt ? ptxt : "-");
-            }
-            handle_entry(iface, op, e.flags, NULL, 0, st);
-            events++;
-            continue;
-        }
-        if (n != -FI_EAGAIN)
-            fy_debug("ofi: fi_cq_read: %s", fi_strerror((int)-n));
-        break;
-    }
-    return events;
-}
-
-/* Posts that found the provider busy: receive buffers and flush reads. */
-static void retry_posts(fy_ofi_iface_t *iface)
-{
-    for (unsigned i = 0; i < iface->nrx; i++)
-        if (iface->rx[i].needs_post)
-            rx_post(iface, &iface->rx[i]);
-    fy_ofi_rndv_retry(iface);
-    fy_list_t *e;
-    fy_list_for_each(e, &iface->eps)
-    {
-        fy_ofi_ep_t *ep = fy_container_of(e, fy_ofi_ep_t, elem);
-        if (ep->failed == FERRY_OK && fy_ofi_ep_retry(ep))
-            return; /* callbacks ran: the rest on the next pass */
-    }
-}
-
-static void check_peers(fy_ofi_iface_t *iface)
-{
-    fy_list_t *e;
-    int any = 0;
-    fy_list_for_each(e, &iface->eps)
-    {
-        fy_ofi_ep_t *ep = fy_container_of(e, fy_ofi_ep_t, elem);
-        if (ep->failed == FERRY_OK && ep->pid > 0 && kill(ep->pid, 0) != 0 && errno == ESRCH) {
-            ep->pid = -ep->pid; /* marked: fail it below */
-            any = 1;
-        }
-    }
-    while (any) {
-        any = 0;
-        fy_list_for_each(e, &iface->eps)
-        {
-            fy_ofi_ep_t *ep = fy_container_of(e, fy_ofi_ep_t, elem);
-            if (ep->pid < 0 && ep->failed == FERRY_OK) {
-                fy_debug("ofi: peer process %d is gone", (int)-ep->pid);
-                fy_ofi_ep_fail(ep, FERRY_ERR_CONNECTION_RESET);
-                any = 1; /* callbacks may have changed the list: walk it again */
-                break;
-            }
-        }
-    }
-}
-
-/* The endpoint is stuck (iface->wedged): every ep fails now, none can be made. */
-static void fail_all(fy_ofi_iface_t *iface)
-{
-    for (int again = 1; again;) {
-        again = 0;
-        fy_list_t *e;
-        fy_list_for_each(e, &iface->eps)
-        {
-            fy_ofi_ep_t *ep = fy_container_of(e, fy_ofi_ep_t, elem);
-            if (ep->failed == FERRY_OK) {
-                fy_ofi_ep_fail(ep, FERRY_ERR_IO);
-                again = 1; /* callbacks may have changed the list: walk it again */
-                break;
-            }
-        }
-    }
-}
-
-unsigned fy_ofi_iface_progress(fy_tl_iface_t *super)
-{
-    fy_ofi_iface_t *iface = (fy_ofi_iface_t *)super;
-    unsigned events = read_cq(iface);
-    if (iface->eagain) {
-        iface->eagain = 0;
-        retry_posts(iface);
-    }
-    uint64_t now = fy_time_ns();
-    if (now >= iface->next_check_ns) {
-        iface->next_check_ns = now + iface->md->cfg.peer_check;
-        for (unsigned i = 0; i < iface->nrx; i++)
-            iface->eagain |= iface->rx[i].needs_post;
-        check_peers(iface);
-        fy_ofi_rndv_check_peers(iface);
-        if (iface->wedged)
-            fail_all(iface);
-    }
-    return events;
-}
-
-/* ---- sleeping ------------------------------------------------------------------------------ *
- * The iface's event fd is an epoll set of the CQ's wait fd (where the provider gives one) and a
- * one-shot timer.  Before the worker sleeps, arm asks libfabric with fi_trywait whether it may
- * (-FI_EAGAIN: completions are pending, progress first) and sets the timer: without a wait fd
- * to FERRY_OFI_WAIT_POLL (a sleeper naps, then progresses: that much latency, and one wake-up
- * per period); with one, while the iface has endpoints, to FERRY_OFI_PEER_CHECK, so the
- * liveness check (which the providers do not do for us) still runs in a sleeping worker. */
-
-static int open_event_fd(fy_ofi_iface_t *iface)
-{
-    iface->timer_fd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
-    iface->event_fd = epoll_create1(EPOLL_CLOEXEC);
-    if (iface->timer_fd < 0 || iface->event_fd < 0)
-        return -FI_EMFILE;
-    struct epoll_event ev = {.events = EPOLLIN, .data.u32 = 0};
-    if (epoll_ctl(iface->event_fd, EPOLL_CTL_ADD, iface->timer_fd, &ev) != 0)
-        return -FI_EIO;
-    if (iface->wait_fd >= 0 &&
-        epoll_ctl(iface->event_fd, EPOLL_CTL_ADD, iface->wait_fd, &ev) != 0) {
-        fy_debug("ofi: the completion queue's wait fd cannot be watched (%m): sleepers poll");
-        iface->wait_fd = -1;
-    }
-    return 0;
-}
-
-int fy_ofi_iface_event_fd(fy_tl_iface_t *super)
-{
-    return ((fy_ofi_iface_t *)super)->event_fd;
-}
-
-static void set_timer(fy_ofi_iface_t *iface, uint64_t ns)
-{
-    struct itimerspec t;
-    memset(&t, 0, sizeof(t));
-    t.it_value.tv_sec = (time_t)(ns / 1000000000ull);
-    t.it_value.tv_nsec = (long)(ns % 1000000000ull);
-    timerfd_settime(iface->timer_fd, 0, &t, NULL); /* 0: disarmed */
-}
-
-ferry_status_t fy_ofi_iface_event_arm(fy_tl_iface_t *super)
-{
-    fy_ofi_iface_t *iface = (fy_ofi_iface_t *)super;
-    uint64_t expirations;
-    while (read(iface->timer_fd, &expirations, sizeof(expirations)) > 0) {
-    }
-    if (iface->eagain)
-        return FERRY_ERR_BUSY; /* posts to retry: progress does them */
-    uint64_t period = iface->md->cfg.wait_poll;
-    if (iface->wait_fd >= 0) {
-        struct fid *f = &iface->cq->fid;
-        int ret = fi_trywait(iface->md->fabric, &f, 1);
-        if (ret == -FI_EAGAIN)
-            return FERRY_ERR_BUSY;
-        if (ret == 0)
-            period = fy_list_is_empty(&iface->eps) ? 0 : iface->md->cfg.peer_check;
-        /* any other answer: nap as without a wait fd */
-    }
-    set_timer(iface, period);
-    return FERRY_OK;
-}
 
 /* ---- open / close ------------------------------------------------------------------------- */
 
@@ -630,6 +101,23 @@ ferry_status_t fy_ofi_iface_open(fy_tl_md_t *super_md, const fy_tl_iface_params_
         iface->msg_max = 16384 - 256;
         iface->bcopy_max = 2048;
     }
+    /* libfabric 1.17's rxd loses messages when fi_send is posted while its injected messages
+     * fill its transmit queue (an inject refused with -FI_EAGAIN, then the send: the peer
+     * receives 1024 and nothing after; `ofi_floor "udp;ofi_rxd" inject` reproduces it, and
+     * docs/ofi.md tells it).  So over rxd every message is an fi_send with a completion,
+     * bounded by FERRY_OFI_TX_OPS like any op, and never more than half rxd's transmit queue
+     * (its sends alone are lost the same way past it); am_short keeps its size. */
+    iface->no_inject = strstr(md->info->fabric_attr->prov_name, "ofi_rxd") != NULL;
+    iface->tx_ops = md->cfg.tx_ops;
+    if (iface->no_inject && md->info->tx_attr->size >= 8 &&
+        iface->tx_ops > md->info->tx_attr->size / 2)
+        iface->tx_ops = md->info->tx_attr->size / 2;
+    /* rxd resends a message from the caller's buffer until the peer acknowledges it, also
+     * after ep_destroy returned (nothing in libfabric takes a posted send back), so a forced
+     * close there would let the peer see memory the caller reused: over rxd an eager am_zcopy
+     * is copied into its op's buffer (64 KiB; rxd moves ~0.3 GB/s, the copy ~10 GB/s). */
+    iface->zcopy_copies = iface->no_inject;
+    iface->bbuf_size = iface->zcopy_copies ? iface->msg_max + 256 : FY_OFI_BBUF;
     fy_ofi_rndv_init(iface);
     const char *what = "";
     int ret;
@@ -667,7 +155,7 @@ ferry_status_t fy_ofi_iface_open(fy_tl_md_t *super_md, const fy_tl_iface_params_
             }
         }
     }
-    ret = open_event_fd(iface);
+    ret = fy_ofi_open_event_fd(iface);
     if (ret != 0) {
         what = "the event fd";
         goto err;
@@ -767,7 +255,7 @@ ferry_status_t fy_ofi_iface_open(fy_tl_md_t *super_md, const fy_tl_iface_params_
             what = "registering a receive buffer";
             goto err;
         }
-        ret = rx_post(iface, rx);
+        ret = fy_ofi_rx_post(iface, rx);
         if (ret != 0 && ret != -FI_EAGAIN) {
             what = "fi_recv";
             goto err;
@@ -803,7 +291,7 @@ static void drain_before_close(fy_ofi_iface_t *iface)
         }
         if (!held || fy_time_ns() > end)
             return;
-        read_cq(iface);
+        fy_ofi_read_cq(iface);
     }
 }
 
@@ -853,8 +341,8 @@ void fy_ofi_iface_close(fy_tl_iface_t *super)
     }
     free(iface->rx);
     fy_ofi_rndv_free(iface);
-    op_free_all(iface, &iface->orphans);
-    op_free_all(iface, &iface->free);
+    fy_ofi_op_free_all(iface, &iface->orphans);
+    fy_ofi_op_free_all(iface, &iface->free);
     pthread_mutex_lock(&iface->md->rc_lock);
     iface->md->ctx_busy[iface->ctx_index] = 0;
     pthread_mutex_unlock(&iface->md->rc_lock);

@@ -291,7 +291,7 @@ static void send_ack(fy_ofi_iface_t *iface, fi_addr_t dst, uint64_t cookie, ferr
     wr32(m + sizeof(fy_ofi_hdr_t) + 8, (uint32_t)(int32_t)st);
     ssize_t ret = -FI_EAGAIN;
     if (!queue_only && iface->nacks == 0) {
-        if (iface->inject_size >= sizeof(m)) {
+        if (iface->inject_size >= sizeof(m) && !iface->no_inject) {
             ret = fi_inject(iface->ep, m, sizeof(m), dst);
         } else {
             fy_ofi_op_t *op = fy_ofi_op_get(iface, NULL, FY_OFI_OP_SEND, NULL);
@@ -632,7 +632,7 @@ void fy_ofi_rndv_check_peers(fy_ofi_iface_t *iface)
             any = 1;
             /* libfabric 1.17's shm completes an endpoint's operations in order, and a read
              * from a dead process never completes: nothing after it will.  Fail everything
-             * with an error rather than let it hang (ofi_iface.c fails the eps). */
+             * with an error rather than let it hang (ofi_progress.c fails the eps). */
             if (rr->reads > 0 && strcmp(iface->info->fabric_attr->prov_name, "shm") == 0 &&
                 !iface->wedged) {
                 fy_error("ofi: shm: a read from process %d, which died, never completes; "

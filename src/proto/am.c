@@ -204,9 +204,9 @@ ferry_status_t fy_am_send(ferry_ep_t *ep, unsigned id, const void *header, size_
 /*
  * An AM whose user header is one 8-byte word and whose data is one piece: the eager tagged
  * message.  On a connected endpoint with nothing queued, the proto header and the word go as
- * one 16-byte piece straight to the lane's short send (no size sum over an iov, no header
- * built through the general path): the 8-byte tagged message rate is this path.  Anything
- * else (wireup, a queue, too large, back-pressure) takes fy_am_send.
+ * one 16-byte piece straight to the lane's short (or buffered) send, with no size sum over
+ * an iov and no header built through the general path: the 8-byte tagged message rate is
+ * this path.  Anything else (wireup, a queue, too large, back-pressure) takes fy_am_send.
  */
 ferry_status_t fy_am_send_word(ferry_ep_t *ep, unsigned id, uint64_t word, const void *data,
                                size_t len, ferry_request_t *req)
@@ -215,7 +215,7 @@ ferry_status_t fy_am_send_word(ferry_ep_t *ep, unsigned id, uint64_t word, const
     if (FY_LIKELY(ep->state == FY_EP_CONNECTED && fy_queue_is_empty(&ep->pending))) {
         const fy_tl_iface_attr_t *attr = &lane->iface->attr;
         size_t total = 16 + len;
-        if (FY_LIKELY(total <= attr->max_short && attr->max_iov >= 2 &&
+        if (FY_LIKELY(total <= attr->max_bcopy && attr->max_iov >= 2 &&
                       total <= ep->worker->ctx->opts.am_eager_max)) {
             uint64_t h[2];
             fy_am_hdr_t ph = {.id = (uint16_t)(id - FY_AM_ID_INTERNAL_BASE),
@@ -228,8 +228,11 @@ ferry_status_t fy_am_send_word(ferry_ep_t *ep, unsigned id, uint64_t word, const
             memcpy(&h[0], &ph, sizeof(ph));
             h[1] = word;
             struct iovec iov[2] = {{h, sizeof(h)}, {(void *)data, len}};
-            ferry_status_t st =
-                lane->iface->tl->ops->am_short(lane->tl_ep, FY_TLAM_MSG, iov, len != 0 ? 2 : 1);
+            const fy_tl_ops_t *ops = lane->iface->tl->ops;
+            size_t n = len != 0 ? 2 : 1;
+            ferry_status_t st = total <= attr->max_short
+                                    ? ops->am_short(lane->tl_ep, FY_TLAM_MSG, iov, n)
+                                    : ops->am_bcopy(lane->tl_ep, FY_TLAM_MSG, iov, n);
             if (FY_LIKELY(st == FERRY_OK)) {
                 ep->stats.tx_msgs++;
                 ep->stats.tx_bytes += total;

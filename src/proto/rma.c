@@ -249,7 +249,7 @@ ferry_status_t ferry_get(ferry_ep_t *ep, void *buf, size_t len, uint64_t remote_
     ferry_request_t local;
     ferry_request_t *r = req;
     if (r == NULL) {
-        memset(&local, 0, sizeof(local));
+        fy_request_local_init(&local);
         r = &local;
     }
     if (ep->rma_native && rkey->tl_rkey != NULL &&
@@ -289,7 +289,7 @@ ferry_status_t ferry_atomic(ferry_ep_t *ep, ferry_atomic_op_t aop, size_t size, 
     ferry_request_t local;
     ferry_request_t *r = req;
     if (r == NULL) {
-        memset(&local, 0, sizeof(local));
+        fy_request_local_init(&local);
         r = &local;
     }
     int native = (ep->amo_native & (1 << (size == 8))) && rkey->tl_rkey != NULL &&
@@ -413,7 +413,7 @@ ferry_status_t ferry_getv(ferry_ep_t *ep, const struct iovec *iov, size_t iovcnt
     ferry_request_t local;
     ferry_request_t *r = req;
     if (r == NULL) {
-        memset(&local, 0, sizeof(local));
+        fy_request_local_init(&local);
         r = &local;
     }
     r->length = len;

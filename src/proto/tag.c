@@ -293,7 +293,7 @@ static ferry_status_t tag_recv(ferry_worker_t *w, void *buf, size_t len, const s
     ferry_request_t local;
     ferry_request_t *r = req;
     if (r == NULL) {
-        memset(&local, 0, sizeof(local));
+        fy_request_local_init(&local);
         r = &local;
     }
     fy_op_t *op = fy_op_get(w, NULL, FY_OP_TAG_RECV, r);
@@ -374,7 +374,7 @@ static ferry_status_t tag_sendv(ferry_ep_t *ep, uint64_t tag, const struct iovec
     ferry_request_t local;
     ferry_request_t *r = req;
     if (r == NULL) {
-        memset(&local, 0, sizeof(local));
+        fy_request_local_init(&local);
         r = &local;
     }
     ferry_status_t st = len <= ep->tag_rndv_thresh ? fy_tag_ssend_eager(ep, tag, v, n, r)
@@ -492,7 +492,7 @@ static ferry_status_t tag_mrecv(ferry_worker_t *w, ferry_tag_message_t *msg, voi
     ferry_request_t local;
     ferry_request_t *r = req;
     if (r == NULL) {
-        memset(&local, 0, sizeof(local));
+        fy_request_local_init(&local);
         r = &local;
     }
     fy_op_t *op = fy_op_get(w, NULL, FY_OP_TAG_RECV, r);

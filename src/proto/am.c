@@ -201,6 +201,51 @@ ferry_status_t fy_am_send(ferry_ep_t *ep, unsigned id, const void *header, size_
     return am_send_slow(ep, id, header, header_len, data, iovcnt, dlen, req);
 }
 
+/*
+ * An AM whose user header is one 8-byte word and whose data is one piece: the eager tagged
+ * message.  On a connected endpoint with nothing queued, the proto header and the word go as
+ * one 16-byte piece straight to the lane's short (or buffered) send, with no size sum over
+ * an iov and no header built through the general path: the 8-byte tagged message rate is
+ * this path.  Anything else (wireup, a queue, too large, back-pressure) takes fy_am_send.
+ */
+ferry_status_t fy_am_send_word(ferry_ep_t *ep, unsigned id, uint64_t word, const void *data,
+                               size_t len, ferry_request_t *req)
+{
+    const fy_lane_t *lane = &ep->lanes[FY_LANE_AM];
+    if (FY_LIKELY(ep->state == FY_EP_CONNECTED && fy_queue_is_empty(&ep->pending))) {
+        const fy_tl_iface_attr_t *attr = &lane->iface->attr;
+        size_t total = 16 + len;
+        if (FY_LIKELY(total <= attr->max_bcopy && attr->max_iov >= 2 &&
+                      total <= ep->worker->ctx->opts.am_eager_max)) {
+            uint64_t h[2];
+            fy_am_hdr_t ph = {.id = (uint16_t)(id - FY_AM_ID_INTERNAL_BASE),
+                              .len_flags = (uint16_t)(8u | FY_AM_F_INT),
+                              .ep_id = ep->remote_id};
+            if (id < FY_AM_ID_INTERNAL_BASE) {
+                ph.id = (uint16_t)id;
+                ph.len_flags = 8u;
+            }
+            memcpy(&h[0], &ph, sizeof(ph));
+            h[1] = word;
+            struct iovec iov[2] = {{h, sizeof(h)}, {(void *)data, len}};
+            const fy_tl_ops_t *ops = lane->iface->tl->ops;
+            size_t n = len != 0 ? 2 : 1;
+            ferry_status_t st = total <= attr->max_short
+                                    ? ops->am_short(lane->tl_ep, FY_TLAM_MSG, iov, n)
+                                    : ops->am_bcopy(lane->tl_ep, FY_TLAM_MSG, iov, n);
+            if (FY_LIKELY(st == FERRY_OK)) {
+                ep->stats.tx_msgs++;
+                ep->stats.tx_bytes += total;
+                return st;
+            }
+            if (st != FERRY_ERR_NO_RESOURCE)
+                return st;
+        }
+    }
+    struct iovec one = {(void *)data, len};
+    return fy_am_send(ep, id, &word, sizeof(word), &one, len != 0, req);
+}
+
 /* Point out[] at bytes [off, off + len) of iov[0..n); returns the entries used. */
 static size_t iov_slice(const struct iovec *iov, size_t n, size_t off, size_t len,
                         struct iovec *out)
@@ -464,7 +509,7 @@ void fy_am_recv_cb(void *arg, uint8_t am_id, const void *data, size_t len)
     unsigned header_len = h.len_flags & FY_AM_HLEN_MASK;
     ferry_ep_t *ep;
     if (FY_LIKELY(!(h.len_flags & FY_AM_F_SRC))) {
-        ep = fy_worker_ep_lookup(w, h.ep_id);
+        ep = fy_worker_ep_at(w, h.ep_id);
     } else {
         uint64_t uuid;
         if (rest < 8) {

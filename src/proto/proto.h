@@ -23,6 +23,10 @@
 ferry_status_t fy_am_set_handler(ferry_worker_t *worker, unsigned id, ferry_am_cb_t cb, void *arg);
 ferry_status_t fy_am_send(ferry_ep_t *ep, unsigned id, const void *header, size_t header_len,
                           const struct iovec *iov, size_t iovcnt, ferry_request_t *req);
+/* The same for an 8-byte user header (a word, host order) and one piece of data: the fast
+ * path of small messages with a fixed header (the eager tagged message). */
+ferry_status_t fy_am_send_word(ferry_ep_t *ep, unsigned id, uint64_t word, const void *data,
+                               size_t len, ferry_request_t *req);
 
 /* The context of a worker; the job key every network datagram carries. */
 ferry_context_t *fy_worker_context(ferry_worker_t *worker);

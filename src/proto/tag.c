@@ -38,6 +38,7 @@
 #include <string.h>
 
 #include "proto/tag_int.h"
+#include "util/copy.h"
 
 _Static_assert(FERRY_IOV_MAX == FY_MAX_IOV, "the public iov limit is proto's");
 
@@ -58,7 +59,7 @@ static void recv_copy(fy_op_t *op, size_t off, const void *data, size_t n)
     if (n == 0)
         return;
     if (r->iovcnt == 0)
-        memcpy((uint8_t *)r->buf + off, data, n);
+        fy_copy((uint8_t *)r->buf + off, data, n); /* inline for the few bytes of a small one */
     else
         fy_iov_scatter(r->buf, r->iovcnt, off, data, n);
 }
@@ -94,7 +95,7 @@ void fy_tag_sync_ack(ferry_ep_t *ep, const fy_tag_msg_t *m)
                 ep->id, ferry_status_string(st));
 }
 
-void fy_tag_recv_deliver(fy_op_t *op, uint64_t tag, const void *data, size_t len)
+static inline void recv_deliver(fy_op_t *op, uint64_t tag, const void *data, size_t len)
 {
     ferry_status_t st = FERRY_OK;
     size_t n = len;
@@ -103,57 +104,100 @@ void fy_tag_recv_deliver(fy_op_t *op, uint64_t tag, const void *data, size_t len
         st = FERRY_ERR_MESSAGE_TRUNCATED;
     }
     recv_copy(op, 0, data, n);
-    if (op->req != NULL) {
-        op->req->tag = tag;
-        op->req->length = n;
+    ferry_request_t *req = op->req;
+    if (req != NULL) {
+        req->tag = tag;
+        req->length = n;
     }
-    fy_op_finish(op, st); /* handlers run from progress: the callback may run now */
+    /* Handlers run from progress: the callback may run now.  A plain posted receive (no
+     * endpoint, wait id, count, parent or copy of its own: an eager message's) is recycled
+     * here, without fy_op_finish's general bookkeeping, which has nothing to do for it. */
+    if (FY_LIKELY(req != NULL && op->type == FY_OP_TAG_RECV && op->ep == NULL && op->wait_id == 0 &&
+                  !op->counted && op->parent == NULL && op->copy == NULL &&
+                  !fy_list_is_linked(&op->wait_link))) {
+        fy_mpool_put(&op->worker->ops, op);
+        req->status = st;
+        req->priv[0] = 0;
+        if (req->cb != NULL)
+            req->cb(req, st);
+        return;
+    }
+    fy_op_finish(op, st);
 }
 
-void fy_tag_match_or_queue(ferry_worker_t *w, const fy_tag_msg_t *mp, const void *data, size_t len,
-                           ferry_ep_t *ep)
+void fy_tag_recv_deliver(fy_op_t *op, uint64_t tag, const void *data, size_t len)
 {
-    fy_tag_msg_t m = *mp;
+    recv_deliver(op, tag, data, len);
+}
+
+/* No posted receive took the message: it waits in the unexpected queue (an eager one with a
+ * copy of its data, a rendezvous one as its descriptor). */
+static void queue_unexp(ferry_worker_t *w, const fy_tag_msg_t *m, const void *data, size_t len,
+                        ferry_ep_t *ep)
+{
+    size_t keep = m->type == TAG_RTS ? 0 : len;
+    fy_tag_unexp_t *u = malloc(sizeof(*u) + keep);
+    if (u == NULL) {
+        fy_error("out of memory for an unexpected tagged message of %zu bytes: dropped",
+                 m->type == TAG_EAGER ? len : (size_t)m->len);
+        return;
+    }
+    u->ep = ep;
+    u->ep_id = ep->id;
+    u->m = *m;
+    u->len = keep;
+    if (keep != 0)
+        memcpy(u->data, data, keep);
+    fy_list_add_tail(&w->tag_unexp, &u->link);
+}
+
+void fy_tag_eager_arrived(ferry_worker_t *w, uint64_t tag, const void *data, size_t len,
+                          ferry_ep_t *ep)
+{
     fy_list_t *pos;
     fy_list_for_each(pos, &w->tag_posted)
     {
         fy_op_t *op = fy_container_of(pos, fy_op_t, wait_link);
-        if (!matches(m.tag, op->tag_recv.tag, op->tag_recv.tag_mask))
+        if (!matches(tag, op->tag_recv.tag, op->tag_recv.tag_mask))
+            continue;
+        fy_list_del(&op->wait_link);
+        recv_deliver(op, tag, data, len);
+        return;
+    }
+    fy_tag_msg_t m = {.type = TAG_EAGER, .tag = tag};
+    queue_unexp(w, &m, data, len, ep);
+}
+
+void fy_tag_match_or_queue(ferry_worker_t *w, const fy_tag_msg_t *m, const void *data, size_t len,
+                           ferry_ep_t *ep)
+{
+    fy_list_t *pos;
+    fy_list_for_each(pos, &w->tag_posted)
+    {
+        fy_op_t *op = fy_container_of(pos, fy_op_t, wait_link);
+        if (!matches(m->tag, op->tag_recv.tag, op->tag_recv.tag_mask))
             continue;
         fy_list_del(&op->wait_link);
         ferry_status_t st;
-        switch (m.type) {
+        switch (m->type) {
         case TAG_EAGER:
-            if (FY_UNLIKELY(m.flags & TAG_F_SYNC))
-                fy_tag_sync_ack(ep, &m);
-            fy_tag_recv_deliver(op, m.tag, data, len);
+            if (FY_UNLIKELY(m->flags & TAG_F_SYNC))
+                fy_tag_sync_ack(ep, m);
+            recv_deliver(op, m->tag, data, len);
             break;
         case TAG_RTS:
-            st = fy_tag_recv_rts(op, ep, m.tag, m.len, m.wait_id, 0);
+            st = fy_tag_recv_rts(op, ep, m->tag, m->len, m->wait_id, 0);
             if (st < 0)
                 fy_worker_complete_later(w, op, st);
             break;
         default:
-            st = fy_tag_recv_rts_get(op, ep, &m, data, len);
+            st = fy_tag_recv_rts_get(op, ep, m, data, len);
             if (st != FERRY_INPROGRESS)
                 fy_op_finish(op, st);
         }
         return;
     }
-    size_t keep = m.type == TAG_RTS ? 0 : len;
-    fy_tag_unexp_t *u = malloc(sizeof(*u) + keep);
-    if (u == NULL) {
-        fy_error("out of memory for an unexpected tagged message of %zu bytes: dropped",
-                 m.type == TAG_EAGER ? len : (size_t)m.len);
-        return;
-    }
-    u->ep = ep;
-    u->ep_id = ep->id;
-    u->m = m;
-    u->len = keep;
-    if (keep != 0)
-        memcpy(u->data, data, keep);
-    fy_list_add_tail(&w->tag_unexp, &u->link);
+    queue_unexp(w, m, data, len, ep);
 }
 
 static int unexp_ep_alive(ferry_worker_t *w, const fy_tag_unexp_t *u)
@@ -249,7 +293,7 @@ static ferry_status_t tag_recv(ferry_worker_t *w, void *buf, size_t len, const s
     ferry_request_t local;
     ferry_request_t *r = req;
     if (r == NULL) {
-        memset(&local, 0, sizeof(local));
+        fy_request_local_init(&local);
         r = &local;
     }
     fy_op_t *op = fy_op_get(w, NULL, FY_OP_TAG_RECV, r);
@@ -330,7 +374,7 @@ static ferry_status_t tag_sendv(ferry_ep_t *ep, uint64_t tag, const struct iovec
     ferry_request_t local;
     ferry_request_t *r = req;
     if (r == NULL) {
-        memset(&local, 0, sizeof(local));
+        fy_request_local_init(&local);
         r = &local;
     }
     ferry_status_t st = len <= ep->tag_rndv_thresh ? fy_tag_ssend_eager(ep, tag, v, n, r)
@@ -448,7 +492,7 @@ static ferry_status_t tag_mrecv(ferry_worker_t *w, ferry_tag_message_t *msg, voi
     ferry_request_t local;
     ferry_request_t *r = req;
     if (r == NULL) {
-        memset(&local, 0, sizeof(local));
+        fy_request_local_init(&local);
         r = &local;
     }
     fy_op_t *op = fy_op_get(w, NULL, FY_OP_TAG_RECV, r);

@@ -23,8 +23,7 @@
 ferry_status_t fy_tag_eager_send(ferry_ep_t *ep, uint64_t tag, const void *buf, size_t len,
                                  ferry_request_t *req)
 {
-    struct iovec iov = {(void *)buf, len};
-    return fy_am_send(ep, FY_AM_ID_TAG, &tag, sizeof(tag), &iov, len != 0, req);
+    return fy_am_send_word(ep, FY_AM_ID_TAG, tag, buf, len, req);
 }
 
 int fy_tag_lane_takes(const ferry_ep_t *ep, size_t n)
@@ -54,6 +53,12 @@ static ferry_status_t tag_eager_handler(void *arg, const void *header, size_t he
                                         const void *data, size_t len, ferry_ep_t *ep)
 {
     ferry_worker_t *w = arg;
+    if (FY_LIKELY(header_len == sizeof(uint64_t))) { /* the tag alone: a plain send */
+        uint64_t tag;
+        memcpy(&tag, header, sizeof(tag));
+        fy_tag_eager_arrived(w, tag, data, len, ep);
+        return FERRY_OK;
+    }
     fy_tag_msg_t m = {.type = TAG_EAGER};
     if (header_len != sizeof(m.tag) && header_len != sizeof(m.tag) + sizeof(m.wait_id)) {
         w->drops_malformed++;

@@ -67,6 +67,9 @@ static inline int fy_tag_ep_usable(const ferry_ep_t *ep)
  * that matches takes it (through its protocol's file); otherwise it waits, unexpected. */
 void fy_tag_match_or_queue(ferry_worker_t *w, const fy_tag_msg_t *m, const void *data, size_t len,
                            ferry_ep_t *ep);
+/* The same for a plain eager message (no synchronous send behind it): the fast path. */
+void fy_tag_eager_arrived(ferry_worker_t *w, uint64_t tag, const void *data, size_t len,
+                          ferry_ep_t *ep);
 /* Complete a receive with data in hand: copy, truncate if need be, complete now. */
 void fy_tag_recv_deliver(fy_op_t *op, uint64_t tag, const void *data, size_t len);
 /* The receive buffer's contiguous piece at byte off, at most n bytes (its pieces, if recvv). */

@@ -296,7 +296,7 @@ fy_op_t *fy_op_get(ferry_worker_t *w, ferry_ep_t *ep, fy_op_type_t type, ferry_r
     fy_op_t *op = fy_mpool_get(&w->ops);
     if (op == NULL)
         return NULL;
-    memset(op, 0, FY_OP_CLEAR_LEN);
+    fy_op_clear(op);
     op->worker = w;
     op->ep = ep;
     op->type = type;

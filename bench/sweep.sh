@@ -8,8 +8,10 @@
 #
 #   --tests  ferry_perf tests (default am_lat,am_bw,tag_lat,tag_bw,put_lat,put_bw,get_lat,get_bw)
 #   --sizes  sizes in bytes or with k/m (default: powers of two 2k..16m, and each threshold
-#            of the shm path and +-1 around it: 8175-8177 (tag rendezvous, automatic),
-#            8191-8193 (a cell buffer), 2m-1..2m+1 (the outbox's largest message))
+#            of the shm path with its neighbours: 8112-8114 (tag rendezvous, automatic: 8113),
+#            8120-8122 (AM data through a cell buffer up to 8121, the outbox above),
+#            8m-1 (streamed stores from 8 MiB), 16m+1 (the outbox's largest message is 16m:
+#            pulled above))
 #   --reps   repetitions, interleaved test by test (default 3); each figure is their median
 #   --tol    allowed excess of a size's time over the next larger size's, in % (default 5:
 #            the run-to-run spread of these figures on a quiet machine)
@@ -70,8 +72,8 @@ if [ ! -x "$PERF" ] || [ ! -x "$FRUN" ]; then
 fi
 
 if [ -z "$SIZES" ]; then
-    SIZES=2048,4096,8175,8176,8177,8191,8192,8193,16384,32768,65536,131072,262144,524288
-    SIZES=$SIZES,1048576,2097151,2097152,2097153,4194304,8388608,16777216
+    SIZES=2048,4096,8112,8113,8114,8120,8121,8122,8192,16384,32768,65536,131072,262144
+    SIZES=$SIZES,524288,1048576,2097152,4194304,8388607,8388608,16777216,16777217
 fi
 # ferry_perf's sizes, in bytes, sorted and unique (k/m suffixes expanded)
 SIZES=$(echo "$SIZES" | tr ',' '\n' | awk '

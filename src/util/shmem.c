@@ -97,10 +97,16 @@ static int create_memfd(const char *name)
 
 ferry_status_t fy_shmem_alloc(size_t len, const char *name, void **addr_p)
 {
+    return fy_shmem_alloc_part(len, len, name, addr_p);
+}
+
+ferry_status_t fy_shmem_alloc_part(size_t len, size_t reserve, const char *name, void **addr_p)
+{
     long page = sysconf(_SC_PAGESIZE);
     if (len == 0 || len > SIZE_MAX - (size_t)page)
         return FERRY_ERR_INVALID_PARAM;
     size_t size = FY_ALIGN_UP(len, (size_t)page);
+    reserve = FY_MIN(FY_ALIGN_UP(reserve, (size_t)page), size);
     int fd = create_memfd(name != NULL ? name : "ferry");
     if (fd < 0) {
         fy_error("memfd_create(%s) failed: %m", name);
@@ -112,12 +118,12 @@ ferry_status_t fy_shmem_alloc(size_t len, const char *name, void **addr_p)
         st = FERRY_ERR_NO_MEMORY;
         goto err_close;
     }
-    int err = posix_fallocate(fd, 0, (off_t)size);
+    int err = reserve != 0 ? posix_fallocate(fd, 0, (off_t)reserve) : 0;
     if (err != 0 && err != EOPNOTSUPP && err != EINVAL) {
         fy_error("cannot reserve %zu bytes of shared memory for a segment (%s): %s; memfd "
                  "segments are charged to this process's memory, not to /dev/shm: is a memory "
                  "limit (cgroup, ulimit) reached?",
-                 size, name != NULL ? name : "ferry", strerror(err));
+                 reserve, name != NULL ? name : "ferry", strerror(err));
         st = err == ENOMEM || err == ENOSPC || err == EFBIG ? FERRY_ERR_NO_MEMORY
                                                             : fy_status_from_errno(err);
         goto err_close;
@@ -153,6 +159,23 @@ ferry_status_t fy_shmem_alloc(size_t len, const char *name, void **addr_p)
 err_close:
     close(fd);
     return st;
+}
+
+ferry_status_t fy_shmem_reserve(void *addr, size_t off, size_t len)
+{
+    size_t i;
+    pthread_mutex_lock(&shmem_lock);
+    shmem_entry_t *e = table_by_addr(addr, &i);
+    int fd = e != NULL && e->owned ? e->ref.fd : -1;
+    size_t size = e != NULL ? e->size : 0;
+    pthread_mutex_unlock(&shmem_lock);
+    if (fd < 0 || off > size || len > size - off)
+        return FERRY_ERR_INVALID_PARAM;
+    int err = posix_fallocate(fd, (off_t)off, (off_t)len);
+    if (err == 0 || err == EOPNOTSUPP || err == EINVAL)
+        return FERRY_OK;
+    return err == ENOMEM || err == ENOSPC || err == EFBIG ? FERRY_ERR_NO_MEMORY
+                                                          : fy_status_from_errno(err);
 }
 
 void fy_shmem_free(void *addr)

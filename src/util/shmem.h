@@ -34,6 +34,12 @@ typedef struct fy_shmem_ref {
  * name shows in /proc/<pid>/maps as "memfd:<name>".  FERRY_ERR_NO_MEMORY (with an error
  * logged naming the size) / FERRY_ERR_IO on failure. */
 ferry_status_t fy_shmem_alloc(size_t len, const char *name, void **addr_p);
+/* The same with only the first `reserve` bytes reserved: the rest is reserved by
+ * fy_shmem_reserve before its first use (a part used rarely costs no memory until then). */
+ferry_status_t fy_shmem_alloc_part(size_t len, size_t reserve, const char *name, void **addr_p);
+/* Reserve [off, off + len) of a segment allocated here (posix_fallocate on its memfd).  OK,
+ * or FERRY_ERR_NO_MEMORY where the memory is not there (nothing is logged). */
+ferry_status_t fy_shmem_reserve(void *addr, size_t off, size_t len);
 /* Free a segment from fy_shmem_alloc (addr is its start).  NULL is accepted.  Mappings that
  * peers hold stay valid until they detach. */
 void fy_shmem_free(void *addr);

@@ -2,8 +2,9 @@
  * test_shm_am.c - active messages over the shm transport, driven through the tl ops table
  * between forked processes: every size from 0 B to 64 MiB delivered once, intact and in
  * order (with cross-memory attach, with FERRY_SHM_CMA=n, and with CMA refused at run time by
- * a seccomp filter), pipelined zero-copy mixed with small messages, many senders under
- * pressure, a slow receiver (back-pressure, nothing lost), and sleeping on the event fd.
+ * a seccomp filter), the outbox growing for large messages, pipelined zero-copy mixed with small
+ * messages, many senders under pressure, a slow receiver (back-pressure, nothing lost), and
+ * sleeping on the event fd.
  */
 #include <linux/filter.h>
 #include <linux/seccomp.h>
@@ -119,6 +120,9 @@ static const size_t sweep[] = {0,
                                (2 << 20) - 64,
                                (2 << 20) + 1,
                                4 << 20,
+                               12345679, /* outbox, streamed stores, pieces off line bounds */
+                               16 << 20, /* the largest through the outbox */
+                               (16 << 20) + 1,
                                64 << 20};
 
 /* Send sweep[] twice (natural op choice, then all zcopy); each zcopy waits for its
@@ -193,6 +197,61 @@ static void sweep_cma_denied(void)
     FY_ASSERT_GT(run_sweep(1), 8192);
 }
 
+/* The outbox beyond its 8 MiB base is reserved only when a large message first needs it: a
+ * 12 MiB message is sent through it at once (complete on return), and 2 MiB ones stay in the
+ * base (shm.h, SHM_OBOX_BASE). */
+static const size_t grow[] = {2 << 20, (12 << 20) + 5, 2 << 20, 3 << 20};
+
+static void outbox_grows(void)
+{
+    static rx_args_t a;
+    a = (rx_args_t){.check = {.sizes = grow, .nsizes = FY_ARRAY_SIZE(grow)}};
+    a.check.expected = FY_ARRAY_SIZE(grow);
+    tchild_t c = tc_spawn(rx_main, &a);
+    tproc_t p;
+    tp_open(&p, ev_cb, NULL);
+    shm_iface_t *si = tp_shm(&p);
+    FY_ASSERT_EQ(si->obox_size, 40u << 20);
+    FY_ASSERT_EQ(si->obox_reserved, SHM_OBOX_BASE);
+    taddr_t addr;
+    tc_read(c.rfd, &addr, sizeof(addr));
+    fy_tl_ep_t *ep = tp_ep(&p, &addr);
+    char *buf = malloc(12 << 20 | 4096);
+    FY_ASSERT(buf != NULL);
+    for (unsigned long k = 0; k < FY_ARRAY_SIZE(grow); k++) {
+        /* the receiver gives each slot back: a 2 MiB message finding the 12 MiB one still
+         * out beyond the base would be pulled instead */
+        uint64_t end = fy_time_ns() + 10000000000ull;
+        for (fy_shm_obox_reclaim(si); si->obox_count != 0; fy_shm_obox_reclaim(si)) {
+            FY_ASSERT(fy_time_ns() < end);
+            tp_progress(&p);
+        }
+        pat_fill(buf, grow[k], k);
+        tcomp_t comp;
+        tcomp_init(&comp);
+        ferry_status_t st = tp_send(&p, ep, (uint8_t)k, buf, grow[k], 1, &comp.super, NULL);
+        FY_ASSERT_MSG(st == FERRY_OK, "message %lu (%zu bytes): %s (reserved %llu)", k, grow[k],
+                      ferry_status_string(st), (unsigned long long)si->obox_reserved);
+        if (k == 0) /* still the base */
+            FY_ASSERT_EQ(si->obox_reserved, SHM_OBOX_BASE);
+        if (k == 1)
+            FY_ASSERT(si->obox_reserved >= (12u << 20) + 5 && si->obox_reserved <= 14u << 20);
+        for (unsigned i = 0; i < si->obox_count; i++) { /* 2 MiB slots lie in the base */
+            const shm_obox_entry_t *e = &si->obox_q[(si->obox_first + i) % SHM_OBOX_QMAX];
+            FY_ASSERT(e->size > SHM_OBOX_SMALL || e->off + e->size <= SHM_OBOX_BASE);
+        }
+    }
+    FY_ASSERT_EQ(si->stats.tx_obox, FY_ARRAY_SIZE(grow));
+    FY_ASSERT_EQ(tc_get_u64(c.rfd), FY_ARRAY_SIZE(grow));
+    FY_ASSERT_EQ(tc_get_u64(c.rfd), 0);
+    FY_ASSERT_EQ(tc_get_u64(c.rfd), 0);
+    tc_put_u64(c.wfd, 1);
+    tc_join(&c);
+    p.ops->ep_destroy(ep);
+    tp_close(&p);
+    free(buf);
+}
+
 /* One 1 GiB zero-copy message, pulled in one go; every page of it checked. */
 static const size_t gib[] = {1u << 30};
 
@@ -248,7 +307,9 @@ static void run_mixed(uint64_t delay_ns)
     static char bufs[W][70000];
     tcomp_t comps[W];
     int busy[W] = {0};
-    unsigned long completions = 0, nores = 0;
+    unsigned long completions = 0, nores = 0, nzcopy = 0;
+    for (size_t i = 0; i < FY_ARRAY_SIZE(mix); i++) /* sent by zcopy: forced, or above bcopy */
+        nzcopy += mix[i] >= 9000 || mix[i] > p.attr.max_bcopy;
     for (unsigned long k = 0; k < total; k++) {
         size_t len = mix[k % FY_ARRAY_SIZE(mix)];
         unsigned w = (unsigned)(k % W);
@@ -265,7 +326,8 @@ static void run_mixed(uint64_t delay_ns)
                                     len >= 9000, &comps[w].super, &nores);
         FY_ASSERT(st == FERRY_OK || st == FERRY_INPROGRESS);
         busy[w] = st == FERRY_INPROGRESS;
-        completions += st == FERRY_OK && len >= 9000; /* sent through the outbox */
+        /* sent through the outbox */
+        completions += st == FERRY_OK && (len >= 9000 || len > p.attr.max_bcopy);
     }
     tcomp_t fl;
     tcomp_init(&fl);
@@ -279,7 +341,7 @@ static void run_mixed(uint64_t delay_ns)
             completions++;
         }
     }
-    FY_ASSERT_EQ(completions, total / FY_ARRAY_SIZE(mix) * 3); /* 3 zcopy sizes per cycle */
+    FY_ASSERT_EQ(completions, total / FY_ARRAY_SIZE(mix) * nzcopy);
     FY_ASSERT_EQ(tc_get_u64(c.rfd), total);
     FY_ASSERT_EQ(tc_get_u64(c.rfd), 0);
     tc_get_u64(c.rfd);
@@ -559,6 +621,7 @@ static void loopback(void)
 }
 
 FYTEST_MAIN(FYTEST_CASE(loopback), FYTEST_CASE(sweep_cma), FYTEST_CASE(sweep_no_cma),
-            FYTEST_CASE(sweep_cma_denied), FYTEST_CASE(zcopy_1gib), FYTEST_CASE(mixed_order),
-            FYTEST_CASE(mixed_order_pull), FYTEST_CASE(mixed_order_small_outbox),
-            FYTEST_CASE(many_senders), FYTEST_CASE(slow_receiver), FYTEST_CASE(event_wakeup))
+            FYTEST_CASE(sweep_cma_denied), FYTEST_CASE(outbox_grows), FYTEST_CASE(zcopy_1gib),
+            FYTEST_CASE(mixed_order), FYTEST_CASE(mixed_order_pull),
+            FYTEST_CASE(mixed_order_small_outbox), FYTEST_CASE(many_senders),
+            FYTEST_CASE(slow_receiver), FYTEST_CASE(event_wakeup))

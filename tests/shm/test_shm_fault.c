@@ -762,7 +762,7 @@ static void bad_config(void)
         {"FERRY_SHM_RING_SIZE", "100"}, {"FERRY_SHM_RING_SIZE", "4"},
         {"FERRY_SHM_CELL_SIZE", "96"},  {"FERRY_SHM_BCOPY_SIZE", "1k"},
         {"FERRY_SHM_CMA", "maybe"},     {"FERRY_SHM_OUTBOX_SIZE", "5000"},
-        {"FERRY_SHM_OUTBOX_MAX", "8m"}};
+        {"FERRY_SHM_OUTBOX_MAX", "40m"}};
     for (size_t i = 0; i < FY_ARRAY_SIZE(cases); i++) {
         setenv(cases[i][0], cases[i][1], 1);
         fy_tl_md_t *md = NULL;
@@ -783,7 +783,7 @@ static void bad_config(void)
     p.ops->iface_print(p.iface, f);
     fclose(f);
     FY_ASSERT_MSG(strstr(text, "ring 64 x 256 B") != NULL && strstr(text, "ep -> pid") != NULL &&
-                      strstr(text, "outbox 8388608 B") != NULL,
+                      strstr(text, "outbox 41943040 B") != NULL,
                   "iface_print said: %s", text);
     free(text);
     p.ops->ep_destroy(ep);

@@ -389,6 +389,13 @@ struct shm_ep {
 /* A slot of our outbox not yet given back (sender side). */
 #define SHM_OBOX_QMAX     64
 #define SHM_OBOX_WAIT_MIN (32u << 10) /* smaller messages never wait for a slot */
+/* The outbox's base: its first SHM_OBOX_BASE bytes are reserved when the iface opens, and
+ * slots of up to SHM_OBOX_SMALL bytes (messages up to 2 MiB) stay inside it, so the common
+ * sizes use and hold no more memory than an 8 MiB outbox.  Larger messages may use the whole
+ * outbox, whose pages beyond the base are reserved when a slot first reaches them. */
+#define SHM_OBOX_BASE    (8u << 20)
+#define SHM_OBOX_SMALL   ((2u << 20) + 4096u)
+#define SHM_OBOX_RESERVE (2u << 20) /* reserved at a time beyond the base */
 typedef struct shm_obox_entry {
     uint64_t off, size, gen; /* off: from the outbox start; size: header + data, aligned */
     shm_peer_t *peer;        /* the receiver (its death frees the slot) */
@@ -440,6 +447,8 @@ struct shm_iface {
     /* the outbox (sender side): slots in FIFO order */
     char *obox;
     uint64_t obox_off, obox_size, obox_max, obox_gen;
+    uint64_t obox_base;     /* min(obox_size, SHM_OBOX_BASE): where small slots stay */
+    uint64_t obox_reserved; /* bytes of the outbox reserved so far (posix_fallocate) */
     unsigned obox_first, obox_count, obox_nowait;
     shm_obox_entry_t obox_q[SHM_OBOX_QMAX];
     /* pull slots (sender side): the table in our segment, the free ones */

@@ -28,6 +28,9 @@
 #include <stdlib.h>
 #include <sys/uio.h>
 #include <unistd.h>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 #include "tl/shm/shm.h"
 #include "util/clock.h"
@@ -255,7 +258,9 @@ ferry_status_t fy_shm_ep_create(fy_tl_iface_t *tl_iface, const void *dev_addr,
     ep->bcopy_size = peer->bcopy_size;
     ep->short_max =
         (uint32_t)FY_MIN((size_t)ep->inline_max, iface->md->opts.cell_size - SHM_CELL_HDR);
-    ep->bcopy_max = (uint32_t)FY_MIN((size_t)ep->bcopy_size, iface->md->opts.bcopy_size);
+    /* as iface_query's max_bcopy: room to align the copy in the buffer */
+    ep->bcopy_max =
+        (uint32_t)(FY_MIN((size_t)ep->bcopy_size, iface->md->opts.bcopy_size) - SHM_PAD_MASK);
     ep->bufs = peer->bufs;
     ep->owner = iface->owner;
     ep->iface = iface;
@@ -586,6 +591,29 @@ static void obox_wait_last(shm_iface_t *iface, uint64_t need)
     fy_shm_obox_reclaim(iface);
 }
 
+/* Have the outbox's first `end` bytes reserved (shm.h: SHM_OBOX_BASE): 0 when the memory is
+ * not there, and the outbox ends at what was reserved from then on (larger messages are
+ * pulled). */
+static int obox_reserve(shm_iface_t *iface, uint64_t end)
+{
+    if (FY_LIKELY(end <= iface->obox_reserved))
+        return 1;
+    uint64_t to = FY_MIN(FY_ALIGN_UP(end, (uint64_t)SHM_OBOX_RESERVE), iface->obox_size);
+    ferry_status_t st = fy_shmem_reserve(iface->seg, iface->obox_off + iface->obox_reserved,
+                                         to - iface->obox_reserved);
+    if (st == FERRY_OK) {
+        iface->obox_reserved = to;
+        return 1;
+    }
+    fy_info("shm: cannot reserve %llu bytes of outbox (%s): it stays at %llu bytes, larger "
+            "messages are pulled",
+            (unsigned long long)to, ferry_status_string(st),
+            (unsigned long long)iface->obox_reserved);
+    iface->obox_size = iface->obox_reserved;
+    iface->obox_max = FY_MIN(iface->obox_max, iface->obox_size);
+    return 0;
+}
+
 /* Take a slot of `need` bytes (its header included, a multiple of 64) for a message to peer:
  * its queue entry, or NULL when the outbox is full.  The lowest free offset wins, so a
  * stream keeps rewriting the same few (cache-warm) bytes. */
@@ -595,6 +623,7 @@ static shm_obox_entry_t *obox_alloc(shm_iface_t *iface, uint64_t need, shm_peer_
     if (iface->obox_count == 1)
         obox_wait_last(iface, need);
     uint64_t start = 0; /* nothing outstanding: start over at the beginning */
+    uint64_t limit = need <= SHM_OBOX_SMALL ? iface->obox_base : iface->obox_size;
     if (iface->obox_count == SHM_OBOX_QMAX)
         return NULL;
     if (iface->obox_count != 0) {
@@ -605,7 +634,7 @@ static shm_obox_entry_t *obox_alloc(shm_iface_t *iface, uint64_t need, shm_peer_
         if (end > first->off) { /* in use: [first, end); room before first, or after end */
             if (need <= first->off)
                 start = 0;
-            else if (end + need <= iface->obox_size)
+            else if (end + need <= limit)
                 start = end;
             else
                 return NULL;
@@ -615,6 +644,8 @@ static shm_obox_entry_t *obox_alloc(shm_iface_t *iface, uint64_t need, shm_peer_
             return NULL;
         }
     }
+    if (start + need > limit || !obox_reserve(iface, start + need))
+        return NULL;
     shm_obox_entry_t *e = &iface->obox_q[(iface->obox_first + iface->obox_count) % SHM_OBOX_QMAX];
     e->off = start;
     e->size = need;
@@ -625,6 +656,56 @@ static shm_obox_entry_t *obox_alloc(shm_iface_t *iface, uint64_t need, shm_peer_
     /* Stale bytes must never read as this generation's `done`. */
     __atomic_store_n(&obox_slot(iface, start)->done, 0, __ATOMIC_RELAXED);
     return e;
+}
+
+/*
+ * Non-temporal stores for the copies of the largest messages.  A message of SHM_NT_MIN bytes
+ * or more and its slot are a working set of at least twice that, more than this host's share
+ * of the last-level cache, so the destination's lines come from memory either way: a plain
+ * copy first reads each of them (read-for-ownership) and later writes it back, streaming
+ * stores only write.  Below it the slot is rewritten while still cached, and plain copies win
+ * (1 MiB: ~38 vs ~22 GB/s here).  16 MiB: 1.1-1.5 GB/s plain vs 1.8-3.1 streamed per core
+ * under a loaded memory bus (bench/RESULTS.md).
+ */
+#define SHM_NT_MIN ((size_t)8 << 20)
+
+static void copy_nt(char *d, const char *s, size_t n)
+{
+#if defined(__SSE2__)
+    size_t head = FY_MIN((size_t)(-(uintptr_t)d & 63), n); /* to a cache line boundary */
+    memcpy(d, s, head);
+    d += head;
+    s += head;
+    n -= head;
+    size_t body = n & ~(size_t)63;
+    for (size_t i = 0; i < body; i += 64) {
+        __m128i a = _mm_loadu_si128((const __m128i *)(s + i));
+        __m128i b = _mm_loadu_si128((const __m128i *)(s + i + 16));
+        __m128i c = _mm_loadu_si128((const __m128i *)(s + i + 32));
+        __m128i e = _mm_loadu_si128((const __m128i *)(s + i + 48));
+        _mm_stream_si128((__m128i *)(d + i), a);
+        _mm_stream_si128((__m128i *)(d + i + 16), b);
+        _mm_stream_si128((__m128i *)(d + i + 32), c);
+        _mm_stream_si128((__m128i *)(d + i + 48), e);
+    }
+    _mm_sfence(); /* the streamed stores are seen before the cell that announces them */
+    memcpy(d + body, s + body, n - body);
+#else
+    memcpy(d, s, n);
+#endif
+}
+
+/* Gather the message's pieces into an outbox slot: streamed when the message is large. */
+static void obox_gather(char *dst, const struct iovec *iov, size_t iovcnt, size_t total)
+{
+    if (total < SHM_NT_MIN) {
+        shm_iov_gather(dst, iov, iovcnt);
+        return;
+    }
+    for (size_t i = 0; i < iovcnt; i++) {
+        copy_nt(dst, iov[i].iov_base, iov[i].iov_len);
+        dst += iov[i].iov_len;
+    }
 }
 
 /*
@@ -656,7 +737,7 @@ static int obox_send(shm_ep_t *ep, uint8_t id, const void *hdr, size_t hdr_len,
     data += pad;
     if (hdr_len != 0)
         memcpy(data, hdr, hdr_len);
-    shm_iov_gather(data + hdr_len, iov, iovcnt);
+    obox_gather(data + hdr_len, iov, iovcnt, total);
 
     uint32_t t;
     int wake = 0;
@@ -706,8 +787,9 @@ ferry_status_t fy_shm_am_zcopy(fy_tl_ep_t *tl_ep, uint8_t id, const void *hdr, s
         return FERRY_ERR_INVALID_PARAM;
     size_t data_len = fy_iov_total(iov, iovcnt);
     size_t total = hdr_len + data_len;
-    if (total <= FY_MIN(iface->md->opts.zcopy_thresh, (size_t)ep->bcopy_size)) {
-        /* Small: a copy through a cell buffer is faster than a pull and its answer. */
+    /* Small: a copy through a cell buffer is faster than a pull and its answer (up to
+     * bcopy_max: room to align the copy in the buffer; the outbox aligns larger ones). */
+    if (total <= FY_MIN(iface->md->opts.zcopy_thresh, (size_t)ep->bcopy_max)) {
         struct iovec v[SHM_MAX_IOV + 1];
         v[0] = (struct iovec){(void *)(uintptr_t)hdr, hdr_len};
         memcpy(&v[1], iov, iovcnt * sizeof(*iov));

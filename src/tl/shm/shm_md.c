@@ -58,13 +58,14 @@ const fy_config_table_t fy_shm_config_table = {
                         "A receive buffer for pulled zero-copy messages up to this size is "
                         "kept for reuse (larger ones are freed after delivery).",
                         FY_CFG_SIZE, shm_opts_t, rx_keep),
-        FY_CONFIG_FIELD("OUTBOX_SIZE", "8m",
+        FY_CONFIG_FIELD("OUTBOX_SIZE", "40m",
                         "Bytes of each interface's outbox (0: none): zero-copy messages above "
                         "BCOPY_SIZE and up to OUTBOX_MAX are copied once by the sender into it "
-                        "and read in place by the receiver, with no round trip.  Pages are "
-                        "touched only when used.",
+                        "and read in place by the receiver, with no round trip.  The first 8 MiB "
+                        "are reserved when the interface opens (messages up to 2 MiB stay in "
+                        "them); the rest only when a larger message first needs it.",
                         FY_CFG_SIZE, shm_opts_t, obox_size),
-        FY_CONFIG_FIELD("OUTBOX_MAX", "2m",
+        FY_CONFIG_FIELD("OUTBOX_MAX", "16m",
                         "The largest zero-copy message (its data, headers aside) sent through "
                         "the outbox; larger ones, and any that find the outbox full, are "
                         "pulled by the receiver with cross-memory attach.",

@@ -219,6 +219,27 @@ static void limit(void)
 
 #define CROSS_LEN (1u << 20)
 
+/* Progress the three workers until both requests (st[i]: what the call returned) ended, for at
+ * most 20 s or until the child (when given) exits: FERRY_OK, or what went wrong. */
+static ferry_status_t finish_two(ferry_worker_t *const *w, const ferry_status_t *st,
+                                 const done_t *d, fyproc_t *child)
+{
+    struct timespec t0;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (int i = 0; i < 2; i++) {
+        while (st[i] == FERRY_INPROGRESS && d[i].calls == 0) {
+            for (int k = 0; k < 3; k++)
+                ferry_worker_progress(w[k]);
+            if ((child != NULL && fyproc_exited(child)) || ms_since(&t0) > 20000)
+                return FERRY_ERR_TIMED_OUT;
+        }
+        ferry_status_t r = st[i] == FERRY_INPROGRESS ? d[i].st : st[i];
+        if (r != FERRY_OK)
+            return r;
+    }
+    return FERRY_OK;
+}
+
 /* The child of `cross`: three workers (contexts 0, 1, 2 of 3); the second sends to the parent. */
 static int cross_peer(int rfd, int wfd, int argc, char **argv)
 {
@@ -250,20 +271,8 @@ static int cross_peer(int rfd, int wfd, int argc, char **argv)
                              {.cb = req_cb, .user_data = &d[1]}};
     ferry_status_t st[2] = {ferry_tag_send(ep, 1, small, sizeof(small), &rq[0]),
                             ferry_tag_send(ep, 2, big, CROSS_LEN, &rq[1])};
-    struct timespec t0;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
-    for (int i = 0; i < 2; i++) {
-        while (st[i] == FERRY_INPROGRESS && d[i].calls == 0) {
-            for (int k = 0; k < 3; k++)
-                ferry_worker_progress(w[k]);
-            if (ms_since(&t0) > 20000)
-                return 6;
-        }
-        if (st[i] == FERRY_INPROGRESS)
-            st[i] = d[i].st;
-        if (st[i] != FERRY_OK)
-            return 7;
-    }
+    if (finish_two(w, st, d, NULL) != FERRY_OK)
+        return 6;
     char c = 'd';
     fyproc_send(wfd, &c, 1);
     fyproc_recv(rfd, &c, 1, 20000); /* the parent has both: the ep may go */
@@ -296,18 +305,11 @@ static void cross(void)
                             ferry_tag_recv(w[2], big, CROSS_LEN, 2, ~0ull, &rq[1])};
     fyproc_t c;
     spawn_with_address(&c, "cross_peer", w[2]);
+    ferry_status_t got = finish_two(w, st, d, &c);
+    FY_ASSERT_MSG(got == FERRY_OK, "the child's messages: %s (child %s, status %d)",
+                  ferry_status_string(got), fyproc_exited(&c) ? "exited" : "runs", c.status);
     struct timespec t0;
     clock_gettime(CLOCK_MONOTONIC, &t0);
-    for (int i = 0; i < 2; i++) {
-        while (st[i] == FERRY_INPROGRESS && d[i].calls == 0) {
-            for (int k = 0; k < 3; k++)
-                ferry_worker_progress(w[k]);
-            FY_ASSERT_MSG(!fyproc_exited(&c), "the child exited early (status %d)", c.status);
-            FY_ASSERT_MSG(ms_since(&t0) < 20000, "message %d from the child did not come", i);
-        }
-        if (st[i] == FERRY_INPROGRESS)
-            FY_ASSERT_OK(d[i].st);
-    }
     FY_ASSERT(check_pattern(small, sizeof(small), 71));
     FY_ASSERT_MSG(check_pattern(big, CROSS_LEN, 72), "the 1 MiB message arrived wrong");
     char ch = 0; /* the child's sends completed: the rendezvous' answer reached its context */

@@ -404,6 +404,14 @@ static void fake_endpoint(void)
     FY_ASSERT(p.bound == &ep2.fid);
     FY_ASSERT_EQ(p.enabled, 2);
     fy_ofi_mr_rcache_dereg(&dom, &a);
+    /* a scalable endpoint (ofi_sep.c): the registration binds to it, not to the context that
+     * asks (ep1 stands for an iface's transmit context) */
+    dom.ep_shared = 1;
+    FY_ASSERT_OK(fy_ofi_mr_reg(&dom, &ep1, buf, 8, RD, 0, &a));
+    FY_ASSERT(p.bound == &ep2.fid);
+    FY_ASSERT_EQ(p.enabled, 3);
+    fy_ofi_mr_dereg(&a);
+    dom.ep_shared = 0;
     /* a bind that fails closes the registration */
     p.bind_fails = 1;
     FY_ASSERT_STATUS(fy_ofi_mr_reg(&dom, &ep1, buf, 8, RD, 0, &a), FERRY_ERR_IO);

@@ -7,6 +7,8 @@
  *          memory registration and remote keys.
  *   iface  one RDM endpoint with its completion queue and address vector, bound to
  *          127.0.0.1 where the provider takes an IP address; pre-posted receive buffers.
+ *          Or, where the md opened a scalable endpoint (ofi_sep.c), a transmit and a receive
+ *          context of it with the iface's own completion queue and the md's address vector.
  *   ep     one address vector entry (the peer's fi_addr_t) plus the operations outstanding
  *          on it, in issue order (a flush waits until everything before it left the list).
  *   op     one libfabric operation: its fi_context2 is the operation context, so a
@@ -81,6 +83,7 @@ typedef struct fy_ofi_config {
     uint64_t wait_poll;     /* no wait fd: how often a sleeping worker wakes to progress */
     char *mr_force;         /* FERRY_OFI_MR_FORCE: MR mode bits acted on though not asked */
     size_t rndv_thresh;     /* FERRY_OFI_RNDV_THRESH: larger AMs go by rendezvous (fi_read) */
+    int sep;                /* FERRY_OFI_SEP: auto, on, off (fy_ofi_sep_modes; ofi_sep.c) */
     double latency_ns, bandwidth;
 } fy_ofi_config_t;
 extern const fy_config_table_t fy_ofi_config_table;
@@ -111,6 +114,8 @@ typedef struct fy_ofi_md {
     int thread_safe;         /* the domain is FI_THREAD_SAFE */
     unsigned ncontexts;      /* FERRY_OFI_CONTEXTS, or 1 without FI_THREAD_SAFE */
     unsigned char *ctx_busy; /* ncontexts flags */
+    struct fy_ofi_sep *sep;  /* the scalable endpoint whose contexts the ifaces take, or NULL:
+                              * each iface its own endpoint (ofi_sep.c) */
 } fy_ofi_md_t;
 
 /* ---- ops ---------------------------------------------------------------------------------- */
@@ -195,6 +200,8 @@ struct fy_ofi_iface {
     struct fid_ep *ep;
     struct fid_av *av;
     struct fid_cq *cq;
+    struct fid_ep *rx_ep; /* a scalable endpoint's receive context (ep: its transmit context);
+                           * NULL: ep receives too (ofi_sep.c) */
     fy_ofi_mr_t flush_mr;
     uint64_t flush_word;
     uint64_t flush_key;
@@ -312,5 +319,23 @@ ferry_status_t fy_ofi_get_zcopy(fy_tl_ep_t *ep, const struct iovec *iov, size_t 
 ferry_status_t fy_ofi_atomic(fy_tl_ep_t *ep, ferry_atomic_op_t op, size_t size, uint64_t operand,
                              uint64_t compare, void *result, uint64_t remote_addr, const void *rkey,
                              fy_tl_comp_t *comp);
+
+/* ofi_sep.c: several contexts on one scalable endpoint, where the provider offers it */
+typedef struct fy_ofi_sep fy_ofi_sep_t;
+extern const char *const fy_ofi_sep_modes[];
+void fy_ofi_sep_open(fy_ofi_md_t *md);  /* md_open, the domain open: sets md->sep or not */
+void fy_ofi_sep_close(fy_ofi_md_t *md); /* md_close, before the domain closes */
+/* iface_open with md->sep: the iface's transmit and receive contexts bound to its CQ, its name;
+ * 0 or a -FI_ error, *what naming the call that failed */
+int fy_ofi_sep_iface_open(fy_ofi_iface_t *iface, const char **what);
+void fy_ofi_sep_iface_close(fy_ofi_iface_t *iface); /* before the CQ closes; no-op without SEP */
+/* a peer's name (from its iface address or an RTS) into the AV: 1, or a -FI_ error */
+int fy_ofi_av_insert(fy_ofi_iface_t *iface, const uint8_t *name, size_t len, fi_addr_t *addr);
+void fy_ofi_sep_print(fy_ofi_iface_t *iface, FILE *f);
+void fy_ofi_sep_print_provider(FILE *f, const struct fi_info *info);
+static inline struct fid_ep *fy_ofi_rx_ep(const fy_ofi_iface_t *iface)
+{
+    return iface->rx_ep != NULL ? iface->rx_ep : iface->ep;
+}
 
 #endif

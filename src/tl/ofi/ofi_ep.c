@@ -74,7 +74,7 @@ ferry_status_t fy_ofi_ep_create(fy_tl_iface_t *super, const void *dev_addr, cons
     ep->flush_addr = le64toh(a.flush_addr);
     ep->flush_key = le64toh(a.flush_key);
     fy_list_init(&ep->ops);
-    int ret = fi_av_insert(iface->av, a.name, 1, &ep->addr, 0, NULL);
+    int ret = fy_ofi_av_insert(iface, a.name, le32toh(a.name_len), &ep->addr); /* SEP hook */
     if (ret != 1) {
         fy_debug("ofi: fi_av_insert failed: %s", fi_strerror(ret < 0 ? -ret : FI_EINVAL));
         free(ep);

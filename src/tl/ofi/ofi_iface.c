@@ -160,6 +160,13 @@ ferry_status_t fy_ofi_iface_open(fy_tl_md_t *super_md, const fy_tl_iface_params_
         what = "the event fd";
         goto err;
     }
+    /* SEP hook: a scalable endpoint's contexts instead of an endpoint and AV (ofi_sep.c) */
+    if (md->sep != NULL) {
+        ret = fy_ofi_sep_iface_open(iface, &what);
+        if (ret != 0)
+            goto err;
+        goto sep_opened;
+    }
     ret = fi_av_open(md->domain, &ava, &iface->av, NULL);
     if (ret != 0) {
         what = "fi_av_open";
@@ -224,6 +231,7 @@ ferry_status_t fy_ofi_iface_open(fy_tl_md_t *super_md, const fy_tl_iface_params_
     /* FI_MR_ENDPOINT (one context): every registration binds to this endpoint */
     if (md->mrdom.mode.endpoint)
         md->mrdom.ep = iface->ep;
+sep_opened: /* (a scalable endpoint: registrations bind to it, ofi_sep.c) */
     /* the word a flush reads after writes */
     if (fy_ofi_mr_reg(&md->mrdom, iface->ep, &iface->flush_word, sizeof(iface->flush_word),
                       FERRY_MEM_REMOTE_READ, 0, &iface->flush_mr) != FERRY_OK) {
@@ -307,6 +315,9 @@ void fy_ofi_iface_close(fy_tl_iface_t *super)
     if (iface->cq != NULL && iface->orphans.next != NULL)
         drain_before_close(iface);
     fy_ofi_rndv_release(iface);
+    /* SEP hook: its contexts closed (ep NULL, so the registrations, bound to the scalable
+     * endpoint, stay), the shared AV kept */
+    fy_ofi_sep_iface_close(iface);
     if (iface->md->mrdom.mode.endpoint && iface->ep != NULL) {
         /* the cached registrations are bound to this endpoint: they go with it */
         pthread_mutex_lock(&iface->md->rc_lock);
@@ -461,6 +472,7 @@ void fy_ofi_iface_print(fy_tl_iface_t *super, FILE *f)
             (unsigned long long)iface->rx_dropped, (unsigned long long)iface->cq_errors,
             iface->rndv_thresh, (unsigned long long)iface->rndv_tx,
             (unsigned long long)iface->rndv_rx, (unsigned long long)iface->rndv_failed);
+    fy_ofi_sep_print(iface, f); /* SEP hook: which kind of context */
     /* registrations of the whole md (every worker's): a buffer sent again and again through
      * the cache adds one (tests/ofi/test_ofi_rndv.c counts them here) */
     fprintf(f, "  memory registrations %llu, local descriptors %s, bound to the endpoint %s\n",

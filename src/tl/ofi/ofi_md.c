@@ -64,7 +64,8 @@ static const fy_config_field_t ofi_config_fields[] = {
                     FY_CFG_BOOL, fy_ofi_config_t, atomics),
     FY_CONFIG_FIELD("CONTEXTS", "16",
                     "Contexts of the provider's domain, one per worker that uses ofi (each its "
-                    "own endpoint and completion queue, so the workers of one process run in "
+                    "own endpoint, or a scalable endpoint's transmit and receive context (see "
+                    "SEP), and completion queue, so the workers of one process run in "
                     "parallel); a worker past them gets no ofi interface.  Above 1 the domain "
                     "is FI_THREAD_SAFE.",
                     FY_CFG_UINT, fy_ofi_config_t, contexts),
@@ -89,6 +90,12 @@ static const fy_config_field_t ofi_config_fields[] = {
                     "the provider's default, 64 KiB, and never over rxd (its reads are slower "
                     "than its messages).",
                     FY_CFG_SIZE, fy_ofi_config_t, rndv_thresh),
+    FY_CONFIG_ENUM_FIELD("SEP", "auto",
+                         "Several contexts on one scalable endpoint (fi_scalable_ep, a transmit "
+                         "and a receive context per worker) where the provider offers them: auto "
+                         "(with more than one context), on (also for one; a warning where not "
+                         "offered), off (each worker its own endpoint).",
+                         fy_ofi_config_t, sep, fy_ofi_sep_modes),
     FY_CONFIG_FIELD("LATENCY", "0",
                     "One-way latency in ns reported to lane selection; 0 = built-in estimate.",
                     FY_CFG_DOUBLE, fy_ofi_config_t, latency_ns),
@@ -339,6 +346,7 @@ void fy_ofi_print_providers(FILE *f)
                 (info->tx_attr->msg_order & ras) == ras ? "a read after writes (FI_ORDER_RAW|RAS)"
                 : d                                     ? "FI_DELIVERY_COMPLETE"
                                                         : "local completion only");
+        fy_ofi_sep_print_provider(f, info); /* SEP hook */
         fi_freeinfo(info);
     }
 }
@@ -483,6 +491,7 @@ static ferry_status_t ofi_md_open(const fy_tl_component_t *tl, fy_tl_md_t **md_p
     md->prov_hash = 14695981039346656037ull; /* FNV-1a of the provider's name */
     for (const char *ch = md->info->fabric_attr->prov_name; *ch; ch++)
         md->prov_hash = (md->prov_hash ^ (uint8_t)*ch) * 1099511628211ull;
+    fy_ofi_sep_open(md); /* SEP hook: one scalable endpoint for the contexts, where offered */
     fy_debug("ofi: provider %s, domain %s, mr_mode 0x%llx, delivery complete %s, %u context%s",
              md->info->fabric_attr->prov_name, md->info->domain_attr->name,
              (unsigned long long)md->mr_mode, md->delivery ? "yes" : "no", md->ncontexts,
@@ -506,6 +515,7 @@ static void ofi_md_close(fy_tl_md_t *super)
     fy_rcache_destroy(md->rcache); /* registrations first: they belong to the domain */
     pthread_mutex_destroy(&md->rc_lock);
     free(md->ctx_busy);
+    fy_ofi_sep_close(md); /* SEP hook */
     if (md->domain != NULL)
         fi_close(&md->domain->fid);
     if (md->fabric != NULL)

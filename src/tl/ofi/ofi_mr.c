@@ -196,7 +196,7 @@ ferry_status_t fy_ofi_mr_reg(fy_ofi_mr_dom_t *dom, struct fid_ep *ep, void *addr
         return FERRY_ERR_INVALID_PARAM;
     const fy_ofi_mr_mode_t *mode = &dom->mode;
     if (mode->endpoint) {
-        if (ep == NULL)
+        if (ep == NULL || dom->ep_shared)
             ep = dom->ep;
         if (ep == NULL) {
             fy_error("ofi: FI_MR_ENDPOINT: a registration needs an endpoint to bind to");

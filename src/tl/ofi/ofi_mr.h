@@ -81,6 +81,8 @@ typedef struct fy_ofi_mr_dom {
     fy_ofi_mr_mode_t mode;
     _Atomic uint64_t next_key; /* the next requested key (no FI_MR_PROV_KEY) */
     struct fid_ep *ep;         /* FI_MR_ENDPOINT: the ep the rcache callbacks bind to */
+    int ep_shared;             /* ep is a scalable endpoint: every registration binds to it,
+                                * whichever of its contexts asks (ofi_sep.c) */
     _Atomic uint64_t nregs;    /* registrations made (fi_mr_regattr that succeeded), ever */
 } fy_ofi_mr_dom_t;
 
@@ -136,7 +138,8 @@ uint64_t fy_ofi_mr_access(const fy_ofi_mr_dom_t *dom, unsigned ferry_access, int
 
 /* Register [addr, addr + len) with ferry_access (FERRY_MEM_REMOTE_* bits) and, when local is
  * set, for use as a local buffer.  ep: the endpoint to bind to under FI_MR_ENDPOINT (NULL takes
- * dom->ep; none at all is FERRY_ERR_INVALID_PARAM), ignored otherwise.  On failure mr is left
+ * dom->ep, as does any ep when dom->ep_shared; none at all is FERRY_ERR_INVALID_PARAM), ignored
+ * otherwise.  On failure mr is left
  * unregistered (mr->mr == NULL) and the reason is logged with fi_strerror. */
 ferry_status_t fy_ofi_mr_reg(fy_ofi_mr_dom_t *dom, struct fid_ep *ep, void *addr, size_t len,
                              unsigned ferry_access, int local, fy_ofi_mr_t *mr);

@@ -42,9 +42,9 @@ int fy_ofi_rx_post(fy_ofi_iface_t *iface, fy_ofi_rx_t *rx)
                            .iov_count = 1,
                            .addr = FI_ADDR_UNSPEC,
                            .context = &rx->op.ctx};
-        ret = fi_recvmsg(iface->ep, &m, FI_MULTI_RECV);
+        ret = fi_recvmsg(fy_ofi_rx_ep(iface), &m, FI_MULTI_RECV);
     } else {
-        ret = fi_recv(iface->ep, rx->buf, rx->len, desc, FI_ADDR_UNSPEC, &rx->op.ctx);
+        ret = fi_recv(fy_ofi_rx_ep(iface), rx->buf, rx->len, desc, FI_ADDR_UNSPEC, &rx->op.ctx);
     }
     rx->needs_post = ret != 0;
     if (ret != 0 && ret != -FI_EAGAIN)

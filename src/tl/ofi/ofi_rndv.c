@@ -269,7 +269,7 @@ static fi_addr_t peer_addr(fy_ofi_iface_t *iface, const uint8_t *name, size_t le
     uint8_t nm[FY_OFI_NAME_MAX] = {0};
     memcpy(nm, name, len);
     fi_addr_t a;
-    int ret = fi_av_insert(iface->av, nm, 1, &a, 0, NULL);
+    int ret = fy_ofi_av_insert(iface, nm, len, &a); /* SEP hook */
     if (ret != 1) {
         fy_debug("ofi: a rendezvous' sender: fi_av_insert: %s",
                  fi_strerror(ret < 0 ? -ret : FI_EINVAL));

@@ -631,8 +631,12 @@ void fy_shm_peer_full(shm_iface_t *iface, shm_peer_t *peer);
 void fy_shm_peers_reap(shm_iface_t *iface);
 /* Is the peer alive now (a fresh look)?  If not it is failed, as fy_shm_peer_fail does. */
 int fy_shm_peer_check(shm_iface_t *iface, shm_peer_t *peer);
-/* Give back outbox slots their receivers are done with (shm_ep.c). */
+/* Give back outbox slots their receivers are done with (shm_obox.c). */
 void fy_shm_obox_reclaim(shm_iface_t *iface);
+/* shm_obox.c: a slot of `need` bytes (header included, a multiple of 64) for a message to
+ * peer, NULL when the outbox is full; the message's pieces gathered into it */
+shm_obox_entry_t *fy_shm_obox_alloc(shm_iface_t *iface, uint64_t need, shm_peer_t *peer);
+void fy_shm_obox_gather(char *dst, const struct iovec *iov, size_t iovcnt, size_t total);
 /* The peer is gone: its eps fail from the next progress. */
 void fy_shm_peer_fail(shm_iface_t *iface, shm_peer_t *peer, ferry_status_t status);
 int fy_shm_peer_has_room(const shm_peer_t *peer);

@@ -108,7 +108,7 @@ ferry_status_t fy_shm_iface_open(fy_tl_md_t *tl_md, const fy_tl_iface_params_t *
     size_t pulls_off = FY_ALIGN_UP(bufs_off + (size_t)n * o->bcopy_size, 4096);
     size_t obox_off = FY_ALIGN_UP(pulls_off + SHM_PULL_SLOTS * sizeof(uint64_t), 4096);
     size_t seg_size = obox_off + o->obox_size;
-    /* the outbox beyond its base is reserved as it is first used (shm_ep.c, obox_alloc) */
+    /* the outbox beyond its base is reserved as it is first used (shm_obox.c, fy_shm_obox_alloc) */
     size_t obox_base = FY_MIN(o->obox_size, (size_t)SHM_OBOX_BASE);
     ferry_status_t st =
         fy_shmem_alloc_part(seg_size, obox_off + obox_base, "ferry-shm-ring", &iface->seg);

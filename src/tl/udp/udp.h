@@ -567,6 +567,7 @@ void fy_udp_tx_ctrl(fy_udp_iface_t *iface, fy_udp_conn_t *conn, uint8_t chan, ui
                     const struct sockaddr_storage *to, socklen_t tolen);
 void fy_udp_tx_flush(fy_udp_iface_t *iface, uint8_t chan);
 void fy_udp_tx_flush_all(fy_udp_iface_t *iface);
+/* udp_ack.c */
 uint64_t fy_udp_send_acks(fy_udp_iface_t *iface, int force);
 void fy_udp_ack_schedule(fy_udp_conn_t *conn, int now, size_t bytes);
 size_t fy_udp_chunk_payload(const fy_udp_conn_t *conn, uint8_t type);

@@ -1,0 +1,186 @@
+/*
+ * shm_obox.c - the outbox's slots: where a sender copies a message the receiver then reads
+ * in place (shm.h, THE OUTBOX; the send itself is obox_send in shm_ep.c).
+ *
+ * The outbox is a region of our own segment that every peer maps.  Its slots are taken in a
+ * queue, lowest free offset first so that a stream rewrites the same cache-warm bytes, and
+ * given back in order when each receiver marks its slot done (or died).  Only the outbox's
+ * base is reserved at open; room for the largest messages is reserved when one first needs
+ * it, and a message that finds no memory there is pulled instead.  The copies of the largest
+ * messages use streamed stores (copy_nt below).
+ */
+#include <string.h>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
+#include "tl/shm/shm.h"
+#include "util/clock.h"
+#include "util/log.h"
+
+static inline shm_obox_slot_t *obox_slot(const shm_iface_t *iface, uint64_t off)
+{
+    return (shm_obox_slot_t *)(iface->obox + off);
+}
+
+/* Give back the slots at the head of the queue that their receivers are done with (or that
+ * a dead receiver will never give back). */
+void fy_shm_obox_reclaim(shm_iface_t *iface)
+{
+    while (iface->obox_count != 0) {
+        const shm_obox_entry_t *e = &iface->obox_q[iface->obox_first];
+        if (__atomic_load_n(&obox_slot(iface, e->off)->done, __ATOMIC_ACQUIRE) != e->gen &&
+            e->peer->status == FERRY_OK)
+            break;
+        if (--e->peer->refs == 0 && e->peer->status != FERRY_OK)
+            iface->pending_reap = 1;
+        iface->obox_first = (iface->obox_first + 1) % SHM_OBOX_QMAX;
+        iface->obox_count--;
+    }
+}
+
+/*
+ * Wait a little for the last slot to come back when it is the only one out.  A receiver that
+ * polls gives a slot back within a microsecond or so of its announcement, and rewriting the
+ * same bytes, still in our cache, copies a large message about a third faster than writing
+ * cold ones (1 MiB: ~31 vs ~23 GB/s here).  The wait is bounded by a small share of the copy
+ * (need / 256 ns: 4 us for 1 MiB), skipped for our own process (nobody else would give the
+ * slot back) and, after a wait that went unanswered, for the next 64 messages.
+ */
+static void obox_wait_last(shm_iface_t *iface, uint64_t need)
+{
+    const shm_obox_entry_t *e = &iface->obox_q[iface->obox_first];
+    if (need < SHM_OBOX_WAIT_MIN || e->peer->addr.pid == iface->addr.pid)
+        return;
+    if (iface->obox_nowait != 0) {
+        iface->obox_nowait--;
+        return;
+    }
+    const shm_obox_slot_t *sl = obox_slot(iface, e->off);
+    uint64_t t0 = fy_time_ns(), budget = need >> 8;
+    for (unsigned i = 1; __atomic_load_n(&sl->done, __ATOMIC_ACQUIRE) != e->gen; i++) {
+        shm_cpu_relax();
+        if ((i & 15) == 0 && fy_time_ns() - t0 > budget) {
+            iface->obox_nowait = 64;
+            return;
+        }
+    }
+    fy_shm_obox_reclaim(iface);
+}
+
+/* Have the outbox's first `end` bytes reserved (shm.h: SHM_OBOX_BASE): 0 when the memory is
+ * not there, and the outbox ends at what was reserved from then on (larger messages are
+ * pulled). */
+static int obox_reserve(shm_iface_t *iface, uint64_t end)
+{
+    if (FY_LIKELY(end <= iface->obox_reserved))
+        return 1;
+    uint64_t to = FY_MIN(FY_ALIGN_UP(end, (uint64_t)SHM_OBOX_RESERVE), iface->obox_size);
+    ferry_status_t st = fy_shmem_reserve(iface->seg, iface->obox_off + iface->obox_reserved,
+                                         to - iface->obox_reserved);
+    if (st == FERRY_OK) {
+        iface->obox_reserved = to;
+        return 1;
+    }
+    fy_info("shm: cannot reserve %llu bytes of outbox (%s): it stays at %llu bytes, larger "
+            "messages are pulled",
+            (unsigned long long)to, ferry_status_string(st),
+            (unsigned long long)iface->obox_reserved);
+    iface->obox_size = iface->obox_reserved;
+    iface->obox_max = FY_MIN(iface->obox_max, iface->obox_size);
+    return 0;
+}
+
+/* Take a slot of `need` bytes (its header included, a multiple of 64) for a message to peer:
+ * its queue entry, or NULL when the outbox is full.  The lowest free offset wins, so a
+ * stream keeps rewriting the same few (cache-warm) bytes. */
+shm_obox_entry_t *fy_shm_obox_alloc(shm_iface_t *iface, uint64_t need, shm_peer_t *peer)
+{
+    fy_shm_obox_reclaim(iface);
+    if (iface->obox_count == 1)
+        obox_wait_last(iface, need);
+    uint64_t start = 0; /* nothing outstanding: start over at the beginning */
+    uint64_t limit = need <= SHM_OBOX_SMALL ? iface->obox_base : iface->obox_size;
+    if (iface->obox_count == SHM_OBOX_QMAX)
+        return NULL;
+    if (iface->obox_count != 0) {
+        const shm_obox_entry_t *first = &iface->obox_q[iface->obox_first];
+        const shm_obox_entry_t *last =
+            &iface->obox_q[(iface->obox_first + iface->obox_count - 1) % SHM_OBOX_QMAX];
+        uint64_t end = last->off + last->size;
+        if (end > first->off) { /* in use: [first, end); room before first, or after end */
+            if (need <= first->off)
+                start = 0;
+            else if (end + need <= limit)
+                start = end;
+            else
+                return NULL;
+        } else if (end + need <= first->off) { /* wrapped: in use [first, size) + [0, end) */
+            start = end;
+        } else {
+            return NULL;
+        }
+    }
+    if (start + need > limit || !obox_reserve(iface, start + need))
+        return NULL;
+    shm_obox_entry_t *e = &iface->obox_q[(iface->obox_first + iface->obox_count) % SHM_OBOX_QMAX];
+    e->off = start;
+    e->size = need;
+    e->gen = ++iface->obox_gen;
+    e->peer = peer;
+    peer->refs++;
+    iface->obox_count++;
+    /* Stale bytes must never read as this generation's `done`. */
+    __atomic_store_n(&obox_slot(iface, start)->done, 0, __ATOMIC_RELAXED);
+    return e;
+}
+
+/*
+ * Non-temporal stores for the copies of the largest messages.  A message of SHM_NT_MIN bytes
+ * or more and its slot are a working set of at least twice that, more than this host's share
+ * of the last-level cache, so the destination's lines come from memory either way: a plain
+ * copy first reads each of them (read-for-ownership) and later writes it back, streaming
+ * stores only write.  Below it the slot is rewritten while still cached, and plain copies win
+ * (1 MiB: ~38 vs ~22 GB/s here).  16 MiB: 1.1-1.5 GB/s plain vs 1.8-3.1 streamed per core
+ * under a loaded memory bus (bench/RESULTS.md).
+ */
+#define SHM_NT_MIN ((size_t)8 << 20)
+
+static void copy_nt(char *d, const char *s, size_t n)
+{
+#if defined(__SSE2__)
+    size_t head = FY_MIN((size_t)(-(uintptr_t)d & 63), n); /* to a cache line boundary */
+    memcpy(d, s, head);
+    d += head;
+    s += head;
+    n -= head;
+    size_t body = n & ~(size_t)63;
+    for (size_t i = 0; i < body; i += 64) {
+        __m128i a = _mm_loadu_si128((const __m128i *)(s + i));
+        __m128i b = _mm_loadu_si128((const __m128i *)(s + i + 16));
+        __m128i c = _mm_loadu_si128((const __m128i *)(s + i + 32));
+        __m128i e = _mm_loadu_si128((const __m128i *)(s + i + 48));
+        _mm_stream_si128((__m128i *)(d + i), a);
+        _mm_stream_si128((__m128i *)(d + i + 16), b);
+        _mm_stream_si128((__m128i *)(d + i + 32), c);
+        _mm_stream_si128((__m128i *)(d + i + 48), e);
+    }
+    _mm_sfence(); /* the streamed stores are seen before the cell that announces them */
+    memcpy(d + body, s + body, n - body);
+#else
+    memcpy(d, s, n);
+#endif
+}
+
+/* Gather the message's pieces into an outbox slot: streamed when the message is large. */
+void fy_shm_obox_gather(char *dst, const struct iovec *iov, size_t iovcnt, size_t total)
+{
+    if (total < SHM_NT_MIN) {
+        shm_iov_gather(dst, iov, iovcnt);
+        return;
+    }
+    for (size_t i = 0; i < iovcnt; i++) {
+        copy_nt(dst, iov[i].iov_base, iov[i].iov_len);
+        dst += iov[i].iov_len;
+    }
+}

@@ -8,8 +8,9 @@
 #
 #   --tests  ferry_perf tests (default am_lat,am_bw,tag_lat,tag_bw,put_lat,put_bw,get_lat,get_bw)
 #   --sizes  sizes in bytes or with k/m (default: powers of two 2k..16m, and each threshold
-#            of the shm path with its neighbours: 8112-8114 (tag rendezvous, automatic: 8113),
-#            8120-8122 (AM data through a cell buffer up to 8121, the outbox above),
+#            of the shm path with its neighbours: 8112-8114 (tag eager: a cell buffer up to
+#            8113, the outbox above), 8120-8122 (AM data through a cell buffer up to 8121, the
+#            outbox above), 32767-32769 (tag rendezvous, automatic: above 32k),
 #            8m-1 (streamed stores from 8 MiB), 16m+1 (the outbox's largest message is 16m:
 #            pulled above))
 #   --reps   repetitions, interleaved test by test (default 3); each figure is their median
@@ -72,7 +73,7 @@ if [ ! -x "$PERF" ] || [ ! -x "$FRUN" ]; then
 fi
 
 if [ -z "$SIZES" ]; then
-    SIZES=2048,4096,8112,8113,8114,8120,8121,8122,8192,16384,32768,65536,131072,262144
+    SIZES=2048,4096,8112,8113,8114,8120,8121,8122,8192,16384,32767,32768,32769,65536,131072,262144
     SIZES=$SIZES,524288,1048576,2097152,4194304,8388607,8388608,16777216,16777217
 fi
 # ferry_perf's sizes, in bytes, sorted and unique (k/m suffixes expanded)

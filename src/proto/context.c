@@ -46,8 +46,8 @@ static const fy_config_field_t ctx_fields[] = {
     FY_CONFIG_FIELD("TAG_RNDV_THRESH", "auto",
                     "Tagged messages larger than this use rendezvous (the data moves only once "
                     "the receiver has matched it); smaller ones go eager.  auto: per endpoint, "
-                    "the largest message its lane sends in one buffered copy (at most 64k) "
-                    "where the rendezvous reads by get at memory speed (shm: 8k), 64k elsewhere.",
+                    "where the rendezvous reads by get at memory speed the larger of 32k and "
+                    "the lane's largest buffered message, at most 64k (shm: 32k); 64k elsewhere.",
                     FY_CFG_STRING, fy_ctx_opts_t, tag_rndv_thresh_str),
     FY_CONFIG_ENUM_FIELD("TAG_RNDV_SCHEME", "auto",
                          "How a rendezvous moves the data: get (the receiver reads the sender's "

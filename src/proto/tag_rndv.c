@@ -313,15 +313,18 @@ static void abort_send(uint64_t key, void *value, void *arg)
 
 /*
  * FERRY_TAG_RNDV_THRESH=auto, measured with ferry_perf tag_lat/tag_bw on the reference 2-core
- * box: over shm a get rendezvous beats eager from 8k on, where an eager message
- * stops fitting one cell buffer and becomes a pulled zero-copy message plus a copy out of the
- * receive buffer (8k: 1.9 vs 2.2 us; 64k: 4.2 vs 11.6 us).  Over tcp and udp a rendezvous costs
- * round trips of several microseconds, and eager stays ahead up to 256k and beyond, so the old
- * 64k stays.  The sign that reads are memory copies, not requests over a network, is the
- * lane's latency.
+ * box.  Over shm an eager message above one cell buffer goes through the sender's outbox (one
+ * copy in, one copy out at the receiver) and beats a get rendezvous up to about 32k, where the
+ * two meet (2026-11-28, Release build, load ~1: 8114 B 1.53 vs 2.87 us one-way and 9.5 vs 3.5
+ * GB/s streamed; 16k 2.6-2.9 vs 3.4 us; 32k 4.8 vs 5.1 us; 48k 5.5-7.0 vs 5.4 us).  A lane
+ * whose cell buffers hold more (the self transport) keeps eager up to the general 64k.  Over tcp
+ * and udp a rendezvous costs round trips of several microseconds, and eager stays ahead up to
+ * 256k and beyond, so 64k stays.  The sign that reads are memory copies, not requests over a
+ * network, is the lane's latency.
  */
 #define TAG_THRESH_DEFAULT (64 * 1024)
-#define TAG_MEMORY_LATENCY 1000.0 /* ns: below this, the lane is a memory transport */
+#define TAG_THRESH_MEMORY  (32 * 1024) /* the least for a memory lane (above) */
+#define TAG_MEMORY_LATENCY 1000.0      /* ns: below this, the lane is a memory transport */
 
 void fy_tag_ep_init(ferry_ep_t *ep)
 {
@@ -336,7 +339,8 @@ void fy_tag_ep_init(ferry_ep_t *ep)
                  (o->tag_rndv_scheme == FY_TAG_SCHEME_AUTO && !ep->tag_no_get);
     if (by_get && (fi->attr.caps & FY_TL_CAP_GET) && fi->attr.latency_ns < TAG_MEMORY_LATENCY &&
         fi->attr.max_bcopy > hdr)
-        ep->tag_rndv_thresh = FY_MIN(fi->attr.max_bcopy - hdr, (size_t)TAG_THRESH_DEFAULT);
+        ep->tag_rndv_thresh = FY_MIN(FY_MAX(fi->attr.max_bcopy - hdr, (size_t)TAG_THRESH_MEMORY),
+                                     (size_t)TAG_THRESH_DEFAULT);
 }
 
 void fy_tag_ep_closing(ferry_ep_t *ep)

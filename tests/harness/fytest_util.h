@@ -1,6 +1,7 @@
 /*
  * fytest_util.h - helpers several test programs share: a seeded byte pattern to fill and check
- * payloads with, and a seccomp filter that refuses cross-memory attach in the calling process.
+ * payloads with, a xorshift generator, and a seccomp filter that refuses cross-memory attach in the
+ * calling process.
  */
 #ifndef FYTEST_UTIL_H
 #define FYTEST_UTIL_H
@@ -16,6 +17,16 @@
 #include <unistd.h>
 
 #include "fytest.h"
+
+/* The next number of a xorshift64 generator (state: any non-zero start). */
+static inline uint64_t fy_xorshift64(uint64_t *state)
+{
+    uint64_t x = *state;
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    return *state = x;
+}
 
 /* Fill len bytes with the pattern of seed; fy_pattern_ok says whether they still hold it. */
 static inline void fy_pattern(void *buf, size_t len, unsigned seed)

@@ -17,16 +17,14 @@
 #include <time.h>
 
 #include "fytest.h"
+#include "fytest_util.h"
 #include "tl/udp/udp_proto.h"
 #include "util/status.h"
 
 static uint64_t rng_state = 0x2545f4914f6cdd1dull;
 static uint64_t rng(void)
 {
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return rng_state;
+    return fy_xorshift64(&rng_state);
 }
 
 static void fill(uint8_t *p, size_t n)

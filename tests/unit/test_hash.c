@@ -6,6 +6,7 @@
 #include <stdlib.h>
 
 #include "fytest.h"
+#include "fytest_util.h"
 #include "util/hash.h"
 
 /* Entries actually present in the slot array (independent of h->count). */
@@ -20,10 +21,7 @@ static size_t occupied_slots(const fy_hash_t *h)
 static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
 static uint64_t rng(void)
 {
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return rng_state;
+    return fy_xorshift64(&rng_state);
 }
 
 static void basic(void)

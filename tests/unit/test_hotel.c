@@ -8,6 +8,7 @@
 #include <stdlib.h>
 
 #include "fytest.h"
+#include "fytest_util.h"
 #include "util/hotel.h"
 
 #define TICK 1000ull
@@ -33,10 +34,7 @@ typedef struct log_state {
 static uint64_t rng_state = 0x2545f4914f6cdd1dull;
 static uint64_t rng(void)
 {
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return rng_state;
+    return fy_xorshift64(&rng_state);
 }
 
 static void log_init_state(log_state_t *s, size_t cap)

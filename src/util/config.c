@@ -35,8 +35,8 @@ const size_t fy_config_num_global_tables =
 
 /* ---- small string helpers ------------------------------------------------------------------ */
 
-/* [*b, *e) trimmed of surrounding white space. */
-static void trim(const char **b, const char **e)
+/* [*b, *e) trimmed of surrounding white space (config_list.c uses it too). */
+void fy_config_trim(const char **b, const char **e)
 {
     while (*b < *e && isspace((unsigned char)**b))
         (*b)++;
@@ -80,7 +80,7 @@ ferry_status_t fy_config_parse_size(const char *s, size_t *out)
     if (s == NULL)
         return FERRY_ERR_BAD_CONFIG;
     const char *p = s, *e = s + strlen(s);
-    trim(&p, &e);
+    fy_config_trim(&p, &e);
     if (span_equals(p, e, "inf") || span_equals(p, e, "infinity")) {
         *out = SIZE_MAX;
         return FERRY_OK;
@@ -89,7 +89,7 @@ ferry_status_t fy_config_parse_size(const char *s, size_t *out)
     if (!parse_digits(&p, e, &v, NULL))
         return FERRY_ERR_BAD_CONFIG;
     const char *u = p, *ue = e;
-    trim(&u, &ue);
+    fy_config_trim(&u, &ue);
     unsigned shift = 0;
     if (u < ue) {
         switch (tolower((unsigned char)*u)) {
@@ -142,7 +142,7 @@ ferry_status_t fy_config_parse_time(const char *s, uint64_t *out_ns)
     if (s == NULL)
         return FERRY_ERR_BAD_CONFIG;
     const char *p = s, *e = s + strlen(s);
-    trim(&p, &e);
+    fy_config_trim(&p, &e);
     if (span_equals(p, e, "inf") || span_equals(p, e, "infinity")) {
         *out_ns = UINT64_MAX;
         return FERRY_OK;
@@ -165,7 +165,7 @@ ferry_status_t fy_config_parse_time(const char *s, uint64_t *out_ns)
     if (nwhole + nfrac == 0)
         return FERRY_ERR_BAD_CONFIG;
     const char *u = p, *ue = e;
-    trim(&u, &ue);
+    fy_config_trim(&u, &ue);
     uint64_t unit = FY_NSEC_PER_SEC; /* a bare number is in seconds */
     if (u < ue) {
         size_t i;
@@ -197,7 +197,7 @@ ferry_status_t fy_config_parse_bool(const char *s, int *out)
     if (s == NULL)
         return FERRY_ERR_BAD_CONFIG;
     const char *p = s, *e = s + strlen(s);
-    trim(&p, &e);
+    fy_config_trim(&p, &e);
     for (size_t i = 0; i < FY_ARRAY_SIZE(yes); i++) {
         if (span_equals(p, e, yes[i])) {
             *out = 1;
@@ -240,7 +240,7 @@ static int parse_unsigned(const char *p, const char *e, uint64_t *out)
 static ferry_status_t parse_long(const char *s, long *out)
 {
     const char *p = s, *e = s + strlen(s);
-    trim(&p, &e);
+    fy_config_trim(&p, &e);
     int neg = 0;
     if (p < e && (*p == '-' || *p == '+'))
         neg = *p++ == '-';
@@ -262,7 +262,7 @@ static ferry_status_t parse_long(const char *s, long *out)
 static ferry_status_t parse_ulong(const char *s, unsigned long *out)
 {
     const char *p = s, *e = s + strlen(s);
-    trim(&p, &e);
+    fy_config_trim(&p, &e);
     uint64_t v;
     if (!parse_unsigned(p, e, &v) || v > ULONG_MAX)
         return FERRY_ERR_BAD_CONFIG;
@@ -273,7 +273,7 @@ static ferry_status_t parse_ulong(const char *s, unsigned long *out)
 static ferry_status_t parse_double(const char *s, double *out)
 {
     const char *p = s, *e = s + strlen(s);
-    trim(&p, &e);
+    fy_config_trim(&p, &e);
     if (p == e)
         return FERRY_ERR_BAD_CONFIG;
     char *end;
@@ -288,7 +288,7 @@ static ferry_status_t parse_double(const char *s, double *out)
 static int parse_enum(const char *s, const char *const *choices, int *out)
 {
     const char *p = s, *e = s + strlen(s);
-    trim(&p, &e);
+    fy_config_trim(&p, &e);
     for (int i = 0; choices != NULL && choices[i] != NULL; i++) {
         /* "name|alias|...": any spelling gives the choice (the first is the documented one) */
         for (const char *a = choices[i]; *a != '\0';) {
@@ -302,90 +302,6 @@ static int parse_enum(const char *s, const char *const *choices, int *out)
         }
     }
     return 0;
-}
-
-void fy_config_list_release(fy_config_list_t *l)
-{
-    if (l == NULL)
-        return;
-    for (unsigned i = 0; i < l->count; i++)
-        free(l->names[i]);
-    free(l->names);
-    l->names = NULL;
-    l->count = 0;
-    l->exclude = 0;
-}
-
-ferry_status_t fy_config_parse_list(const char *s, fy_config_list_t *out)
-{
-    fy_config_list_t l = {NULL, 0, 0};
-    if (s == NULL)
-        return FERRY_ERR_BAD_CONFIG;
-    const char *p = s, *e = s + strlen(s);
-    trim(&p, &e);
-    if (p < e && *p == '^') {
-        l.exclude = 1;
-        p++;
-    }
-    unsigned max = 1;
-    for (const char *q = p; q < e; q++)
-        max += *q == ',';
-    l.names = calloc(max, sizeof(*l.names));
-    if (l.names == NULL)
-        return FERRY_ERR_NO_MEMORY;
-    while (p < e) {
-        const char *comma = memchr(p, ',', (size_t)(e - p));
-        const char *ie = comma != NULL ? comma : e;
-        const char *ib = p;
-        trim(&ib, &ie);
-        /* Empty items (a trailing comma) are skipped; a ^ is only meaningful at the start. */
-        if (ib < ie) {
-            if (memchr(ib, '^', (size_t)(ie - ib)) != NULL)
-                goto bad;
-            l.names[l.count] = strndup(ib, (size_t)(ie - ib));
-            if (l.names[l.count] == NULL) {
-                fy_config_list_release(&l);
-                return FERRY_ERR_NO_MEMORY;
-            }
-            l.count++;
-        }
-        p = comma != NULL ? comma + 1 : e;
-    }
-    *out = l;
-    return FERRY_OK;
-bad:
-    fy_config_list_release(&l);
-    return FERRY_ERR_BAD_CONFIG;
-}
-
-/* Is name listed (or is "all" listed)?  The position, or -1. */
-static int list_find(const fy_config_list_t *l, const char *name)
-{
-    int all = -1;
-    for (unsigned i = 0; i < l->count; i++) {
-        if (strcasecmp(l->names[i], name) == 0)
-            return (int)i;
-        if (all < 0 && strcasecmp(l->names[i], "all") == 0)
-            all = (int)i;
-    }
-    return all;
-}
-
-int fy_config_list_selects(const fy_config_list_t *l, const char *name)
-{
-    if (l == NULL)
-        return 1;
-    int found = list_find(l, name) >= 0;
-    return l->exclude ? !found : found;
-}
-
-int fy_config_list_index(const fy_config_list_t *l, const char *name)
-{
-    if (l == NULL)
-        return 0;
-    if (l->exclude)
-        return list_find(l, name) >= 0 ? -1 : 0;
-    return list_find(l, name);
 }
 
 /* ---- fields -------------------------------------------------------------------------------- */

@@ -100,6 +100,8 @@ int fy_config_list_selects(const fy_config_list_t *l, const char *name);
  * A name matched only by "all" gets the position of "all"; in an exclusion list every name
  * not excluded is at 0.  So the index is >= 0 exactly when the name is selected. */
 int fy_config_list_index(const fy_config_list_t *l, const char *name);
+/* [*b, *e) narrowed past white space at both ends (shared by the parsers). */
+void fy_config_trim(const char **b, const char **e);
 
 /*
  * The variables read directly (getenv) rather than through a table: logging (before any

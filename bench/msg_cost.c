@@ -18,9 +18,15 @@
  * The same workers in two threads, one per cpu: A streams messages with at most 64 sends
  * outstanding (a send that finds the ring full is queued and completes later), B keeps 64
  * receives posted (tag) and reads the clock after every STREAM_BATCH messages it has taken:
- * ucx_perftest's tag_bw, in threads.  Prints the fastest and the median
- * interval per message: the streaming rate's cost per message with the transfers between the
- * cores, and still free of the intervals in which another process had either core.
+ * ucx_perftest's tag_bw, in threads.  Prints the fastest and the median interval per
+ * message: the streaming rate's cost per message with the transfers between the cores, and
+ * still free of the intervals in which another process had either core.
+ *
+ *   msg_cost -2 CPU,CPU -l [-s SIZE] [-n BATCHES]
+ *
+ * Tagged ping-pong between the two threads (tag_lat's scheme): A posts the receive of the
+ * answer, sends, and waits; B answers each message.  A reads the clock every BATCH round
+ * trips; prints the fastest and median batch's one-way time (round trip / 2) per message.
  */
 /* pthread_setaffinity_np: _GNU_SOURCE comes from the build */
 #include <pthread.h>
@@ -105,16 +111,17 @@ static int batch(int tag, ferry_worker_t *a, ferry_worker_t *b, ferry_ep_t *ep, 
 
 #define STREAM_BATCH 1024
 
-typedef struct stream {
+/* The two threads' run: A (cpu[0]) sends on ep to B (cpu[1]), which answers on ba. */
+typedef struct two {
     int tag, cpu[2];
     size_t size;
     unsigned n; /* batches */
     ferry_worker_t *a, *b;
-    ferry_ep_t *ep;
+    ferry_ep_t *ep, *ba;
     char *sbuf, *rbuf;
-    uint64_t *t; /* n + 1 clock readings by B */
+    uint64_t *t; /* the clock readings */
     volatile int failed;
-} stream_t;
+} two_t;
 
 static unsigned long stream_done; /* tagged messages delivered to B (B's thread) */
 
@@ -135,7 +142,7 @@ static int pin(int cpu)
 
 static void *stream_sender(void *arg)
 {
-    stream_t *x = arg;
+    two_t *x = arg;
     ferry_request_t sq[BATCH];
     memset(sq, 0, sizeof(sq));
     for (unsigned k = 0; k < BATCH; k++)
@@ -167,7 +174,7 @@ static void *stream_sender(void *arg)
 }
 
 /* B: the receiver, in the calling thread; 0 on success. */
-static int stream_receiver(stream_t *x)
+static int stream_receiver(two_t *x)
 {
     ferry_request_t rq[BATCH];
     unsigned long total = (unsigned long)x->n * STREAM_BATCH, posted = 0, next = 0;
@@ -210,7 +217,87 @@ static int stream_receiver(stream_t *x)
     return 1;
 }
 
-static int stream_main(stream_t *x)
+/* ---- two threads: tagged ping-pong ------------------------------------------------------------
+ */
+
+#define PP_PING 7
+#define PP_PONG 8
+
+/* Send on ep, progressing w while the transport pushes back; 0 on success. */
+static int pp_send(two_t *x, ferry_worker_t *w, ferry_ep_t *ep, const char *buf, uint64_t tag)
+{
+    ferry_status_t st;
+    while ((st = ferry_tag_send(ep, tag, buf, x->size, NULL)) == FERRY_ERR_NO_RESOURCE &&
+           !x->failed)
+        ferry_worker_progress(w);
+    return st != FERRY_OK;
+}
+
+/* Post a receive on w and wait for it (progressing w); 0 on success. */
+static int pp_recv(two_t *x, ferry_worker_t *w, char *buf, uint64_t tag)
+{
+    ferry_request_t r;
+    r.cb = NULL;
+    r.user_data = NULL;
+    ferry_status_t st = ferry_tag_recv(w, buf, x->size, tag, ~0ull, &r);
+    if (st == FERRY_INPROGRESS)
+        while ((st = r.status) == FERRY_INPROGRESS && !x->failed)
+            ferry_worker_progress(w);
+    return st != FERRY_OK;
+}
+
+static void *pp_responder(void *arg)
+{
+    two_t *x = arg;
+    if (pin(x->cpu[1]) != 0)
+        x->failed = 1;
+    for (unsigned long i = 0; i < (unsigned long)x->n * BATCH && !x->failed; i++)
+        if (pp_recv(x, x->b, x->rbuf, PP_PING) != 0 ||
+            pp_send(x, x->b, x->ba, x->rbuf, PP_PONG) != 0)
+            x->failed = 1;
+    return NULL;
+}
+
+/* A, the initiator, in the calling thread; 0 on success. */
+static int pingpong_main(two_t *x)
+{
+    pthread_t th;
+    x->t = calloc(x->n, sizeof(*x->t));
+    if (x->t == NULL || pthread_create(&th, NULL, pp_responder, x) != 0)
+        return 1;
+    if (pin(x->cpu[0]) != 0)
+        x->failed = 1;
+    for (unsigned k = 0; k < x->n && !x->failed; k++) {
+        uint64_t t0 = clock_ns();
+        for (unsigned j = 0; j < BATCH && !x->failed; j++) {
+            ferry_request_t r;
+            r.cb = NULL;
+            r.user_data = NULL;
+            if (ferry_tag_recv(x->a, x->sbuf, x->size, PP_PONG, ~0ull, &r) != FERRY_INPROGRESS ||
+                pp_send(x, x->a, x->ep, x->sbuf, PP_PING) != 0) {
+                x->failed = 1;
+                break;
+            }
+            while (r.status == FERRY_INPROGRESS && !x->failed)
+                ferry_worker_progress(x->a);
+        }
+        x->t[k] = clock_ns() - t0;
+    }
+    int failed = x->failed;
+    x->failed = 1; /* (stops the responder if it still waits) */
+    pthread_join(th, NULL);
+    if (!failed) {
+        qsort(x->t, x->n, sizeof(*x->t), by_time);
+        printf("tag %zu B, ping-pong cpu %d <-> %d: %.1f ns one-way (fastest batch of %d), %.1f "
+               "(median)\n",
+               x->size, x->cpu[0], x->cpu[1], (double)x->t[0] / BATCH / 2, BATCH,
+               (double)x->t[x->n / 2] / BATCH / 2);
+    }
+    free(x->t);
+    return failed;
+}
+
+static int stream_main(two_t *x)
 {
     pthread_t th;
     x->t = calloc((size_t)x->n + 1, sizeof(*x->t));
@@ -241,9 +328,14 @@ int main(int argc, char **argv)
     int tag = 1;
     size_t size = 8;
     unsigned n = 20000;
-    int cpu[2] = {-1, -1};
-    for (int i = 1; i + 1 < argc; i += 2) {
-        if (strcmp(argv[i], "-2") == 0) {
+    int cpu[2] = {-1, -1}, lat = 0;
+    for (int i = 1; i < argc; i += 2) {
+        if (strcmp(argv[i], "-l") == 0) {
+            lat = 1;
+            i--;
+        } else if (i + 1 >= argc) {
+            n = 0; /* an option without its value */
+        } else if (strcmp(argv[i], "-2") == 0) {
             if (sscanf(argv[i + 1], "%d,%d", &cpu[0], &cpu[1]) != 2)
                 cpu[0] = -1;
         } else if (strcmp(argv[i], "-t") == 0)
@@ -253,9 +345,9 @@ int main(int argc, char **argv)
         else if (strcmp(argv[i], "-n") == 0)
             n = (unsigned)strtoul(argv[i + 1], NULL, 0);
     }
-    if (size == 0 || size > 65536 || n < 10) {
+    if (size == 0 || size > 65536 || n < 10 || (lat && (cpu[0] < 0 || !tag))) {
         fprintf(stderr,
-                "usage: msg_cost [-2 CPU,CPU] [-t tag|am] [-s 1..65536] [-n BATCHES>=10]\n");
+                "usage: msg_cost [-2 CPU,CPU [-l]] [-t tag|am] [-s 1..65536] [-n BATCHES>=10]\n");
         return 2;
     }
     ferry_context_t *ctx;
@@ -294,16 +386,35 @@ int main(int argc, char **argv)
         t[i] = clock_ns() - t0;
     }
     int rc = 0;
-    if (cpu[0] >= 0) {
-        stream_t x = {.tag = tag,
-                      .cpu = {cpu[0], cpu[1]},
-                      .size = size,
-                      .n = n / 20 + 10,
-                      .a = a,
-                      .b = b,
-                      .ep = ep,
-                      .sbuf = sbuf,
-                      .rbuf = rbuf};
+    char aaddr[4096];
+    size_t aalen = sizeof(aaddr);
+    ferry_ep_t *ba = NULL;
+    two_t x = {.tag = tag,
+               .cpu = {cpu[0], cpu[1]},
+               .size = size,
+               .n = n / 20 + 10,
+               .a = a,
+               .b = b,
+               .ep = ep,
+               .sbuf = sbuf,
+               .rbuf = rbuf};
+    if (lat) { /* B's endpoint to A for the answers, connected by a first exchange */
+        ferry_ep_params_t q = {.field_mask = FERRY_EP_FIELD_ADDRESS, .address = aaddr};
+        ferry_request_t r = {.cb = NULL};
+        ferry_status_t st = FERRY_ERR_INVALID_PARAM;
+        if (ferry_worker_get_address(a, aaddr, &aalen) == FERRY_OK &&
+            (q.address_len = aalen, ferry_ep_create(b, &q, &ba)) == FERRY_OK &&
+            ferry_tag_send(ba, PP_PONG, sbuf, size, NULL) == FERRY_OK)
+            st = ferry_tag_recv(a, rbuf, size, PP_PONG, ~0ull, &r);
+        while (st == FERRY_INPROGRESS && (st = r.status) == FERRY_INPROGRESS) {
+            ferry_worker_progress(a);
+            ferry_worker_progress(b);
+        }
+        x.ba = ba;
+        rc = st != FERRY_OK || pingpong_main(&x) != 0;
+        if (rc != 0)
+            fprintf(stderr, "msg_cost: the ping-pong failed\n");
+    } else if (cpu[0] >= 0) {
         rc = stream_main(&x);
         if (rc != 0)
             fprintf(stderr, "msg_cost: the stream failed\n");
@@ -317,6 +428,8 @@ int main(int argc, char **argv)
     free(rq);
     free(rbuf);
     free(sbuf);
+    if (ba != NULL)
+        ferry_ep_close(ba, FERRY_EP_CLOSE_FORCE, NULL);
     ferry_ep_close(ep, FERRY_EP_CLOSE_FORCE, NULL);
     ferry_worker_destroy(b);
     ferry_worker_destroy(a);

@@ -50,6 +50,10 @@ const perf_test_desc_t perf_tests[PERF_NUM_TESTS] = {
                       PERF_KIND_PINGPONG, 0, 1, 0, 0},
     [PERF_TAG_BW] = {"tag_bw", "tagged message bandwidth: windows of sends, acknowledged",
                      PERF_KIND_BW, 0, 1, 0, 0},
+    [PERF_TAG_STREAM] = {"tag_stream",
+                         "tagged message stream as ucx_perftest's tag_bw counts it: up to W "
+                         "receives posted, one acknowledgement at the end",
+                         PERF_KIND_BW, 0, 1, 0, 0},
 };
 
 #define PERF_DEFAULT_PORT     13340

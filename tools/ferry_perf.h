@@ -33,6 +33,7 @@ typedef enum perf_test_id {
     PERF_AMO_LAT,
     PERF_TAG_LAT,
     PERF_TAG_BW,
+    PERF_TAG_STREAM,
     PERF_NUM_TESTS
 } perf_test_id_t;
 

@@ -136,6 +136,28 @@ static ferry_status_t check_send(ferry_ep_t *ep, unsigned id, const void *header
     return FERRY_OK;
 }
 
+/* Whether a message of total bytes (proto header included) may go by the fast path. */
+static inline int am_fast_fits(const ferry_ep_t *ep, const fy_tl_iface_attr_t *attr, size_t total)
+{
+    return total <= attr->max_bcopy && FY_LIKELY(total <= ep->worker->ctx->opts.am_eager_max);
+}
+
+/* The tail of every fast send: iov[0..n) (total bytes, proto header first) to the lane's short
+ * send, or its buffered one when too large for short; counted when the lane took it. */
+static inline ferry_status_t am_send_lane(ferry_ep_t *ep, const fy_lane_t *lane,
+                                          const fy_tl_iface_attr_t *attr, const struct iovec *iov,
+                                          size_t n, size_t total)
+{
+    const fy_tl_ops_t *ops = lane->iface->tl->ops;
+    ferry_status_t st = total <= attr->max_short ? ops->am_short(lane->tl_ep, FY_TLAM_MSG, iov, n)
+                                                 : ops->am_bcopy(lane->tl_ep, FY_TLAM_MSG, iov, n);
+    if (FY_LIKELY(st == FERRY_OK)) {
+        ep->stats.tx_msgs++;
+        ep->stats.tx_bytes += total;
+    }
+    return st;
+}
+
 /*
  * The fast path: copied into the transport at once, no operation object.  The data comes as
  * (one_base, one_len) when the caller had one contiguous piece, or as an iov otherwise: a
@@ -153,7 +175,7 @@ static inline ferry_status_t am_send_fast(ferry_ep_t *ep, unsigned id, const voi
     uint8_t ph[16];
     size_t plen = am_proto_hdr(ep, id, header_len, ph);
     size_t total = plen + header_len + dlen;
-    if (total > attr->max_bcopy || FY_UNLIKELY(total > ep->worker->ctx->opts.am_eager_max))
+    if (!am_fast_fits(ep, attr, total))
         return FERRY_ERR_NO_RESOURCE;
     struct iovec iov[FY_MAX_IOV + 2];
     size_t n = 0;
@@ -174,14 +196,7 @@ static inline ferry_status_t am_send_fast(ferry_ep_t *ep, unsigned id, const voi
             iov[n++].iov_len = data[i].iov_len;
         }
     }
-    const fy_tl_ops_t *ops = lane->iface->tl->ops;
-    ferry_status_t st = total <= attr->max_short ? ops->am_short(lane->tl_ep, FY_TLAM_MSG, iov, n)
-                                                 : ops->am_bcopy(lane->tl_ep, FY_TLAM_MSG, iov, n);
-    if (FY_LIKELY(st == FERRY_OK)) {
-        ep->stats.tx_msgs++;
-        ep->stats.tx_bytes += total;
-    }
-    return st;
+    return am_send_lane(ep, lane, attr, iov, n, total);
 }
 
 static ferry_status_t am_send_slow(ferry_ep_t *ep, unsigned id, const void *header,
@@ -204,9 +219,10 @@ ferry_status_t fy_am_send(ferry_ep_t *ep, unsigned id, const void *header, size_
 /*
  * An AM whose user header is one 8-byte word and whose data is one piece: the eager tagged
  * message.  On a connected endpoint with nothing queued, the proto header and the word go as
- * one 16-byte piece straight to the lane's short (or buffered) send, with no size sum over
- * an iov and no header built through the general path: the 8-byte tagged message rate is
- * this path.  Anything else (wireup, a queue, too large, back-pressure) takes fy_am_send.
+ * one 16-byte piece straight to the lane, with no size sum over an iov: the 8-byte tagged
+ * message rate is this path.  (The connected test comes first so that the compiler knows the
+ * proto header's length: the word lands at a constant offset.)  Anything else (wireup, a
+ * queue, too large, back-pressure) takes fy_am_send.
  */
 ferry_status_t fy_am_send_word(ferry_ep_t *ep, unsigned id, uint64_t word, const void *data,
                                size_t len, ferry_request_t *req)
@@ -214,31 +230,14 @@ ferry_status_t fy_am_send_word(ferry_ep_t *ep, unsigned id, uint64_t word, const
     const fy_lane_t *lane = &ep->lanes[FY_LANE_AM];
     if (FY_LIKELY(ep->state == FY_EP_CONNECTED && fy_queue_is_empty(&ep->pending))) {
         const fy_tl_iface_attr_t *attr = &lane->iface->attr;
-        size_t total = 16 + len;
-        if (FY_LIKELY(total <= attr->max_bcopy && attr->max_iov >= 2 &&
-                      total <= ep->worker->ctx->opts.am_eager_max)) {
-            uint64_t h[2];
-            fy_am_hdr_t ph = {.id = (uint16_t)(id - FY_AM_ID_INTERNAL_BASE),
-                              .len_flags = (uint16_t)(8u | FY_AM_F_INT),
-                              .ep_id = ep->remote_id};
-            if (id < FY_AM_ID_INTERNAL_BASE) {
-                ph.id = (uint16_t)id;
-                ph.len_flags = 8u;
-            }
-            memcpy(&h[0], &ph, sizeof(ph));
-            h[1] = word;
-            struct iovec iov[2] = {{h, sizeof(h)}, {(void *)data, len}};
-            const fy_tl_ops_t *ops = lane->iface->tl->ops;
-            size_t n = len != 0 ? 2 : 1;
-            ferry_status_t st = total <= attr->max_short
-                                    ? ops->am_short(lane->tl_ep, FY_TLAM_MSG, iov, n)
-                                    : ops->am_bcopy(lane->tl_ep, FY_TLAM_MSG, iov, n);
-            if (FY_LIKELY(st == FERRY_OK)) {
-                ep->stats.tx_msgs++;
-                ep->stats.tx_bytes += total;
-                return st;
-            }
-            if (st != FERRY_ERR_NO_RESOURCE)
+        uint64_t h[3]; /* the proto header (8 bytes here, 16 at most) and the word */
+        size_t plen = am_proto_hdr(ep, id, sizeof(word), (uint8_t *)h);
+        memcpy((uint8_t *)h + plen, &word, sizeof(word));
+        size_t total = plen + sizeof(word) + len;
+        if (FY_LIKELY(am_fast_fits(ep, attr, total) && attr->max_iov >= 2)) {
+            struct iovec iov[2] = {{h, plen + sizeof(word)}, {(void *)data, len}};
+            ferry_status_t st = am_send_lane(ep, lane, attr, iov, len != 0 ? 2 : 1, total);
+            if (FY_LIKELY(st != FERRY_ERR_NO_RESOURCE))
                 return st;
         }
     }

@@ -347,17 +347,30 @@ ferry_status_t ferry_tag_recvv(ferry_worker_t *w, const struct iovec *iov, size_
     return tag_recv(w, NULL, 0, v, (size_t)n, tag, tag_mask, req);
 }
 
-ferry_status_t ferry_tag_send(ferry_ep_t *ep, uint64_t tag, const void *buf, size_t len,
-                              ferry_request_t *req)
+static ferry_status_t tag_send(ferry_ep_t *ep, uint64_t tag, const void *buf, size_t len,
+                               ferry_request_t *req)
 {
-    FY_EP_GUARD(ep);
-    if (ep == NULL || (buf == NULL && len != 0))
-        return FERRY_ERR_INVALID_PARAM;
     /* Sends given no request go eager: the data is copied at once, so the call can return. */
     if (req == NULL || len <= ep->tag_rndv_thresh)
         return fy_tag_eager_send(ep, tag, buf, len, req);
     struct iovec iov = {(void *)buf, len};
     return fy_tag_rndv_send(ep, tag, &iov, 1, req);
+}
+
+/* The worker's lock only where it is one (FERRY_WORKER_THREAD_MULTI): single-threaded, the
+ * send is a tail call, with no frame kept for a guard's cleanup (the 8-byte rate's path). */
+ferry_status_t ferry_tag_send(ferry_ep_t *ep, uint64_t tag, const void *buf, size_t len,
+                              ferry_request_t *req)
+{
+    if (ep == NULL || (buf == NULL && len != 0))
+        return FERRY_ERR_INVALID_PARAM;
+    ferry_worker_t *w = ep->worker;
+    if (FY_LIKELY(!w->mt))
+        return tag_send(ep, tag, buf, len, req);
+    FY_WORKER_LOCK(w);
+    ferry_status_t st = tag_send(ep, tag, buf, len, req);
+    FY_WORKER_UNLOCK(w);
+    return st;
 }
 
 /* The sends of pieces (v: non-empty pieces), plain or synchronous. */

@@ -20,12 +20,6 @@
 
 #include "proto/tag_int.h"
 
-ferry_status_t fy_tag_eager_send(ferry_ep_t *ep, uint64_t tag, const void *buf, size_t len,
-                                 ferry_request_t *req)
-{
-    return fy_am_send_word(ep, FY_AM_ID_TAG, tag, buf, len, req);
-}
-
 int fy_tag_lane_takes(const ferry_ep_t *ep, size_t n)
 {
     const fy_iface_t *fi = ep->lanes[FY_LANE_AM].iface;

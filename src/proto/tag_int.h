@@ -81,8 +81,11 @@ void fy_tag_sync_ack(ferry_ep_t *ep, const fy_tag_msg_t *m);
 
 /* tag_eager.c.  sendv: the header (the tag, or tag + wait id of a synchronous send) and the
  * pieces (no zero-length one), gathered by the transport when the lane takes that many. */
-ferry_status_t fy_tag_eager_send(ferry_ep_t *ep, uint64_t tag, const void *buf, size_t len,
-                                 ferry_request_t *req);
+static inline ferry_status_t fy_tag_eager_send(ferry_ep_t *ep, uint64_t tag, const void *buf,
+                                               size_t len, ferry_request_t *req)
+{
+    return fy_am_send_word(ep, FY_AM_ID_TAG, tag, buf, len, req); /* (inline: no call layer) */
+}
 ferry_status_t fy_tag_eager_sendv(ferry_ep_t *ep, const uint64_t *hdr, size_t hdr_len,
                                   const struct iovec *iov, size_t iovcnt, ferry_request_t *req);
 /* A lane takes the proto header, one user header and n pieces in one operation. */

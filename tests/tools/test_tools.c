@@ -289,8 +289,9 @@ static void perf_every_test_checked(void)
         FY_ASSERT_MSG(count(r.out, line) == (strcmp(always[i], "amo_lat,") == 0 ? 1 : 2),
                       "%s rows missing:\n%s\n%s", always[i], r.out, r.err);
     }
-    int tag_rows = count(r.out, "\ntag_lat,") + count(r.out, "\ntag_bw,");
-    FY_ASSERT_MSG(tag_rows == 4 || count(r.err, "not available") == 2,
+    int tag_rows =
+        count(r.out, "\ntag_lat,") + count(r.out, "\ntag_bw,") + count(r.out, "\ntag_stream,");
+    FY_ASSERT_MSG(tag_rows == 6 || count(r.err, "not available") == 3,
                   "tag tests neither measured nor reported unavailable:\n%s\n%s", r.out, r.err);
     run_free(&r);
 }

@@ -506,6 +506,10 @@ unsigned fy_shm_iface_progress(fy_tl_iface_t *tl_iface)
         if ((s & SHM_KEY_MASK) != SHM_STATE(SHM_PHASE_READY, head))
             break;
         iface->head = ++head;
+        /* A short message that runs into the cell's second line: ask for that line now, so
+         * that its transfer overlaps the dispatch instead of stalling the copy at its end. */
+        if (c->len > 64 - SHM_CELL_HDR && c->type == SHM_CELL_SHORT)
+            __builtin_prefetch((const char *)c + 64);
         fy_shm_dispatch(iface, c, head - 1);
     }
     if (head != iface->released && (n == 0 || head - iface->released >= SHM_RELEASE_BATCH))

@@ -132,11 +132,23 @@ static ferry_status_t rma(fy_tl_ep_t *tl_ep, const struct iovec *iov, size_t iov
     }
 }
 
-ferry_status_t fy_shm_put_short(fy_tl_ep_t *ep, const void *buf, size_t len, uint64_t remote_addr,
-                                const void *rkey)
+/* A short put into memory we map (put_lat is this path): the key's checks and one copy, with
+ * no iov to build and walk; memory reached by CMA goes through rma(). */
+ferry_status_t fy_shm_put_short(fy_tl_ep_t *tl_ep, const void *buf, size_t len,
+                                uint64_t remote_addr, const void *rkey)
 {
+    shm_ep_t *ep = (shm_ep_t *)tl_ep;
+    char *local = NULL; /* (set by rkey_check when it succeeds) */
+    ferry_status_t st = rkey_check(ep, rkey, remote_addr, len, FERRY_MEM_REMOTE_WRITE, &local);
+    if (FY_LIKELY(st == FERRY_OK && local != NULL)) {
+        fy_copy(local, buf, len);
+        ep->stats.tx_bytes += len;
+        return FERRY_OK;
+    }
+    if (st != FERRY_OK)
+        return st;
     struct iovec v = {(void *)(uintptr_t)buf, len};
-    return rma(ep, &v, 1, remote_addr, rkey, 1);
+    return rma(tl_ep, &v, 1, remote_addr, rkey, 1);
 }
 
 ferry_status_t fy_shm_put_zcopy(fy_tl_ep_t *ep, const struct iovec *iov, size_t iovcnt,

@@ -263,6 +263,8 @@ ferry_status_t fy_ep_submit(ferry_ep_t *ep, fy_op_t *op)
     }
     switch (st) {
     case FERRY_OK:
+        if (op->req != NULL)
+            op->req->status = FERRY_OK; /* done now: a caller reading the status sees it */
         fy_op_put(op);
         return FERRY_OK;
     case FERRY_INPROGRESS:

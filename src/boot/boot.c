@@ -134,11 +134,13 @@ ferry_status_t fy_boot_init(fy_boot_t **boot_p)
 ferry_status_t fy_boot_job_name(char *buf, size_t len)
 {
     const char *forced = getenv("FERRY_BOOT");
+    if (!env_set("PMI_FD")) /* (a forced pmi1 without it fails, and says so, at the world) */
+        return FERRY_ERR_NO_ELEM;
     if (forced != NULL && *forced != '\0' && strcasecmp(forced, "auto") != 0) {
         if (strcasecmp(forced, "pmi1") != 0)
             return FERRY_ERR_NO_ELEM;
     } else if (env_set("FERRY_BOOT_ADDR") || env_set("FERRY_RANK") || env_set("FERRY_SIZE") ||
-               env_set("PMIX_NAMESPACE") || env_set("PMIX_RANK") || !env_set("PMI_FD")) {
+               env_set("PMIX_NAMESPACE") || env_set("PMIX_RANK")) {
         return FERRY_ERR_NO_ELEM;
     }
     fy_boot_t boot = {.ops = &fy_boot_pmi1_ops, .info.backend = "pmi1"};

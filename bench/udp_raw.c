@@ -2,7 +2,10 @@
  * udp_raw.c - the floor for the udp transport: raw UDP between two processes on loopback
  * with nonblocking sockets and busy polling, no protocol at all.
  *
- *   udp_raw lat [-s size] [-n iters]    ping-pong, one-way latency
+ *   udp_raw lat [-s size] [-n iters]    ping-pong, one-way latency: the median round trip / 2
+ *                                        (as ferry_perf's figure; the average, which a
+ *                                        descheduled moment on a busy machine inflates, and
+ *                                        the minimum follow)
  *   udp_raw bw  [-s size] [-n iters]    one-way stream of datagrams (no flow control, so
  *                                        the receiver counts what arrived: loss is possible)
  *
@@ -34,6 +37,12 @@ static uint64_t now_ns(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
 }
 
 static int open_sock(uint16_t *port)
@@ -87,10 +96,13 @@ int main(int argc, char **argv)
                                .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
     unsigned long warm = lat ? 1000 : 1000;
     if (lat) {
-        uint64_t t0 = 0;
+        uint64_t t0 = 0, t = 0;
+        uint64_t *rt = me ? NULL : calloc(iters, sizeof(*rt));
+        if (!me && rt == NULL)
+            return 1;
         for (unsigned long i = 0; i < warm + iters; i++) {
             if (i == warm)
-                t0 = now_ns();
+                t0 = t = now_ns();
             if (!me && sendto(fd, buf, size, 0, (struct sockaddr *)&peer, sizeof(peer)) < 0) {
                 perror("udp_raw: sendto");
                 return 1;
@@ -101,10 +113,19 @@ int main(int argc, char **argv)
                 perror("udp_raw: sendto");
                 return 1;
             }
+            if (!me && i >= warm) {
+                uint64_t t1 = now_ns();
+                rt[i - warm] = t1 - t;
+                t = t1;
+            }
         }
-        if (!me)
-            printf("raw udp lat size %zu: %.3f us one-way\n", size,
-                   (double)(now_ns() - t0) / 1e3 / 2.0 / (double)iters);
+        if (!me) {
+            double avg = (double)(now_ns() - t0) / 1e3 / 2.0 / (double)iters;
+            qsort(rt, iters, sizeof(*rt), cmp_u64);
+            printf("raw udp lat size %zu: %.3f us one-way (median; average %.3f, min %.3f)\n", size,
+                   (double)rt[iters / 2] / 2e3, avg, (double)rt[0] / 2e3);
+            free(rt);
+        }
     } else if (!me) {
         uint64_t t0 = now_ns();
         for (unsigned long i = 0; i < warm + iters; i++) {

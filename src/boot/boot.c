@@ -129,6 +129,27 @@ ferry_status_t fy_boot_init(fy_boot_t **boot_p)
     return FERRY_OK;
 }
 
+/* Only a PMI-1 launcher is asked: the others name the job in the environment, where the
+ * context reads it without a connection (docs/configuration.md: FERRY_JOB_KEY). */
+ferry_status_t fy_boot_job_name(char *buf, size_t len)
+{
+    const char *forced = getenv("FERRY_BOOT");
+    if (!env_set("PMI_FD")) /* (a forced pmi1 without it fails, and says so, at the world) */
+        return FERRY_ERR_NO_ELEM;
+    if (forced != NULL && *forced != '\0' && strcasecmp(forced, "auto") != 0) {
+        if (strcasecmp(forced, "pmi1") != 0)
+            return FERRY_ERR_NO_ELEM;
+    } else if (env_set("FERRY_BOOT_ADDR") || env_set("FERRY_RANK") || env_set("FERRY_SIZE") ||
+               env_set("PMIX_NAMESPACE") || env_set("PMIX_RANK")) {
+        return FERRY_ERR_NO_ELEM;
+    }
+    fy_boot_t boot = {.ops = &fy_boot_pmi1_ops, .info.backend = "pmi1"};
+    ferry_status_t st = read_timeout(&boot.timeout_ns);
+    if (st == FERRY_OK)
+        st = fy_boot_pmi1_kvsname(&boot, buf, len);
+    return st;
+}
+
 const fy_boot_info_t *fy_boot_info(const fy_boot_t *boot)
 {
     return &boot->info;

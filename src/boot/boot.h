@@ -31,6 +31,11 @@ typedef struct fy_boot_info {
 } fy_boot_info_t;
 
 ferry_status_t fy_boot_init(fy_boot_t **boot_p);
+/* The job's name as a launcher that tells it only over its connection gives it: MPICH's
+ * hydra (PMI-1, the kvs name).  FERRY_ERR_NO_ELEM when this process was not started by one
+ * (or FERRY_BOOT names another backend); another error (logged) when the launcher is there
+ * but does not answer.  The connection stays open for a later fy_boot_init. */
+ferry_status_t fy_boot_job_name(char *buf, size_t len);
 const fy_boot_info_t *fy_boot_info(const fy_boot_t *boot);
 /* Publish a blob under key (keys: up to 63 chars of [A-Za-z0-9_.-]). */
 ferry_status_t fy_boot_put(fy_boot_t *boot, const char *key, const void *value, size_t len);

@@ -50,6 +50,9 @@ extern const fy_boot_ops_t fy_boot_pmi1_ops;
 /* Send cmd=finalize and close the process's PMI-1 connection (run at exit; the fuzz target of
  * tests/fuzz calls it to start each input on a connection of its own). */
 void fy_boot_pmi1_close(void);
+/* The PMI-1 kvs name (the launcher's name of the job) into buf, opening the process's
+ * connection if no init did yet: init, limits and name only, nothing collective. */
+ferry_status_t fy_boot_pmi1_kvsname(fy_boot_t *boot, char *buf, size_t len);
 #ifdef FERRY_HAVE_PMIX
 extern const fy_boot_ops_t fy_boot_pmix_ops;
 #endif

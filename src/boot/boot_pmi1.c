@@ -69,6 +69,7 @@ static ferry_status_t command(pmi1_t *p, uint64_t deadline, const char *reply, c
 static pmi1_t *process_conn;
 static fy_boot_info_t process_info;
 static int process_users;
+static int process_local_known; /* process_info's local rank and size are filled */
 static int atexit_registered;
 
 /* Write the request formatted in p->out (n characters). */
@@ -530,21 +531,12 @@ static void pmi1_free(pmi1_t *p)
     free(p);
 }
 
-static ferry_status_t pmi1_init(fy_boot_t *boot)
+/* The process's connection: the environment, init, the server's limits and the kvs name.
+ * Nothing collective happens here (the local ranks are for pmi1_init), so the context may
+ * open it for the job key (fy_boot_pmi1_kvsname) in a process that never makes a world. */
+static ferry_status_t pmi1_open(fy_boot_t *boot)
 {
     fy_boot_info_t *info = &boot->info;
-    if (process_conn != NULL) {
-        if (process_conn->broken) {
-            fy_error("the PMI-1 connection of this process failed earlier: it cannot be used "
-                     "again");
-            return FERRY_ERR_BOOTSTRAP;
-        }
-        *info = process_info;
-        boot->priv = process_conn;
-        boot->value_limit = process_conn->vallen_max - 1;
-        process_users++;
-        return FERRY_OK;
-    }
     long fd, size, rank;
     ferry_status_t st = fy_boot_env_int("PMI_FD", 0, INT_MAX, WHO, &fd);
     if (st == FERRY_ERR_NO_ELEM) {
@@ -623,9 +615,6 @@ static ferry_status_t pmi1_init(fy_boot_t *boot)
             p->kvs[n] = '\0';
         }
     }
-    boot->value_limit = p->vallen_max - 1;
-    if (st == FERRY_OK)
-        st = find_local(boot, p);
     if (st != FERRY_OK) {
         if (st == FERRY_ERR_TIMED_OUT)
             fy_error("the PMI-1 server did not answer during init (FERRY_BOOT_TIMEOUT)");
@@ -636,9 +625,56 @@ static ferry_status_t pmi1_init(fy_boot_t *boot)
     fy_debug("pmi1: kvs %s, keylen_max %zu, vallen_max %zu", p->kvs, p->keylen_max, p->vallen_max);
     process_conn = p;
     process_info = *info;
-    process_users = 1;
+    process_local_known = 0;
+    process_users = 0;
     if (!atexit_registered && atexit(fy_boot_pmi1_close) == 0)
         atexit_registered = 1;
+    return FERRY_OK;
+}
+
+static ferry_status_t pmi1_init(fy_boot_t *boot)
+{
+    ferry_status_t st;
+    if (process_conn == NULL) {
+        st = pmi1_open(boot);
+        if (st != FERRY_OK)
+            return st;
+    }
+    if (process_conn->broken) {
+        fy_error("the PMI-1 connection of this process failed earlier: it cannot be used "
+                 "again");
+        return FERRY_ERR_BOOTSTRAP;
+    }
+    boot->info = process_info;
+    boot->priv = process_conn;
+    boot->value_limit = process_conn->vallen_max - 1;
+    if (!process_local_known) {
+        st = find_local(boot, process_conn);
+        if (st != FERRY_OK) {
+            if (st == FERRY_ERR_TIMED_OUT)
+                fy_error("the PMI-1 server did not answer during init (FERRY_BOOT_TIMEOUT)");
+            pmi1_free(process_conn);
+            process_conn = NULL;
+            boot->priv = NULL;
+            return st;
+        }
+        process_info = boot->info;
+        process_local_known = 1;
+    }
+    process_users++;
+    return FERRY_OK;
+}
+
+ferry_status_t fy_boot_pmi1_kvsname(fy_boot_t *boot, char *buf, size_t len)
+{
+    if (process_conn == NULL) {
+        ferry_status_t st = pmi1_open(boot);
+        if (st != FERRY_OK)
+            return st;
+    }
+    if (strlen(process_conn->kvs) >= len)
+        return FERRY_ERR_TRUNCATED;
+    strcpy(buf, process_conn->kvs);
     return FERRY_OK;
 }
 

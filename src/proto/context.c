@@ -9,6 +9,7 @@
 #include <unistd.h>
 #include <strings.h>
 
+#include "boot/boot.h"
 #include "proto/proto_int.h"
 
 static const char *const wait_modes[] = {"spin", "adaptive", "block", NULL};
@@ -64,8 +65,10 @@ static const fy_config_field_t ctx_fields[] = {
                     "A job key carried by tcp, ofi and the sockaddr listener; connections and "
                     "messages with another key are refused.  Set by ferryrun; empty: the PMIx "
                     "namespace (PMIX_NAMESPACE: mpirun, srun --mpi=pmix), else Slurm's job and "
-                    "step ids, else a fixed default shared by every unlaunched process.  udp "
-                    "uses a random key per iface instead, published in the worker's address.",
+                    "step ids, else the PMI-1 kvs name (mpiexec.hydra), else a fixed default "
+                    "shared by every unlaunched process (set it alike at both ends to keep "
+                    "client/server programs apart).  udp uses a random key per iface instead, "
+                    "published in the worker's address.",
                     FY_CFG_STRING, fy_ctx_opts_t, job_key),
     FY_CONFIG_FIELD("WIREUP_TIMEOUT", "2s",
                     "A new endpoint's lane that has not answered its wireup by then is given "
@@ -145,13 +148,19 @@ static uint64_t hash_string(const char *s)
 }
 
 /* The job key of network transports.  FERRY_JOB_KEY first (ferryrun sets 32 random hex digits);
- * else the job's name as a launcher gives it in the environment, so two jobs of one machine or
- * cluster keep apart even where the launcher is not ferry's: the PMIx namespace (Open MPI's
- * mpirun, Slurm's srun --mpi=pmix, PRRTE) or Slurm's job and step ids.  Else (a singleton,
- * client/server by ip:port, MPICH's hydra, whose PMI-1 names the job only over its socket) a
- * fixed constant: every such process shares it, so it keeps ferry's traffic apart from other
- * programs' but not one unlaunched ferry program from another (docs/configuration.md).  udp
- * does not use it: its key is random per iface and travels in the address (docs/udp.md). */
+ * else the job's name as its launcher gives it, so two jobs of one machine or cluster keep
+ * apart even where the launcher is not ferry's: the PMIx namespace (Open MPI's mpirun, Slurm's
+ * srun --mpi=pmix, PRRTE) or Slurm's job and step ids from the environment, else the kvs name
+ * MPICH's hydra tells over its PMI-1 socket (PMI_FD; the bootstrap's connection, opened here
+ * and kept for the world).
+ *
+ * Else - a singleton, client/server by ip:port - a fixed constant.  Not a random one: the key
+ * must be the same at both ends of a tcp connection, an ofi message and a listener's hello, and
+ * two unlaunched processes share nothing from which to agree on one but what the user gives
+ * them (FERRY_JOB_KEY, set alike on both sides).  The constant keeps ferry's traffic apart
+ * from other programs', not one unlaunched ferry program from another; where nothing else must
+ * agree, keys are random already: each udp iface draws its own and publishes it in the
+ * worker's address (docs/udp.md). */
 static uint64_t default_job_key(const char *configured)
 {
     char buf[512];
@@ -168,6 +177,16 @@ static uint64_t default_job_key(const char *configured)
         snprintf(buf, sizeof(buf), "slurm:%s.%s", sj, step != NULL ? step : "");
         return hash_string(buf);
     }
+    char kvs[256];
+    ferry_status_t st = fy_boot_job_name(kvs, sizeof(kvs));
+    if (st == FERRY_OK) {
+        snprintf(buf, sizeof(buf), "pmi1:%s", kvs);
+        return hash_string(buf);
+    }
+    if (st != FERRY_ERR_NO_ELEM)
+        fy_warn("the PMI-1 launcher did not name the job (%s): tcp, ofi and the listener use "
+                "the unlaunched processes' fixed job key",
+                ferry_status_string(st));
     return FY_JOB_KEY_DEFAULT;
 }
 

@@ -7,6 +7,7 @@
 #include <stdio.h>
 
 #include "common.h"
+#include "fytest_util.h"
 #include "proto/lanes.h"
 #include "proto/proto_int.h"
 #include "tl/udp/udp.h"
@@ -254,14 +255,6 @@ static void bad_config(void)
  * job name (the PMIx namespace, else Slurm's job and step), else the fixed default; two jobs of
  * one launcher get different keys, two ranks of one job the same.  udp does not use it: each
  * udp iface draws its own random key and publishes it in the worker's address (udp_keys). */
-static uint64_t key_of(void)
-{
-    ferry_context_t *ctx;
-    FY_ASSERT_OK(ferry_context_create(NULL, &ctx));
-    uint64_t k = fy_context_job_key(ctx);
-    ferry_context_destroy(ctx);
-    return k;
-}
 
 static void job_keys(void)
 {
@@ -270,24 +263,24 @@ static void job_keys(void)
     unsetenv("PMIX_NAMESPACE");
     unsetenv("SLURM_JOB_ID");
     unsetenv("SLURM_STEP_ID");
-    uint64_t none = key_of();
+    uint64_t none = fytest_context_job_key();
     FY_ASSERT_U64_EQ(none, FY_JOB_KEY_DEFAULT);
     setenv("PMIX_NAMESPACE", "871890945", 1);
-    uint64_t a = key_of();
-    FY_ASSERT_U64_EQ(key_of(), a);
+    uint64_t a = fytest_context_job_key();
+    FY_ASSERT_U64_EQ(fytest_context_job_key(), a);
     setenv("PMIX_NAMESPACE", "871890946", 1);
-    uint64_t b = key_of();
+    uint64_t b = fytest_context_job_key();
     FY_ASSERT(a != none && b != none && a != b);
     setenv("FERRY_JOB_KEY", "0123456789abcdef", 1); /* ferryrun's wins */
-    uint64_t f = key_of();
+    uint64_t f = fytest_context_job_key();
     FY_ASSERT(f != a && f != b && f != none);
     unsetenv("FERRY_JOB_KEY");
     unsetenv("PMIX_NAMESPACE");
     setenv("SLURM_JOB_ID", "42", 1);
     setenv("SLURM_STEP_ID", "0", 1);
-    uint64_t s0 = key_of();
+    uint64_t s0 = fytest_context_job_key();
     setenv("SLURM_STEP_ID", "1", 1);
-    uint64_t s1 = key_of();
+    uint64_t s1 = fytest_context_job_key();
     FY_ASSERT(s0 != none && s1 != none && s0 != s1 && s0 != a);
     unsetenv("SLURM_JOB_ID");
     unsetenv("SLURM_STEP_ID");

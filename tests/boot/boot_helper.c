@@ -18,6 +18,9 @@
  *                   without finalizing); the others fence, which must fail: they print
  *                   "fence status <name>" and exit 3
  *   init            fy_boot_init only: prints the status name and exits 0 if OK, 4 if not
+ *   jobkey          a context's job key (tcp, ofi, the listener) before the bootstrap is
+ *                   opened: every rank's is the same, and not the unlaunched default; prints
+ *                   "jobkey ok rank R of N (backend)"
  */
 #include <errno.h>
 #include <signal.h>
@@ -27,6 +30,8 @@
 #include <unistd.h>
 
 #include "boot/boot.h"
+#include "proto/proto.h"
+#include "proto/proto_int.h"
 
 #define CHECK(cond, ...)                                                                           \
     do {                                                                                           \
@@ -260,10 +265,33 @@ static int mode_fencehang(int argc, char **argv)
     return 3;
 }
 
+static int mode_jobkey(void)
+{
+    ferry_context_t *ctx;
+    setenv("FERRY_TLS", "self", 0);
+    CHECK_OK(ferry_context_create(NULL, &ctx));
+    uint64_t k = fy_context_job_key(ctx), other;
+    ferry_context_destroy(ctx);
+    fy_boot_t *b = boot_or_die();
+    const fy_boot_info_t *i = fy_boot_info(b);
+    CHECK(k != FY_JOB_KEY_DEFAULT, "the job key is the unlaunched default under %s", i->backend);
+    CHECK_OK(fy_boot_put(b, "jobkey", &k, sizeof(k)));
+    CHECK_OK(fy_boot_fence(b));
+    for (int r = 0; r < i->size; r++) {
+        size_t len = sizeof(other);
+        CHECK_OK(fy_boot_get(b, r, "jobkey", &other, &len));
+        CHECK(len == sizeof(other) && other == k, "rank %d's job key %016llx, mine %016llx", r,
+              (unsigned long long)other, (unsigned long long)k);
+    }
+    printf("jobkey ok rank %d of %d (%s)\n", i->rank, i->size, i->backend);
+    fy_boot_finalize(b);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2) {
-        fprintf(stderr, "usage: boot_helper kv|print|env|fail|hang|fencehang|init ...\n");
+        fprintf(stderr, "usage: boot_helper kv|print|env|fail|hang|fencehang|init|jobkey ...\n");
         return 2;
     }
     const char *mode = argv[1];
@@ -286,6 +314,8 @@ int main(int argc, char **argv)
     }
     if (strcmp(mode, "fencehang") == 0)
         return mode_fencehang(argc - 2, argv + 2);
+    if (strcmp(mode, "jobkey") == 0)
+        return mode_jobkey();
     if (strcmp(mode, "init") == 0) {
         fy_boot_t *b;
         ferry_status_t st = fy_boot_init(&b);

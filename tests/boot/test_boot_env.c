@@ -3,7 +3,8 @@
  * launcher environment (each must fail with a message naming the variable, never hang), the
  * singleton backend, the blob encoding, and the pmi1 backend against a small fake PMI-1
  * server (a thread on a socketpair) whose limits are tiny, so that values are split over many
- * keys, and whose barrier can be made to never answer.
+ * keys, and whose barrier can be made to never answer; and the job key a context takes from
+ * that server's kvs name.
  *
  * Each case runs in its own child (fytest), so it may change the environment freely; it first
  * removes every launcher variable it inherited.  Messages are caught by pointing fd 2 at a
@@ -16,6 +17,9 @@
 
 #include "boot/boot_int.h"
 #include "fytest.h"
+#include "fytest_util.h"
+#include "proto/proto.h"
+#include "proto/proto_int.h"
 
 extern char **environ;
 
@@ -237,6 +241,8 @@ typedef struct fake {
     int fd;
     int hang_barrier;
     int close_after_init; /* close the socket after get_my_kvsname */
+    const char *kvs;      /* the job's kvs name (NULL: "fakekvs") */
+    int inits;            /* cmd=init requests seen */
     const char *mapping;  /* PMI_process_mapping, or NULL */
     pthread_t thread;
     /* what it saw */
@@ -296,6 +302,7 @@ static void *fake_main(void *arg)
             memmove(buf, nl + 1, len - used + 1);
             len -= used;
             if (strstr(line, " cmd=init ") != NULL) {
+                f->inits++;
                 fake_reply(f, "cmd=response_to_init pmi_version=1 pmi_subversion=1 rc=0\n");
             } else if (strstr(line, " cmd=get_maxes") != NULL) {
                 snprintf(out, sizeof(out),
@@ -303,7 +310,9 @@ static void *fake_main(void *arg)
                          FAKE_VALLEN);
                 fake_reply(f, out);
             } else if (strstr(line, " cmd=get_my_kvsname") != NULL) {
-                fake_reply(f, "cmd=my_kvsname kvsname=fakekvs\n");
+                snprintf(out, sizeof(out), "cmd=my_kvsname kvsname=%s\n",
+                         f->kvs != NULL ? f->kvs : "fakekvs");
+                fake_reply(f, out);
                 if (f->close_after_init) {
                     close(f->fd);
                     return NULL;
@@ -540,10 +549,60 @@ static void pmi1_server_goes_away(void)
     fy_boot_finalize(b);
 }
 
+/* A context's job key (tcp, ofi, the listener) under a PMI-1 launcher: its kvs name's, asked
+ * over the connection the bootstrap then keeps (one init); a context made with the launcher
+ * gone, or told FERRY_BOOT=singleton, gets the unlaunched default and no error. */
+
+static void pmi1_job_key(void)
+{
+    fake_t *f = &the_fake;
+    f->kvs = "kvs_4242_0";
+    f->mapping = "(vector,(0,1,1))";
+    fake_start(f, 0, 1);
+    setenv("FERRY_TLS", "self", 1);
+    uint64_t k = fytest_context_job_key();
+    FY_ASSERT(k != FY_JOB_KEY_DEFAULT);
+    FY_ASSERT_U64_EQ(fytest_context_job_key(), k);
+    fy_boot_t *b;
+    char msg[4096];
+    FY_ASSERT_OK(init_capture(&b, msg, sizeof(msg)));
+    FY_ASSERT_STR_EQ(fy_boot_info(b)->backend, "pmi1");
+    FY_ASSERT_OK(fy_boot_barrier(b));
+    fy_boot_finalize(b);
+    FY_ASSERT_EQ(f->inits, 1); /* the contexts and the bootstrap shared one connection */
+    /* the name is what counts: FERRY_JOB_KEY=pmi1:<name> is the same key, another name not */
+    setenv("FERRY_JOB_KEY", "pmi1:kvs_4242_0", 1);
+    FY_ASSERT_U64_EQ(fytest_context_job_key(), k);
+    setenv("FERRY_JOB_KEY", "pmi1:kvs_4243_0", 1);
+    FY_ASSERT(fytest_context_job_key() != k);
+    unsetenv("FERRY_JOB_KEY");
+    setenv("FERRY_BOOT", "singleton", 1);
+    FY_ASSERT_U64_EQ(fytest_context_job_key(), FY_JOB_KEY_DEFAULT);
+}
+
+static void pmi1_job_key_no_server(void)
+{
+    clean_env();
+    setenv("FERRY_TLS", "self", 1);
+    setenv("PMI_RANK", "0", 1);
+    setenv("PMI_SIZE", "1", 1);
+    setenv("PMI_FD", "987", 1); /* not open */
+    FY_ASSERT_U64_EQ(fytest_context_job_key(), FY_JOB_KEY_DEFAULT);
+    int sv[2];
+    FY_ASSERT(socketpair(AF_UNIX, SOCK_STREAM, 0, sv) == 0);
+    close(sv[1]); /* a launcher gone before it answered */
+    char fd[16];
+    snprintf(fd, sizeof(fd), "%d", sv[0]);
+    setenv("PMI_FD", fd, 1);
+    FY_ASSERT_U64_EQ(fytest_context_job_key(), FY_JOB_KEY_DEFAULT);
+    close(sv[0]);
+}
+
 FYTEST_MAIN(FYTEST_CASE(builtin_rank_garbled), FYTEST_CASE(builtin_size_garbled),
             FYTEST_CASE(builtin_addr_garbled), FYTEST_CASE(forced_backend_missing_env),
             FYTEST_CASE(pmi1_env_garbled), FYTEST_CASE(singleton_backend),
             FYTEST_CASE(base64_round_trip), FYTEST_CASE(pmi1_split_values),
             FYTEST_CASE(pmi1_local_ranks_block), FYTEST_CASE(pmi1_local_ranks_cyclic),
             FYTEST_CASE(pmi1_local_ranks_env), FYTEST_CASE(pmi1_init_twice),
-            FYTEST_CASE(pmi1_fence_timeout), FYTEST_CASE(pmi1_server_goes_away))
+            FYTEST_CASE(pmi1_fence_timeout), FYTEST_CASE(pmi1_server_goes_away),
+            FYTEST_CASE(pmi1_job_key), FYTEST_CASE(pmi1_job_key_no_server))

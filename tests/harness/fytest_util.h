@@ -1,7 +1,7 @@
 /*
  * fytest_util.h - helpers several test programs share: a seeded byte pattern to fill and check
- * payloads with, a xorshift generator, and a seccomp filter that refuses cross-memory attach in the
- * calling process.
+ * payloads with, a xorshift generator, a seccomp filter that refuses cross-memory attach in the
+ * calling process, and the job key a new context takes from the environment.
  */
 #ifndef FYTEST_UTIL_H
 #define FYTEST_UTIL_H
@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "fytest.h"
+#include "proto/proto.h"
 
 /* The next number of a xorshift64 generator (state: any non-zero start). */
 static inline uint64_t fy_xorshift64(uint64_t *state)
@@ -71,6 +72,16 @@ static inline void fy_deny_cma(void)
     char c;
     struct iovec l = {&c, 1}, r = {&c, 1};
     FY_ASSERT(syscall(__NR_process_vm_readv, getppid(), &l, 1, &r, 1, 0) < 0 && errno == EPERM);
+}
+
+/* The job key (tcp, ofi, the listener) of a context made now, from the environment. */
+static inline uint64_t fytest_context_job_key(void)
+{
+    ferry_context_t *ctx;
+    FY_ASSERT_OK(ferry_context_create(NULL, &ctx));
+    uint64_t k = fy_context_job_key(ctx);
+    ferry_context_destroy(ctx);
+    return k;
 }
 
 #endif

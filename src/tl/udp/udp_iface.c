@@ -507,15 +507,21 @@ unsigned fy_udp_iface_progress(fy_tl_iface_t *tl_iface)
         fy_udp_fault_poll(iface, iface->now);
     if (iface->pace_due != 0 && iface->pace_due <= iface->now)
         iface->pace_due = 0; /* (the pace timers due are in this run of the hotel) */
+    /* A busy-polling worker runs this hundreds of thousands of times a second, nearly always
+     * to find nothing: what has nothing to do is skipped here, not inside a call (an empty
+     * pass's instructions in udp ~455 -> ~350, callgrind). */
     if (fy_hotel_occupancy(&iface->hotel) != 0) {
         fy_hotel_run(&iface->hotel, iface->now);
-        fy_udp_conn_run_failures(iface);
+        if (!fy_list_is_empty(&iface->faillist))
+            fy_udp_conn_run_failures(iface);
     }
     fy_udp_live_progress(iface);
-    fy_udp_tx_progress(iface);
+    if (!fy_list_is_empty(&iface->resendq) || !fy_list_is_empty(&iface->ready))
+        fy_udp_tx_progress(iface);
     if (!fy_list_is_empty(&iface->acklist))
         fy_udp_send_acks(iface, 0);
-    fy_udp_tx_flush_all(iface);
+    if (iface->ch[FY_UDP_CH_PRIO].ntx != 0 || iface->ch[FY_UDP_CH_DATA].ntx != 0)
+        fy_udp_tx_flush_all(iface);
     events = iface->events;
     if (--iface->in_progress == 0 && !fy_list_is_empty(&iface->zombies))
         fy_udp_conn_free_zombies(iface);

@@ -188,6 +188,22 @@ static void batch_csum(struct iovec *iov, unsigned n)
     memcpy(h + FY_UDP_CSUM_OFFSET, &crc, 4);
 }
 
+/* A lone datagram.  A small one (an AM of a ping-pong, an ACK) is gathered into one buffer
+ * and goes by sendto, which spares the kernel recvmsg's twin costs: copying in the message
+ * header and importing the iovec (header and payload are two pieces).  Copying a few hundred
+ * bytes costs less than that; a larger or GSO one goes by sendmsg as it is. */
+#define SEND_GATHER_MAX 1024
+
+static ssize_t send_one(int fd, const struct msghdr *mh)
+{
+    size_t len = fy_iov_total(mh->msg_iov, mh->msg_iovlen);
+    if (mh->msg_controllen != 0 || len > SEND_GATHER_MAX)
+        return sendmsg(fd, mh, 0);
+    uint8_t buf[SEND_GATHER_MAX] __attribute__((aligned(8)));
+    fy_iov_gather(buf, mh->msg_iov, mh->msg_iovlen);
+    return sendto(fd, buf, len, 0, (const struct sockaddr *)mh->msg_name, mh->msg_namelen);
+}
+
 void fy_udp_tx_flush(fy_udp_iface_t *iface, uint8_t chan)
 {
     fy_udp_chan_t *ch = &iface->ch[chan];
@@ -227,7 +243,7 @@ void fy_udp_tx_flush(fy_udp_iface_t *iface, uint8_t chan)
         sent = n;
     } else {
         while (sent < n) {
-            int r = n - sent == 1 ? (sendmsg(ch->fd, &ch->tmsg[sent].msg_hdr, 0) >= 0 ? 1 : -1)
+            int r = n - sent == 1 ? (send_one(ch->fd, &ch->tmsg[sent].msg_hdr) >= 0 ? 1 : -1)
                                   : sendmmsg(ch->fd, ch->tmsg + sent, n - sent, 0);
             if (r > 0) {
                 sent += (unsigned)r;

@@ -386,8 +386,10 @@ struct shm_ep {
     ferry_ep_stats_t stats;
 };
 
-/* A slot of our outbox not yet given back (sender side). */
-#define SHM_OBOX_QMAX     64
+/* A slot of our outbox not yet given back (sender side).  Up to SHM_OBOX_QMAX of them: more
+ * than a window of 64 messages and its acknowledgement, so a stream of medium messages never
+ * finds the queue full and falls back to a pull. */
+#define SHM_OBOX_QMAX     256
 #define SHM_OBOX_WAIT_MIN (32u << 10) /* smaller messages never wait for a slot */
 /* The outbox's base: its first SHM_OBOX_BASE bytes are reserved when the iface opens, and
  * slots of up to SHM_OBOX_SMALL bytes (messages up to 2 MiB) stay inside it, so the common

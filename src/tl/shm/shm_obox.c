@@ -3,11 +3,11 @@
  * in place (shm.h, THE OUTBOX; the send itself is obox_send in shm_ep.c).
  *
  * The outbox is a region of our own segment that every peer maps.  Its slots are taken in a
- * queue, lowest free offset first so that a stream rewrites the same cache-warm bytes, and
- * given back in order when each receiver marks its slot done (or died).  Only the outbox's
- * base is reserved at open; room for the largest messages is reserved when one first needs
- * it, and a message that finds no memory there is pulled instead.  The copies of the largest
- * messages use streamed stores (copy_nt below).
+ * queue, back at offset 0 when there is room (below) so that a stream rewrites the same
+ * cache-warm bytes, and given back in order when each receiver marks its slot done (or
+ * died).  Only the outbox's base is reserved at open; room for the largest messages is
+ * reserved when one first needs it, and a message that finds no memory there is pulled
+ * instead.  The copies of the largest messages use streamed stores (copy_nt below).
  */
 #include <string.h>
 #if defined(__SSE2__)
@@ -92,8 +92,9 @@ static int obox_reserve(shm_iface_t *iface, uint64_t end)
 }
 
 /* Take a slot of `need` bytes (its header included, a multiple of 64) for a message to peer:
- * its queue entry, or NULL when the outbox is full.  The lowest free offset wins, so a
- * stream keeps rewriting the same few (cache-warm) bytes. */
+ * its queue entry, or NULL when the outbox is full.  Offset 0 when nothing is out, and back
+ * to it once the room there is ample (below), so a stream keeps rewriting the same few
+ * (cache-warm) bytes. */
 shm_obox_entry_t *fy_shm_obox_alloc(shm_iface_t *iface, uint64_t need, shm_peer_t *peer)
 {
     fy_shm_obox_reclaim(iface);
@@ -108,11 +109,18 @@ shm_obox_entry_t *fy_shm_obox_alloc(shm_iface_t *iface, uint64_t need, shm_peer_
         const shm_obox_entry_t *last =
             &iface->obox_q[(iface->obox_first + iface->obox_count - 1) % SHM_OBOX_QMAX];
         uint64_t end = last->off + last->size;
-        if (end > first->off) { /* in use: [first, end); room before first, or after end */
-            if (need <= first->off)
-                start = 0;
-            else if (end + need <= limit)
+        if (end > first->off) { /* in use: [first, end); room after end, or before first */
+            /* Back to the start once the room there holds this slot and twice what is in
+             * flight, or a quarter of the base if that is more, not as soon as one slot
+             * fits: after a wrap every slot must fit between the last one and `first`,
+             * which moves only as fast as the receiver gives slots back, and a stream with
+             * two slots out found the outbox "full" with megabytes free after `end` (tag_bw
+             * 8114 B: 46,610 of 220,037 messages pulled instead). */
+            uint64_t want = need + FY_MAX(2 * (end - first->off), iface->obox_base / 4);
+            if (end + need <= limit && first->off < want)
                 start = end;
+            else if (need <= first->off)
+                start = 0;
             else
                 return NULL;
         } else if (end + need <= first->off) { /* wrapped: in use [first, size) + [0, end) */

@@ -82,9 +82,10 @@
 #include "util/status.h"
 
 /* Address versions: 2, the /dev/shm probe in the device address; 3, pull slots; 4, copy
- * alignment in BCOPY and OUTBOX cell flags (a peer of another version is refused, saying so). */
+ * alignment in BCOPY and OUTBOX cell flags; 5, split outbox messages (a peer of another
+ * version is refused, saying so). */
 #define SHM_SEG_MAGIC    0x316d737972726566ull /* "ferrysm1" */
-#define SHM_ADDR_VERSION 4
+#define SHM_ADDR_VERSION 5
 #define SHM_RKEY_MAGIC   0x6b72736du /* "msrk" */
 
 #define SHM_MAX_IOV       16
@@ -176,6 +177,11 @@ typedef struct shm_iface_addr {
 #define SHM_ADDR_F_NO_CMA    1u /* this iface does not pull with cross-memory attach */
 #define SHM_ADDR_F_WAKE_PATH 2u /* its wake-up socket is /dev/shm/ferry-wake-<id>, not abstract */
 
+/* A piece of the sender's memory, named in a descriptor. */
+typedef struct shm_remote_iov {
+    uint64_t addr, len;
+} shm_remote_iov_t;
+
 /* A zcopy descriptor (PULL), in the cell's buffer, followed by the AM header. */
 typedef struct shm_pull_desc {
     uint64_t cookie;
@@ -186,9 +192,7 @@ typedef struct shm_pull_desc {
     uint32_t pad;
     uint64_t gen;
     shm_iface_addr_t reply; /* the sender: where ZDONE goes */
-    struct {
-        uint64_t addr, len;
-    } iov[SHM_MAX_IOV];
+    shm_remote_iov_t iov[SHM_MAX_IOV];
 } shm_pull_desc_t;
 
 /* An OUTBOX descriptor, in the cell's buffer: header + data are at segment offset `off` of
@@ -202,11 +206,32 @@ typedef struct shm_obox_desc {
 } shm_obox_desc_t;
 
 /* The header of an outbox slot (64 bytes before its data): the receiver stores the slot's
- * generation into `done` when it no longer reads the slot. */
+ * generation into `done` when it no longer reads the slot; the sender of a split message
+ * stores it into `ready` when its part is copied. */
 #define SHM_OBOX_SLOT_HDR 64u /* then `pad` bytes (cell flags, SHM_PAD_MASK), then the data */
 typedef struct shm_obox_slot {
     uint64_t done;
+    uint64_t ready;
 } shm_obox_slot_t;
+
+/*
+ * A split message (cell flag SHM_OBOX_F_SPLIT; this follows the OUTBOX descriptor): both
+ * cores copy it into the slot at once.  The sender publishes the cell first, then copies the
+ * message's first `cut` bytes (headers included) and stores `ready`; the receiver meanwhile
+ * pulls the rest from the sender's memory (`iov`, under a pull slot as a PULL is) into the
+ * slot behind them, answers ZDONE (the send completes then), waits for `ready`, and hands
+ * the whole slot to am_cb.  One core's copy out of memory runs at about half the rate of a
+ * cached one here; two at once make up the difference (bench/RESULTS.md).
+ */
+#define SHM_OBOX_F_SPLIT 0x100u
+typedef struct shm_obox_split {
+    uint64_t cookie; /* the sender's operation (ZDONE) */
+    uint64_t cut;    /* bytes the sender copies; the receiver pulls [cut, len) */
+    uint32_t slot;   /* the sender's pull slot guarding iov, and its generation */
+    uint32_t iovcnt;
+    uint64_t gen;
+    shm_remote_iov_t iov[SHM_MAX_IOV];
+} shm_obox_split_t;
 
 /* A pushed chunk (FRAG): inline; the chunk itself is in the buffer.  cell flags: */
 #define SHM_FRAG_ABORT 1u /* the rest will never come: drop what arrived */
@@ -236,7 +261,9 @@ typedef struct shm_amo_req {
 _Static_assert(sizeof(shm_reply_t) <= SHM_CTL_MAX && sizeof(shm_frag_hdr_t) <= SHM_CTL_MAX &&
                    SHM_CELL_HDR + SHM_CTL_MAX <= 64,
                "control messages must fit inline in the smallest cell");
-_Static_assert(sizeof(shm_pull_desc_t) + SHM_MAX_ZCOPY_HDR <= 4096 && sizeof(shm_amo_req_t) <= 4096,
+_Static_assert(sizeof(shm_pull_desc_t) + SHM_MAX_ZCOPY_HDR <= 4096 &&
+                   sizeof(shm_amo_req_t) <= 4096 &&
+                   sizeof(shm_obox_desc_t) + sizeof(shm_obox_split_t) <= 4096,
                "requests must fit the smallest cell buffer");
 
 /* A pull slot word: generation << 2 | state. */
@@ -281,6 +308,7 @@ typedef struct shm_opts {
     size_t rx_keep;
     size_t obox_size;
     size_t obox_max;
+    size_t obox_split;
 } shm_opts_t;
 
 typedef struct shm_md {
@@ -471,7 +499,7 @@ struct shm_iface {
     struct {
         uint64_t rx_msgs, rx_bytes, rx_pull, rx_frag, rx_amo, rx_obox, drops_malformed, drops_dead;
         uint64_t drops_revoked, revoke_waits;
-        uint64_t tx_obox, obox_full;
+        uint64_t tx_obox, obox_full, tx_split, rx_split;
         uint64_t wakeups_sent, full, skipped_dead;
     } stats;
 };

@@ -426,6 +426,11 @@ struct shm_ep {
 #define SHM_OBOX_BASE    (8u << 20)
 #define SHM_OBOX_SMALL   ((2u << 20) + 4096u)
 #define SHM_OBOX_RESERVE (2u << 20) /* reserved at a time beyond the base */
+/* Slots of up to this size (the eager sizes of tagged messages) taken when nothing is out move
+ * on through the outbox's first SHM_OBOX_ROTATE bytes instead of starting over at 0
+ * (shm_obox.c). */
+#define SHM_OBOX_ROTATE_MAX ((32u << 10) + 4096u)
+#define SHM_OBOX_ROTATE     (2u << 20)
 typedef struct shm_obox_entry {
     uint64_t off, size, gen; /* off: from the outbox start; size: header + data, aligned */
     shm_peer_t *peer;        /* the receiver (its death frees the slot) */
@@ -479,6 +484,7 @@ struct shm_iface {
     uint64_t obox_off, obox_size, obox_max, obox_gen;
     uint64_t obox_base;     /* min(obox_size, SHM_OBOX_BASE): where small slots stay */
     uint64_t obox_reserved; /* bytes of the outbox reserved so far (posix_fallocate) */
+    uint64_t obox_next;     /* where the last slot taken ends (shm_obox.c: rotation) */
     unsigned obox_first, obox_count, obox_nowait;
     shm_obox_entry_t obox_q[SHM_OBOX_QMAX];
     /* pull slots (sender side): the table in our segment, the free ones */

@@ -125,6 +125,8 @@ static const size_t sweep[] = {0,
                                (16 << 20) + 1,
                                64 << 20};
 
+static uint64_t last_split; /* messages the last sweep or mixed run sent split */
+
 /* Send sweep[] twice (natural op choice, then all zcopy); each zcopy waits for its
  * completion.  Returns the chunks the receiver got. */
 static uint64_t run_sweep(int deny)
@@ -168,6 +170,7 @@ static uint64_t run_sweep(int deny)
     FY_ASSERT(st == FERRY_OK);
     shm_ep_t *sep = (shm_ep_t *)ep;
     int mode = sep->zc_mode;
+    last_split = tp_shm(&p)->stats.tx_split;
     tc_put_u64(c.wfd, 1);
     tc_join(&c);
     p.ops->ep_destroy(ep);
@@ -195,6 +198,24 @@ static void sweep_no_cma(void)
 static void sweep_cma_denied(void)
 {
     FY_ASSERT_GT(run_sweep(1), 8192);
+}
+
+/* Outbox messages of 1 MiB and more split (shm.h, shm_obox_split_t): the first one is pulled
+ * (the probe that shows the receiver can pull), the later ones are copied half by each side
+ * into the slot; every byte checked. */
+static void sweep_split(void)
+{
+    setenv("FERRY_SHM_OUTBOX_SPLIT", "1m", 1);
+    FY_ASSERT_EQ(run_sweep(0), 0);
+    FY_ASSERT_GE(last_split, 6); /* 1m+3 .. 16m, zero-copy at least once */
+}
+
+/* The same where the receiver may not pull: its probe is refused, nothing is split. */
+static void sweep_split_denied(void)
+{
+    setenv("FERRY_SHM_OUTBOX_SPLIT", "1m", 1);
+    FY_ASSERT_GT(run_sweep(1), 8192);
+    FY_ASSERT_EQ(last_split, 0);
 }
 
 /* The outbox beyond its 8 MiB base is reserved only when a large message first needs it: a
@@ -348,8 +369,10 @@ static void run_mixed(uint64_t delay_ns)
     tc_put_u64(c.wfd, 1);
     tc_join(&c);
     shm_iface_t *si = tp_shm(&p);
-    printf("  outbox: %llu sent through it, found full %llu times\n",
-           (unsigned long long)si->stats.tx_obox, (unsigned long long)si->stats.obox_full);
+    printf("  outbox: %llu sent through it (%llu split), found full %llu times\n",
+           (unsigned long long)si->stats.tx_obox, (unsigned long long)si->stats.tx_split,
+           (unsigned long long)si->stats.obox_full);
+    last_split = si->stats.tx_split;
     if (si->obox_max != 0)
         FY_ASSERT_GT(si->stats.tx_obox, 0);
     else
@@ -369,6 +392,15 @@ static void mixed_order_pull(void)
 {
     setenv("FERRY_SHM_OUTBOX_SIZE", "0", 1);
     run_mixed(0);
+}
+
+/* Medium messages split: eight in flight, the receiver pulling parts of some while the
+ * sender copies others; in order, nothing lost. */
+static void mixed_order_split(void)
+{
+    setenv("FERRY_SHM_OUTBOX_SPLIT", "16k", 1);
+    run_mixed(0);
+    FY_ASSERT_GT(last_split, 0);
 }
 
 /* A small outbox and a slow receiver: slots wrap around, the outbox fills, and sends that
@@ -621,7 +653,8 @@ static void loopback(void)
 }
 
 FYTEST_MAIN(FYTEST_CASE(loopback), FYTEST_CASE(sweep_cma), FYTEST_CASE(sweep_no_cma),
-            FYTEST_CASE(sweep_cma_denied), FYTEST_CASE(outbox_grows), FYTEST_CASE(zcopy_1gib),
-            FYTEST_CASE(mixed_order), FYTEST_CASE(mixed_order_pull),
+            FYTEST_CASE(sweep_cma_denied), FYTEST_CASE(sweep_split),
+            FYTEST_CASE(sweep_split_denied), FYTEST_CASE(outbox_grows), FYTEST_CASE(zcopy_1gib),
+            FYTEST_CASE(mixed_order), FYTEST_CASE(mixed_order_split), FYTEST_CASE(mixed_order_pull),
             FYTEST_CASE(mixed_order_small_outbox), FYTEST_CASE(many_senders),
             FYTEST_CASE(slow_receiver), FYTEST_CASE(event_wakeup))

@@ -82,9 +82,10 @@
 #include "util/status.h"
 
 /* Address versions: 2, the /dev/shm probe in the device address; 3, pull slots; 4, copy
- * alignment in BCOPY and OUTBOX cell flags (a peer of another version is refused, saying so). */
+ * alignment in BCOPY and OUTBOX cell flags; 5, split outbox messages (a peer of another
+ * version is refused, saying so). */
 #define SHM_SEG_MAGIC    0x316d737972726566ull /* "ferrysm1" */
-#define SHM_ADDR_VERSION 4
+#define SHM_ADDR_VERSION 5
 #define SHM_RKEY_MAGIC   0x6b72736du /* "msrk" */
 
 #define SHM_MAX_IOV       16
@@ -176,6 +177,11 @@ typedef struct shm_iface_addr {
 #define SHM_ADDR_F_NO_CMA    1u /* this iface does not pull with cross-memory attach */
 #define SHM_ADDR_F_WAKE_PATH 2u /* its wake-up socket is /dev/shm/ferry-wake-<id>, not abstract */
 
+/* A piece of the sender's memory, named in a descriptor. */
+typedef struct shm_remote_iov {
+    uint64_t addr, len;
+} shm_remote_iov_t;
+
 /* A zcopy descriptor (PULL), in the cell's buffer, followed by the AM header. */
 typedef struct shm_pull_desc {
     uint64_t cookie;
@@ -186,9 +192,7 @@ typedef struct shm_pull_desc {
     uint32_t pad;
     uint64_t gen;
     shm_iface_addr_t reply; /* the sender: where ZDONE goes */
-    struct {
-        uint64_t addr, len;
-    } iov[SHM_MAX_IOV];
+    shm_remote_iov_t iov[SHM_MAX_IOV];
 } shm_pull_desc_t;
 
 /* An OUTBOX descriptor, in the cell's buffer: header + data are at segment offset `off` of
@@ -202,11 +206,32 @@ typedef struct shm_obox_desc {
 } shm_obox_desc_t;
 
 /* The header of an outbox slot (64 bytes before its data): the receiver stores the slot's
- * generation into `done` when it no longer reads the slot. */
+ * generation into `done` when it no longer reads the slot; the sender of a split message
+ * stores it into `ready` when its part is copied. */
 #define SHM_OBOX_SLOT_HDR 64u /* then `pad` bytes (cell flags, SHM_PAD_MASK), then the data */
 typedef struct shm_obox_slot {
     uint64_t done;
+    uint64_t ready;
 } shm_obox_slot_t;
+
+/*
+ * A split message (cell flag SHM_OBOX_F_SPLIT; this follows the OUTBOX descriptor): both
+ * cores copy it into the slot at once.  The sender publishes the cell first, then copies the
+ * message's first `cut` bytes (headers included) and stores `ready`; the receiver meanwhile
+ * pulls the rest from the sender's memory (`iov`, under a pull slot as a PULL is) into the
+ * slot behind them, answers ZDONE (the send completes then), waits for `ready`, and hands
+ * the whole slot to am_cb.  One core's copy out of memory runs at about half the rate of a
+ * cached one here; two at once make up the difference (bench/RESULTS.md).
+ */
+#define SHM_OBOX_F_SPLIT 0x100u
+typedef struct shm_obox_split {
+    uint64_t cookie; /* the sender's operation (ZDONE) */
+    uint64_t cut;    /* bytes the sender copies; the receiver pulls [cut, len) */
+    uint32_t slot;   /* the sender's pull slot guarding iov, and its generation */
+    uint32_t iovcnt;
+    uint64_t gen;
+    shm_remote_iov_t iov[SHM_MAX_IOV];
+} shm_obox_split_t;
 
 /* A pushed chunk (FRAG): inline; the chunk itself is in the buffer.  cell flags: */
 #define SHM_FRAG_ABORT 1u /* the rest will never come: drop what arrived */
@@ -236,7 +261,9 @@ typedef struct shm_amo_req {
 _Static_assert(sizeof(shm_reply_t) <= SHM_CTL_MAX && sizeof(shm_frag_hdr_t) <= SHM_CTL_MAX &&
                    SHM_CELL_HDR + SHM_CTL_MAX <= 64,
                "control messages must fit inline in the smallest cell");
-_Static_assert(sizeof(shm_pull_desc_t) + SHM_MAX_ZCOPY_HDR <= 4096 && sizeof(shm_amo_req_t) <= 4096,
+_Static_assert(sizeof(shm_pull_desc_t) + SHM_MAX_ZCOPY_HDR <= 4096 &&
+                   sizeof(shm_amo_req_t) <= 4096 &&
+                   sizeof(shm_obox_desc_t) + sizeof(shm_obox_split_t) <= 4096,
                "requests must fit the smallest cell buffer");
 
 /* A pull slot word: generation << 2 | state. */
@@ -281,6 +308,7 @@ typedef struct shm_opts {
     size_t rx_keep;
     size_t obox_size;
     size_t obox_max;
+    size_t obox_split;
 } shm_opts_t;
 
 typedef struct shm_md {
@@ -386,8 +414,10 @@ struct shm_ep {
     ferry_ep_stats_t stats;
 };
 
-/* A slot of our outbox not yet given back (sender side). */
-#define SHM_OBOX_QMAX     64
+/* A slot of our outbox not yet given back (sender side).  Up to SHM_OBOX_QMAX of them: more
+ * than a window of 64 messages and its acknowledgement, so a stream of medium messages never
+ * finds the queue full and falls back to a pull. */
+#define SHM_OBOX_QMAX     256
 #define SHM_OBOX_WAIT_MIN (32u << 10) /* smaller messages never wait for a slot */
 /* The outbox's base: its first SHM_OBOX_BASE bytes are reserved when the iface opens, and
  * slots of up to SHM_OBOX_SMALL bytes (messages up to 2 MiB) stay inside it, so the common
@@ -396,6 +426,11 @@ struct shm_ep {
 #define SHM_OBOX_BASE    (8u << 20)
 #define SHM_OBOX_SMALL   ((2u << 20) + 4096u)
 #define SHM_OBOX_RESERVE (2u << 20) /* reserved at a time beyond the base */
+/* Slots of up to this size (the eager sizes of tagged messages) taken when nothing is out move
+ * on through the outbox's first SHM_OBOX_ROTATE bytes instead of starting over at 0
+ * (shm_obox.c). */
+#define SHM_OBOX_ROTATE_MAX ((32u << 10) + 4096u)
+#define SHM_OBOX_ROTATE     (2u << 20)
 typedef struct shm_obox_entry {
     uint64_t off, size, gen; /* off: from the outbox start; size: header + data, aligned */
     shm_peer_t *peer;        /* the receiver (its death frees the slot) */
@@ -449,6 +484,7 @@ struct shm_iface {
     uint64_t obox_off, obox_size, obox_max, obox_gen;
     uint64_t obox_base;     /* min(obox_size, SHM_OBOX_BASE): where small slots stay */
     uint64_t obox_reserved; /* bytes of the outbox reserved so far (posix_fallocate) */
+    uint64_t obox_next;     /* where the last slot taken ends (shm_obox.c: rotation) */
     unsigned obox_first, obox_count, obox_nowait;
     shm_obox_entry_t obox_q[SHM_OBOX_QMAX];
     /* pull slots (sender side): the table in our segment, the free ones */
@@ -469,7 +505,7 @@ struct shm_iface {
     struct {
         uint64_t rx_msgs, rx_bytes, rx_pull, rx_frag, rx_amo, rx_obox, drops_malformed, drops_dead;
         uint64_t drops_revoked, revoke_waits;
-        uint64_t tx_obox, obox_full;
+        uint64_t tx_obox, obox_full, tx_split, rx_split;
         uint64_t wakeups_sent, full, skipped_dead;
     } stats;
 };

@@ -70,8 +70,13 @@ const fy_config_table_t fy_shm_config_table = {
                         "the outbox; larger ones, and any that find the outbox full, are "
                         "pulled by the receiver with cross-memory attach.",
                         FY_CFG_SIZE, shm_opts_t, obox_max),
+        FY_CONFIG_FIELD("OUTBOX_SPLIT", "inf",
+                        "An outbox message with this much data or more is copied by both "
+                        "processes at once: the sender copies its first part while the "
+                        "receiver pulls the rest with cross-memory attach (inf: never).",
+                        FY_CFG_SIZE, shm_opts_t, obox_split),
     },
-    9,
+    10,
 };
 
 /* One region table for every shm md of the process (atomic requests name a region). */

@@ -12,11 +12,14 @@
  * copied out and bounds-checked first: a peer's bytes are not trusted.
  */
 #include <errno.h>
+#include <sched.h>
 #include <stdlib.h>
+#include <unistd.h>
 #include <sys/mman.h>
 #include <sys/uio.h>
 
 #include "tl/shm/shm.h"
+#include "util/clock.h"
 #include "util/log.h"
 
 /* Buffers for large messages come from mmap with transparent huge pages asked for: faulting
@@ -79,6 +82,34 @@ static void rx_buffer_done(shm_iface_t *iface, char *b, size_t len)
         big_free(b, len);
 }
 
+/*
+ * Copy `len` bytes from the sender's pieces `iov` (its memory, guarded by its pull slot `slot`
+ * of generation `gen`) to dst with cross-memory attach.  0 or an errno; -1 when the sender
+ * revoked the slot (it cancelled the send: nothing was read, nobody waits for an answer).
+ */
+static int pull_guarded(shm_iface_t *iface, shm_peer_t *peer, uint32_t slot, uint64_t gen,
+                        char *dst, size_t len, const shm_remote_iov_t *iov, uint32_t iovcnt)
+{
+    uint64_t *w = &peer->pulls[slot];
+    uint64_t expect = SHM_PULL_WORD(gen, SHM_PULL_OPEN);
+    if (!__atomic_compare_exchange_n(w, &expect, SHM_PULL_WORD(gen, SHM_PULL_READING), 0,
+                                     __ATOMIC_ACQ_REL, __ATOMIC_RELAXED)) {
+        iface->stats.drops_revoked++;
+        return -1;
+    }
+    /* Even from our own pid, through the kernel: any process can write our pid into a
+     * descriptor, and a plain memcpy from its addresses would crash us on a bad one. */
+    struct iovec l = {dst, len}, r[SHM_MAX_IOV];
+    for (uint32_t i = 0; i < iovcnt; i++)
+        r[i] = (struct iovec){(void *)(uintptr_t)iov[i].addr, iov[i].len};
+    int err = fy_shm_cma_copy(peer->addr.pid, &l, 1, r, iovcnt, 0);
+    /* Let go of the slot before answering: the sender may reuse it once it has the answer. */
+    expect = SHM_PULL_WORD(gen, SHM_PULL_READING);
+    __atomic_compare_exchange_n(w, &expect, SHM_PULL_WORD(gen, SHM_PULL_CLOSED), 0,
+                                __ATOMIC_RELEASE, __ATOMIC_RELAXED);
+    return err;
+}
+
 static void rx_pull(shm_iface_t *iface, uint8_t am_id, const char *buf, uint32_t len)
 {
     shm_pull_desc_t d;
@@ -119,25 +150,13 @@ static void rx_pull(shm_iface_t *iface, uint8_t am_id, const char *buf, uint32_t
         rx_buffer_done(iface, rb, total + SHM_PAD_MASK);
         return;
     }
-    uint64_t *w = &peer->pulls[d.slot];
-    uint64_t expect = SHM_PULL_WORD(d.gen, SHM_PULL_OPEN);
-    if (!__atomic_compare_exchange_n(w, &expect, SHM_PULL_WORD(d.gen, SHM_PULL_READING), 0,
-                                     __ATOMIC_ACQ_REL, __ATOMIC_RELAXED)) {
-        iface->stats.drops_revoked++; /* cancelled: nobody waits for an answer */
+    memcpy(dst, buf + sizeof(d), d.hdr_len);
+    int err = pull_guarded(iface, peer, d.slot, d.gen, dst + d.hdr_len, (size_t)d.data_len, d.iov,
+                           d.iovcnt);
+    if (err < 0) {
         rx_buffer_done(iface, rb, total + SHM_PAD_MASK);
         return;
     }
-    memcpy(dst, buf + sizeof(d), d.hdr_len);
-    /* Even from our own pid, through the kernel: any process can write our pid into a
-     * descriptor, and a plain memcpy from its addresses would crash us on a bad one. */
-    struct iovec l = {dst + d.hdr_len, (size_t)d.data_len}, r[SHM_MAX_IOV];
-    for (uint32_t i = 0; i < d.iovcnt; i++)
-        r[i] = (struct iovec){(void *)(uintptr_t)d.iov[i].addr, d.iov[i].len};
-    int err = fy_shm_cma_copy(d.reply.pid, &l, 1, r, d.iovcnt, 0);
-    /* Let go of the slot before answering: the sender may reuse it once it has the answer. */
-    expect = SHM_PULL_WORD(d.gen, SHM_PULL_READING);
-    __atomic_compare_exchange_n(w, &expect, SHM_PULL_WORD(d.gen, SHM_PULL_CLOSED), 0,
-                                __ATOMIC_RELEASE, __ATOMIC_RELAXED);
     if (err == 0) {
         fy_shm_reply(iface, &d.reply, SHM_CELL_ZDONE, d.cookie, FERRY_OK, 0);
         iface->stats.rx_msgs++;
@@ -157,10 +176,78 @@ static void rx_pull(shm_iface_t *iface, uint8_t am_id, const char *buf, uint32_t
     rx_buffer_done(iface, rb, total + SHM_PAD_MASK);
 }
 
-/* A message in the sender's outbox: handed over in place, then its slot given back. */
-static void rx_outbox(shm_iface_t *iface, uint8_t am_id, const char *buf, unsigned pad)
+/* The sender of a split message copies its part inside its send call: wait until it says
+ * the part is there (1), or it dies (0). */
+static int split_wait_ready(const shm_obox_slot_t *slot, uint64_t gen, pid_t pid)
+{
+    uint64_t next = 0;
+    for (unsigned i = 1; __atomic_load_n(&slot->ready, __ATOMIC_ACQUIRE) != gen; i++) {
+        if (i < 4096) {
+            shm_cpu_relax();
+            continue;
+        }
+        sched_yield(); /* a host with more runnable processes than cores: let it run */
+        uint64_t now = fy_time_ns();
+        if (now < next)
+            continue;
+        next = now + 1000000;
+        if (pid != getpid() && fy_shm_pid_is_dead(pid))
+            return 0;
+    }
+    return 1;
+}
+
+/* Our part of a split message (shm.h, shm_obox_split_t): pull the rest of the message behind
+ * the sender's part in the slot, answer, and wait for the sender's part.  1 when the whole
+ * message is in the slot. */
+static int rx_split(shm_iface_t *iface, shm_peer_t *peer, const shm_obox_desc_t *d, const char *buf,
+                    uint32_t len, char *msg, const shm_obox_slot_t *slot)
+{
+    shm_obox_split_t sp;
+    if (len != sizeof(*d) + sizeof(sp)) {
+        iface->stats.drops_malformed++;
+        return 0;
+    }
+    memcpy(&sp, buf + sizeof(*d), sizeof(sp));
+    uint64_t sum = 0;
+    for (uint32_t i = 0; i < sp.iovcnt && i < SHM_MAX_IOV; i++)
+        sum += sp.iov[i].len;
+    if (sp.iovcnt > SHM_MAX_IOV || sp.cut > d->len || sum != d->len - sp.cut ||
+        sp.slot >= SHM_PULL_SLOTS || sp.gen >= (1ull << 62)) {
+        iface->stats.drops_malformed++;
+        return 0;
+    }
+    iface->stats.rx_split++;
+    int err = EPERM;
+    if (iface->cma_ok || peer->addr.pid == iface->addr.pid)
+        err = pull_guarded(iface, peer, sp.slot, sp.gen, msg + sp.cut, (size_t)(d->len - sp.cut),
+                           sp.iov, sp.iovcnt);
+    if (err < 0)
+        return 0; /* revoked: nobody waits for an answer */
+    if (err == ESRCH) {
+        iface->stats.drops_dead++;
+        return 0;
+    }
+    if (err != 0)
+        fy_warn("pulling %llu bytes of a split message from process %d failed: %s: dropped",
+                (unsigned long long)(d->len - sp.cut), (int)peer->addr.pid, strerror(err));
+    fy_shm_reply(iface, &d->from, SHM_CELL_ZDONE, sp.cookie, err == 0 ? FERRY_OK : FERRY_ERR_IO, 0);
+    if (err != 0)
+        return 0;
+    if (!split_wait_ready(slot, d->gen, (pid_t)peer->addr.pid)) {
+        iface->stats.drops_dead++;
+        return 0;
+    }
+    return 1;
+}
+
+/* A message in the sender's outbox: handed over in place (a split one once both parts are
+ * there), then its slot given back. */
+static void rx_outbox(shm_iface_t *iface, uint8_t am_id, const char *buf, uint32_t len,
+                      unsigned flags)
 {
     shm_obox_desc_t d;
+    unsigned pad = flags & SHM_PAD_MASK;
     memcpy(&d, buf, sizeof(d));
     shm_peer_t *peer;
     uint64_t start = d.off - pad; /* the slot's data area (64-aligned): pad bytes, then data */
@@ -171,11 +258,15 @@ static void rx_outbox(shm_iface_t *iface, uint8_t am_id, const char *buf, unsign
         return;
     }
     char *base = (char *)peer->hdr;
+    shm_obox_slot_t *slot = (shm_obox_slot_t *)(base + start - SHM_OBOX_SLOT_HDR);
+    if ((flags & SHM_OBOX_F_SPLIT) && !rx_split(iface, peer, &d, buf, len, base + d.off, slot)) {
+        __atomic_store_n(&slot->done, d.gen, __ATOMIC_RELEASE);
+        return;
+    }
     iface->stats.rx_obox++;
     iface->stats.rx_msgs++;
     iface->stats.rx_bytes += d.len;
     iface->super.params.am_cb(iface->super.params.am_arg, am_id, base + d.off, (size_t)d.len);
-    shm_obox_slot_t *slot = (shm_obox_slot_t *)(base + start - SHM_OBOX_SLOT_HDR);
     __atomic_store_n(&slot->done, d.gen, __ATOMIC_RELEASE);
 }
 
@@ -258,9 +349,11 @@ void fy_shm_dispatch(shm_iface_t *iface, shm_cell_t *c, uint32_t ticket)
         rx_pull(iface, am_id, buf, len);
         return;
     case SHM_CELL_OUTBOX:
-        if (len != sizeof(shm_obox_desc_t) || am_id > FY_TL_AM_ID_MAX)
+        if (len != (c->flags & SHM_OBOX_F_SPLIT ? sizeof(shm_obox_desc_t) + sizeof(shm_obox_split_t)
+                                                : sizeof(shm_obox_desc_t)) ||
+            am_id > FY_TL_AM_ID_MAX)
             break;
-        rx_outbox(iface, am_id, buf, c->flags & SHM_PAD_MASK);
+        rx_outbox(iface, am_id, buf, len, c->flags);
         return;
     case SHM_CELL_FRAG:
         if (len > iface->bcopy_size || am_id > FY_TL_AM_ID_MAX ||

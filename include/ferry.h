@@ -137,9 +137,12 @@ typedef void (*ferry_request_cb_t)(ferry_request_t *req, ferry_status_t status);
 
 /**
  * A request: caller-owned storage for one nonblocking operation.  Set `cb` (may be NULL) and
- * `user_data` before the call; the library never allocates or frees requests.  After
- * completion, `status` holds the result; for a tag receive, `tag` and `length` describe the
- * message received.  The storage may be reused once the operation completed.
+ * `user_data` before the call; the library never allocates or frees requests.  When the call
+ * returned FERRY_INPROGRESS, `status` holds the result once the callback runs; when it
+ * returned FERRY_OK or an error, that return value is the result and `status` may be left
+ * unwritten (a send done at once on the fast path does not touch the request).  A tag receive
+ * completed either way fills `status`, `tag` and `length`.  The storage may be reused once
+ * the operation completed.
  */
 struct ferry_request {
     ferry_request_cb_t cb;

@@ -271,6 +271,7 @@ sep_opened: /* (a scalable endpoint: registrations bind to it, ofi_sep.c) */
         iface->eagain |= ret != 0;
     }
     query_atomics(iface);
+    fy_ofi_park_open(iface);
     *iface_p = &iface->super;
     return FERRY_OK;
 
@@ -335,6 +336,7 @@ void fy_ofi_iface_close(fy_tl_iface_t *super)
         }
         fy_rcache_destroy(rc);
     }
+    fy_ofi_park_iface(iface); /* shm: ep, av and cq kept for later, or not (ofi_park.c) */
     if (iface->ep != NULL)
         fi_close(&iface->ep->fid);
     fy_ofi_mr_dereg(&iface->flush_mr);
@@ -461,7 +463,8 @@ void fy_ofi_iface_print(fy_tl_iface_t *super, FILE *f)
     fprintf(f,
             "ofi %s (%s, domain %s): mr_mode 0x%llx, delivery complete %s, multi-recv %s, "
             "atomics 32-bit 0x%x 64-bit 0x%x, sleeps on %s, context %d of %u (%s)\n"
-            "  ops %u (in flight %u), receive drops %llu, completion errors %llu\n"
+            "  ops %u (in flight %u), receive drops %llu, completion errors %llu, RMA timeouts "
+            "%llu\n"
             "  AM rendezvous above %zu bytes: sent %llu, received %llu, failed %llu\n",
             md->dev_name, md->info->fabric_attr->prov_name, md->info->domain_attr->name,
             (unsigned long long)md->mr_mode, md->delivery ? "yes" : "no",
@@ -470,8 +473,9 @@ void fy_ofi_iface_print(fy_tl_iface_t *super, FILE *f)
             iface->ctx_index, md->ncontexts,
             md->thread_safe ? "FI_THREAD_SAFE" : "FI_THREAD_DOMAIN", iface->nops, iface->inflight,
             (unsigned long long)iface->rx_dropped, (unsigned long long)iface->cq_errors,
-            iface->rndv_thresh, (unsigned long long)iface->rndv_tx,
-            (unsigned long long)iface->rndv_rx, (unsigned long long)iface->rndv_failed);
+            (unsigned long long)iface->rma_timeouts, iface->rndv_thresh,
+            (unsigned long long)iface->rndv_tx, (unsigned long long)iface->rndv_rx,
+            (unsigned long long)iface->rndv_failed);
     fy_ofi_sep_print(iface, f); /* SEP hook: which kind of context */
     /* registrations of the whole md (every worker's): a buffer sent again and again through
      * the cache adds one (tests/ofi/test_ofi_rndv.c counts them here) */

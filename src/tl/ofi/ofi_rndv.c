@@ -542,6 +542,11 @@ static void rts_rx(fy_ofi_iface_t *iface, uint8_t id, const uint8_t *p, size_t l
     }
     if (st == FERRY_OK && off != rr->len)
         st = FERRY_ERR_PROTOCOL;
+    if (pid == (uint32_t)getpid()) { /* shm: a sender of this process (ofi_park.c) */
+        iface->same_process = 1;
+        if (st == FERRY_OK && fy_ofi_park_has(p + 24, nlen))
+            st = FERRY_ERR_CONNECTION_RESET; /* it closed: nobody serves the read */
+    }
     if (st == FERRY_OK && iface->md->mrdom.mode.local && rr->len > 0) {
         fy_rcache_t *rc = fy_ofi_md_rcache(iface->md);
         st = rc != NULL ? fy_rcache_get(rc, rr->buf, rr->len, 0, (fy_rcache_region_t **)&rr->region)

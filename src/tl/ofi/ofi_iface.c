@@ -116,7 +116,11 @@ ferry_status_t fy_ofi_iface_open(fy_tl_md_t *super_md, const fy_tl_iface_params_
      * after ep_destroy returned (nothing in libfabric takes a posted send back), so a forced
      * close there would let the peer see memory the caller reused: over rxd an eager am_zcopy
      * is copied into its op's buffer (64 KiB; rxd moves ~0.3 GB/s, the copy ~10 GB/s). */
-    iface->zcopy_copies = iface->no_inject;
+    /* sockets' progress thread sends a message from the caller's buffer whenever the socket
+     * takes it, also after ep_destroy returned: copied there too (and no AM rendezvous by
+     * default: ofi_rndv.c) */
+    iface->zcopy_copies =
+        iface->no_inject || strcmp(md->info->fabric_attr->prov_name, "sockets") == 0;
     iface->bbuf_size = iface->zcopy_copies ? iface->msg_max + 256 : FY_OFI_BBUF;
     fy_ofi_rndv_init(iface);
     const char *what = "";

@@ -93,7 +93,8 @@ static const fy_config_field_t ofi_config_fields[] = {
                     "size, 64 KiB, 16 KiB over rxm) go by rendezvous: the receiver fi_reads the "
                     "sender's buffer.  inf: never (proto sends larger AMs as fragments).  0: "
                     "the provider's default, 64 KiB, and never over rxd (its reads are slower "
-                    "than its messages).",
+                    "than its messages) nor sockets (its thread serves reads after a forced "
+                    "close).",
                     FY_CFG_SIZE, fy_ofi_config_t, rndv_thresh),
     FY_CONFIG_ENUM_FIELD("SEP", "auto",
                          "Several contexts on one scalable endpoint (fi_scalable_ep, a transmit "

@@ -678,6 +678,27 @@ static void dereg_refused_alone(const char *what, int kind)
     p.b.ops->mem_dereg(p.b.md, gone.memh);
     gone.registered = 0;
     expect_refused(&p, &gone, what, kind, 0, 64);
+    /* then a new ep to the peer carries an AM, fails (err_cb), or is refused at once: never
+     * a hang */
+    conf_addr_t ba;
+    conf_addr(&p.b, &ba);
+    fy_tl_ep_t *ep2 = NULL;
+    ferry_status_t st = p.a.ops->ep_create(p.a.iface, ba.bytes, ba.bytes + ba.dlen, &ep2);
+    const char *then = ferry_status_string(st);
+    if (st == FERRY_OK) {
+        uint64_t before_rx = p.b.rx_msgs;
+        unsigned nerr = p.a.nerr;
+        char m[CONF_MSG_HDR] = {0};
+        st = send_am(&p, ep2, AM_SHORT, 9, m, sizeof(m), 0, NULL);
+        if (st == FERRY_OK)
+            PUMP_UNTIL(&p, p.b.rx_msgs > before_rx || p.a.nerr > nerr,
+                       "an AM on a new ep after the failed one");
+        then = st != FERRY_OK            ? ferry_status_string(st)
+               : p.b.rx_msgs > before_rx ? "carries an AM"
+                                         : ferry_status_string(p.a.err_st);
+        p.a.ops->ep_destroy(ep2);
+    }
+    printf("  then a new ep to the peer: %s\n", then);
     region_close(&p, &gone);
     pair_close(&p);
 }
@@ -713,7 +734,11 @@ static void rma_refused(void)
     p.b.ops->mem_dereg(p.b.md, gone.memh);
     gone.registered = 0;
     if (conf_tl.rma_dereg_fails_ep) {
-        dereg_refused_alone("put with a deregistered key", 1);
+        if (!conf_tl.rma_unchecked_dereg)
+            dereg_refused_alone("put with a deregistered key", 1);
+        else
+            printf("  %s: puts bypass the target; a deregistered key is not checked\n",
+                   conf_tl.name);
         dereg_refused_alone("get with a deregistered key", 2);
     } else if (!conf_tl.rma_unchecked_dereg) {
         expect_refused(&p, &gone, "put with a deregistered key", 1, 0, 64);

@@ -175,6 +175,8 @@ struct fy_ofi_ep {
     fi_addr_t addr;
     pid_t pid;
     uint64_t flush_addr, flush_key;
+    uint8_t name[FY_OFI_NAME_MAX]; /* the peer's endpoint name (a broken path is remembered) */
+    size_t name_len;
     fy_list_t ops;            /* outstanding, issue order */
     ferry_status_t failed;    /* 0, or the failure */
     int err_reported;         /* err_cb ran */
@@ -246,8 +248,10 @@ struct fy_ofi_iface {
     void *spare; /* the last receive buffer, kept for the next rendezvous */
     size_t spare_len;
     int delivering;
-    int closing;      /* iface_close drains the CQ: nothing is delivered */
-    int wedged;       /* shm: a read to a dead process holds the endpoint's completions for ever */
+    int closing; /* iface_close drains the CQ: nothing is delivered */
+    int wedged;  /* shm: a read to a dead process holds the endpoint's completions for ever */
+    struct fy_ofi_broken *broken; /* peers whose path from here broke: no new eps to them */
+    unsigned nbroken;
     int parkable;     /* shm: counted among the process's shm interfaces (ofi_park.c) */
     int same_process; /* an endpoint of this process reached it or was reached: park it */
     uint64_t rndv_tx, rndv_rx, rndv_failed;
@@ -268,6 +272,7 @@ int fy_ofi_iface_is_reachable(fy_tl_iface_t *iface, const void *dev_addr, const 
 void fy_ofi_iface_unreachable_why(fy_tl_iface_t *iface, const void *dev_addr,
                                   const void *iface_addr, char *buf, size_t len);
 void fy_ofi_iface_print(fy_tl_iface_t *iface, FILE *f);
+void fy_ofi_iface_break_peer(fy_ofi_iface_t *iface, const fy_ofi_ep_t *ep);
 
 /* ofi_progress.c */
 unsigned fy_ofi_iface_progress(fy_tl_iface_t *iface);

@@ -74,7 +74,9 @@ ferry_status_t fy_ofi_ep_create(fy_tl_iface_t *super, const void *dev_addr, cons
     ep->super.iface = super;
     ep->pid = pid;
     if (pid == getpid())
-        iface->same_process = 1; /* shm: its endpoint is parked at close (ofi_park.c) */
+        iface->same_process = 1;        /* shm: its endpoint is parked at close (ofi_park.c) */
+    ep->name_len = le32toh(a.name_len); /* checked by is_reachable */
+    memcpy(ep->name, a.name, ep->name_len);
     ep->flush_addr = le64toh(a.flush_addr);
     ep->flush_key = le64toh(a.flush_key);
     fy_list_init(&ep->ops);

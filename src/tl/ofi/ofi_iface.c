@@ -360,6 +360,7 @@ void fy_ofi_iface_close(fy_tl_iface_t *super)
     fy_ofi_rndv_free(iface);
     fy_ofi_op_free_all(iface, &iface->orphans);
     fy_ofi_op_free_all(iface, &iface->free);
+    free(iface->broken);
     pthread_mutex_lock(&iface->md->rc_lock);
     iface->md->ctx_busy[iface->ctx_index] = 0;
     pthread_mutex_unlock(&iface->md->rc_lock);
@@ -430,6 +431,45 @@ ferry_status_t fy_ofi_iface_get_address(fy_tl_iface_t *super, void *dev_addr, vo
     return FERRY_OK;
 }
 
+/* A peer whose path from this interface the provider broke: rxd's stream to it stuck behind
+ * an access it neither completes nor fails (FERRY_OFI_RMA_TIMEOUT), rxm's connection dropped
+ * by the tcp provider (after a write with a key the target closed).  A new ep to it on this
+ * interface would lose its messages without an error (rxd, rxm: the conformance suite's
+ * rma_refused), so it is refused; a new interface reaches the peer. */
+struct fy_ofi_broken {
+    uint8_t name[FY_OFI_NAME_MAX];
+    size_t len;
+};
+
+#define FY_OFI_BROKEN_MAX 64 /* remembered per interface; the oldest is forgotten past it */
+
+static int peer_broken(const fy_ofi_iface_t *iface, const uint8_t *name, size_t len)
+{
+    for (unsigned i = 0; i < iface->nbroken; i++)
+        if (iface->broken[i].len == len && memcmp(iface->broken[i].name, name, len) == 0)
+            return 1;
+    return 0;
+}
+
+void fy_ofi_iface_break_peer(fy_ofi_iface_t *iface, const fy_ofi_ep_t *ep)
+{
+    if (ep->name_len == 0 || peer_broken(iface, ep->name, ep->name_len))
+        return;
+    if (iface->broken == NULL) {
+        iface->broken = calloc(FY_OFI_BROKEN_MAX, sizeof(*iface->broken));
+        if (iface->broken == NULL)
+            return;
+    }
+    if (iface->nbroken == FY_OFI_BROKEN_MAX) { /* the oldest goes */
+        memmove(&iface->broken[0], &iface->broken[1],
+                (FY_OFI_BROKEN_MAX - 1) * sizeof(*iface->broken));
+        iface->nbroken--;
+    }
+    unsigned i = iface->nbroken++;
+    memcpy(iface->broken[i].name, ep->name, ep->name_len);
+    iface->broken[i].len = ep->name_len;
+}
+
 static const char *unreachable(fy_ofi_iface_t *iface, const void *dev_addr, const void *iface_addr)
 {
     fy_ofi_dev_addr_t d;
@@ -437,14 +477,18 @@ static const char *unreachable(fy_ofi_iface_t *iface, const void *dev_addr, cons
     memcpy(&d, dev_addr, sizeof(d));
     memcpy(&a, iface_addr, sizeof(a));
     if (iface->wedged)
-        return "this interface's shm endpoint waits for ever on a read from a process that died "
-               "(libfabric 1.17's shm completes in order): it serves no endpoint any more";
+        return "this interface's shm endpoint waits for ever on a read that never completes (from "
+               "a process that died, or past FERRY_OFI_RMA_TIMEOUT; libfabric 1.17's shm "
+               "completes in order): it serves no endpoint any more";
     if (le64toh(d.host_id) != iface->md->host_id)
         return "another host or network namespace: ofi is bound to this host";
     if (le64toh(d.prov_hash) != iface->md->prov_hash)
         return "the peer uses another libfabric provider";
     if (le32toh(a.name_len) == 0 || le32toh(a.name_len) >= FY_OFI_NAME_MAX)
         return "malformed address";
+    if (peer_broken(iface, a.name, le32toh(a.name_len)))
+        return "the provider broke this interface's path to that peer (an operation stuck past "
+               "FERRY_OFI_RMA_TIMEOUT, or its connection dropped): a new interface reaches it";
     return NULL;
 }
 

@@ -245,6 +245,15 @@ static int ep_deadline(fy_ofi_iface_t *iface, fy_ofi_ep_t *ep, uint64_t now)
                  "progress)",
                  rma_what[op->kind], (int)ep->pid, iface->info->fabric_attr->prov_name,
                  (double)(now - op->seen_ns) / 1e9);
+        /* libfabric 1.17's shm completes an endpoint's operations in order: nothing after a
+         * stuck one completes (an AM on another ep to that peer never arrived), so the whole
+         * interface fails, as after a read from a dead process (ofi_rndv.c) */
+        if (strcmp(iface->info->fabric_attr->prov_name, "shm") == 0 && !iface->wedged) {
+            fy_error("ofi: shm completes in order, so nothing after that %s will: this "
+                     "interface's endpoints fail (FERRY_ERR_IO) and it takes no new ones",
+                     rma_what[op->kind]);
+            iface->wedged = 1;
+        }
         fy_ofi_ep_fail(ep, FERRY_ERR_ENDPOINT_TIMEOUT);
         return 1;
     }

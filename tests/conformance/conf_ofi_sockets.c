@@ -15,8 +15,8 @@
  * of a clean-clone CI run (2026-11-28).  Slow, not lost: sockets' progress thread reads every
  * peer's stream into buffers of its own whether or not the receiver progresses, so the
  * sender's sends keep completing and NO_RESOURCE comes only when the sender outpaces that
- * thread: after 250-2300 messages of 8 KiB in 20 runs of the whole suite under ASan at load
- * 7-10 (each drained in 0.03-0.7 s), but after 56173 (438 MiB) when the sender paces itself
+ * thread: after 256-2327 messages of 8 KiB in 20 runs of the whole suite under ASan at load
+ * 6.4-10.6 (each drained in 14-689 ms), but after 56173 (438 MiB) when the sender paces itself
  * (200 us per message), which then took 6 s to drain in the gcc build, every message there and
  * in order; several times slower under ASan and load, that can pass 30 s (the ASan drain
  * of such a backlog not measured).  Bounding sockets' buffer (rx_attr's

@@ -26,6 +26,11 @@ typedef struct conf_tl {
     /* put/get reach the target's memory without the target (cross-memory attach): a key
      * whose region the target deregistered cannot be refused (tl.h, RMA) */
     int rma_unchecked_dereg;
+    /* an access with a key the target deregistered may fail the ep (err_cb) instead of only
+     * itself: the provider's stream to the peer is stuck behind it or dropped (ofi over rxd,
+     * rxm: docs/ofi.md); the error must still come, without a hang, each on a pair of its own
+     * (with rma_unchecked_dereg too: the get only) */
+    int rma_dereg_fails_ep;
     const char *const *env;
 } conf_tl_t;
 

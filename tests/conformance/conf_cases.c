@@ -633,6 +633,7 @@ static void expect_refused(pair_t *p, region_t *r, const char *what, int kind, l
     else
         st = p->a.ops->atomic(p->ab, FERRY_ATOMIC_ADD, 8, 1, 0, &res, raddr(r, off), r->rkey,
                               &c.super);
+    unsigned nerr = p->a.nerr;
     ferry_status_t op_st = finish(p, st, &c);
     ferry_status_t fl = flush_wait(p, p->ab);
     int dirty = memcmp(before, r->mem, 3 * PAGE) != 0;
@@ -652,12 +653,54 @@ static void expect_refused(pair_t *p, region_t *r, const char *what, int kind, l
      * api_put_refused checks that) */
     printf("  %-28s op %-22s flush %s\n", what, ferry_status_string(op_st),
            ferry_status_string(fl));
+    if (p->a.nerr != nerr) { /* the ep failed for it: allowed where the conf file says so */
+        FY_ASSERT_MSG(conf_tl.rma_dereg_fails_ep, "%s: %s failed the ep (err_cb)", conf_tl.name,
+                      what);
+        return;
+    }
     /* the error is reported once: the next flush is clean, and the ep still works */
     FY_ASSERT_OK(flush_wait(p, p->ab));
     uint64_t before_rx = p->b.rx_msgs;
     char m[CONF_MSG_HDR];
     FY_ASSERT_OK(send_am(p, p->ab, AM_SHORT, 9, m, sizeof(m), 0, NULL));
     PUMP_UNTIL(p, p->b.rx_msgs > before_rx, "an AM after a refused op");
+}
+
+/* An access with a deregistered key where it may fail the ep (rma_dereg_fails_ep): on a pair
+ * of its own, so the next clause has a working ep. */
+static void dereg_refused_alone(const char *what, int kind)
+{
+    pair_t p;
+    pair_open(&p);
+    p.b.on_am = count_am;
+    region_t gone;
+    region_open(&p, &gone, FERRY_MEM_REMOTE_READ | FERRY_MEM_REMOTE_WRITE);
+    p.b.ops->mem_dereg(p.b.md, gone.memh);
+    gone.registered = 0;
+    expect_refused(&p, &gone, what, kind, 0, 64);
+    /* then a new ep to the peer carries an AM, fails (err_cb), or is refused at once: never
+     * a hang */
+    conf_addr_t ba;
+    conf_addr(&p.b, &ba);
+    fy_tl_ep_t *ep2 = NULL;
+    ferry_status_t st = p.a.ops->ep_create(p.a.iface, ba.bytes, ba.bytes + ba.dlen, &ep2);
+    const char *then = ferry_status_string(st);
+    if (st == FERRY_OK) {
+        uint64_t before_rx = p.b.rx_msgs;
+        unsigned nerr = p.a.nerr;
+        char m[CONF_MSG_HDR] = {0};
+        st = send_am(&p, ep2, AM_SHORT, 9, m, sizeof(m), 0, NULL);
+        if (st == FERRY_OK)
+            PUMP_UNTIL(&p, p.b.rx_msgs > before_rx || p.a.nerr > nerr,
+                       "an AM on a new ep after the failed one");
+        then = st != FERRY_OK            ? ferry_status_string(st)
+               : p.b.rx_msgs > before_rx ? "carries an AM"
+                                         : ferry_status_string(p.a.err_st);
+        p.a.ops->ep_destroy(ep2);
+    }
+    printf("  then a new ep to the peer: %s\n", then);
+    region_close(&p, &gone);
+    pair_close(&p);
 }
 
 static void rma_refused(void)
@@ -690,7 +733,14 @@ static void rma_refused(void)
     /* a key whose region was deregistered */
     p.b.ops->mem_dereg(p.b.md, gone.memh);
     gone.registered = 0;
-    if (!conf_tl.rma_unchecked_dereg) {
+    if (conf_tl.rma_dereg_fails_ep) {
+        if (!conf_tl.rma_unchecked_dereg)
+            dereg_refused_alone("put with a deregistered key", 1);
+        else
+            printf("  %s: puts bypass the target; a deregistered key is not checked\n",
+                   conf_tl.name);
+        dereg_refused_alone("get with a deregistered key", 2);
+    } else if (!conf_tl.rma_unchecked_dereg) {
         expect_refused(&p, &gone, "put with a deregistered key", 1, 0, 64);
         expect_refused(&p, &gone, "get with a deregistered key", 2, 0, 64);
     } else {

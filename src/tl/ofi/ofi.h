@@ -76,14 +76,15 @@ typedef struct fy_ofi_config {
     unsigned long tx_ops;   /* operations in flight per iface before NO_RESOURCE */
     unsigned long contexts; /* FERRY_OFI_CONTEXTS: ifaces (workers) the md serves */
     uint64_t peer_check;    /* liveness check period */
-    int multi_recv;         /* use FI_MULTI_RECV where offered */
-    int delivery;           /* use FI_DELIVERY_COMPLETE where offered */
-    int atomics;            /* use the provider's atomics where valid */
-    int wait_fd;            /* ask the CQ for a wait fd (FI_WAIT_FD) */
-    uint64_t wait_poll;     /* no wait fd: how often a sleeping worker wakes to progress */
-    char *mr_force;         /* FERRY_OFI_MR_FORCE: MR mode bits acted on though not asked */
-    size_t rndv_thresh;     /* FERRY_OFI_RNDV_THRESH: larger AMs go by rendezvous (fi_read) */
-    int sep;                /* FERRY_OFI_SEP: auto, on, off (fy_ofi_sep_modes; ofi_sep.c) */
+    uint64_t rma_timeout; /* FERRY_OFI_RMA_TIMEOUT: an RMA op outstanding longer fails; 0: never */
+    int multi_recv;       /* use FI_MULTI_RECV where offered */
+    int delivery;         /* use FI_DELIVERY_COMPLETE where offered */
+    int atomics;          /* use the provider's atomics where valid */
+    int wait_fd;          /* ask the CQ for a wait fd (FI_WAIT_FD) */
+    uint64_t wait_poll;   /* no wait fd: how often a sleeping worker wakes to progress */
+    char *mr_force;       /* FERRY_OFI_MR_FORCE: MR mode bits acted on though not asked */
+    size_t rndv_thresh;   /* FERRY_OFI_RNDV_THRESH: larger AMs go by rendezvous (fi_read) */
+    int sep;              /* FERRY_OFI_SEP: auto, on, off (fy_ofi_sep_modes; ofi_sep.c) */
     double latency_ns, bandwidth;
 } fy_ofi_config_t;
 extern const fy_config_table_t fy_ofi_config_table;
@@ -153,6 +154,7 @@ typedef struct fy_ofi_op {
     fy_ofi_rr_t *rr;     /* RREAD: the receive it reads for */
     struct iovec iov[8]; /* a queued send's gather list */
     ferry_status_t status;
+    uint64_t seen_ns; /* RMA, flush read: when the deadline check first saw it posted, or 0 */
     uint64_t operand, compare, result; /* atomics */
     void *result_dst;
     size_t amo_size;
@@ -173,6 +175,8 @@ struct fy_ofi_ep {
     fi_addr_t addr;
     pid_t pid;
     uint64_t flush_addr, flush_key;
+    uint8_t name[FY_OFI_NAME_MAX]; /* the peer's endpoint name (a broken path is remembered) */
+    size_t name_len;
     fy_list_t ops;            /* outstanding, issue order */
     ferry_status_t failed;    /* 0, or the failure */
     int err_reported;         /* err_cb ran */
@@ -228,6 +232,7 @@ struct fy_ofi_iface {
     int event_fd;  /* epoll of both: what the worker sleeps on */
     uint64_t next_check_ns;
     uint64_t rx_dropped, cq_errors, eagain;
+    uint64_t rma_timeouts; /* RMA ops and flush reads failed by FERRY_OFI_RMA_TIMEOUT */
     /* AM rendezvous (ofi_rndv.c) */
     size_t rndv_thresh;    /* AMs (header included) above it go by rendezvous; SIZE_MAX: none */
     size_t rndv_max;       /* the largest AM by rendezvous (max_zcopy) */
@@ -245,6 +250,10 @@ struct fy_ofi_iface {
     int delivering;
     int closing; /* iface_close drains the CQ: nothing is delivered */
     int wedged;  /* shm: a read to a dead process holds the endpoint's completions for ever */
+    struct fy_ofi_broken *broken; /* peers whose path from here broke: no new eps to them */
+    unsigned nbroken;
+    int parkable;     /* shm: counted among the process's shm interfaces (ofi_park.c) */
+    int same_process; /* an endpoint of this process reached it or was reached: park it */
     uint64_t rndv_tx, rndv_rx, rndv_failed;
 };
 
@@ -263,6 +272,7 @@ int fy_ofi_iface_is_reachable(fy_tl_iface_t *iface, const void *dev_addr, const 
 void fy_ofi_iface_unreachable_why(fy_tl_iface_t *iface, const void *dev_addr,
                                   const void *iface_addr, char *buf, size_t len);
 void fy_ofi_iface_print(fy_tl_iface_t *iface, FILE *f);
+void fy_ofi_iface_break_peer(fy_ofi_iface_t *iface, const fy_ofi_ep_t *ep);
 
 /* ofi_progress.c */
 unsigned fy_ofi_iface_progress(fy_tl_iface_t *iface);
@@ -319,6 +329,13 @@ ferry_status_t fy_ofi_get_zcopy(fy_tl_ep_t *ep, const struct iovec *iov, size_t 
 ferry_status_t fy_ofi_atomic(fy_tl_ep_t *ep, ferry_atomic_op_t op, size_t size, uint64_t operand,
                              uint64_t compare, void *result, uint64_t remote_addr, const void *rkey,
                              fy_tl_comp_t *comp);
+
+/* ofi_park.c: an shm endpoint that an endpoint of its own process reached is closed with the
+ * process's last shm interface (libfabric 1.17's shm crashes otherwise) */
+void fy_ofi_park_open(fy_ofi_iface_t *iface); /* at the end of a successful iface_open */
+int fy_ofi_park_iface(fy_ofi_iface_t *iface); /* iface_close: 1 when ep, av, cq were taken */
+int fy_ofi_park_domain(fy_ofi_md_t *md);      /* md_close: 1 when domain, fabric, info were */
+int fy_ofi_park_has(const uint8_t *name, size_t len); /* that endpoint is parked */
 
 /* ofi_sep.c: several contexts on one scalable endpoint, where the provider offers it */
 typedef struct fy_ofi_sep fy_ofi_sep_t;

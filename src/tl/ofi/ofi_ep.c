@@ -66,11 +66,17 @@ ferry_status_t fy_ofi_ep_create(fy_tl_iface_t *super, const void *dev_addr, cons
     pid_t pid = (pid_t)le32toh(a.pid);
     if (pid > 0 && kill(pid, 0) != 0 && errno == ESRCH)
         return FERRY_ERR_UNREACHABLE; /* the peer's process is gone */
+    if (pid == getpid() && fy_ofi_park_has(a.name, le32toh(a.name_len)))
+        return FERRY_ERR_UNREACHABLE; /* an interface of this process that closed */
     fy_ofi_ep_t *ep = calloc(1, sizeof(*ep));
     if (ep == NULL)
         return FERRY_ERR_NO_MEMORY;
     ep->super.iface = super;
     ep->pid = pid;
+    if (pid == getpid())
+        iface->same_process = 1;        /* shm: its endpoint is parked at close (ofi_park.c) */
+    ep->name_len = le32toh(a.name_len); /* checked by is_reachable */
+    memcpy(ep->name, a.name, ep->name_len);
     ep->flush_addr = le64toh(a.flush_addr);
     ep->flush_key = le64toh(a.flush_key);
     fy_list_init(&ep->ops);

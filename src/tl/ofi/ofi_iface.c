@@ -116,7 +116,11 @@ ferry_status_t fy_ofi_iface_open(fy_tl_md_t *super_md, const fy_tl_iface_params_
      * after ep_destroy returned (nothing in libfabric takes a posted send back), so a forced
      * close there would let the peer see memory the caller reused: over rxd an eager am_zcopy
      * is copied into its op's buffer (64 KiB; rxd moves ~0.3 GB/s, the copy ~10 GB/s). */
-    iface->zcopy_copies = iface->no_inject;
+    /* sockets' progress thread sends a message from the caller's buffer whenever the socket
+     * takes it, also after ep_destroy returned: copied there too (and no AM rendezvous by
+     * default: ofi_rndv.c) */
+    iface->zcopy_copies =
+        iface->no_inject || strcmp(md->info->fabric_attr->prov_name, "sockets") == 0;
     iface->bbuf_size = iface->zcopy_copies ? iface->msg_max + 256 : FY_OFI_BBUF;
     fy_ofi_rndv_init(iface);
     const char *what = "";
@@ -271,6 +275,7 @@ sep_opened: /* (a scalable endpoint: registrations bind to it, ofi_sep.c) */
         iface->eagain |= ret != 0;
     }
     query_atomics(iface);
+    fy_ofi_park_open(iface);
     *iface_p = &iface->super;
     return FERRY_OK;
 
@@ -335,6 +340,7 @@ void fy_ofi_iface_close(fy_tl_iface_t *super)
         }
         fy_rcache_destroy(rc);
     }
+    fy_ofi_park_iface(iface); /* shm: ep, av and cq kept for later, or not (ofi_park.c) */
     if (iface->ep != NULL)
         fi_close(&iface->ep->fid);
     fy_ofi_mr_dereg(&iface->flush_mr);
@@ -354,6 +360,7 @@ void fy_ofi_iface_close(fy_tl_iface_t *super)
     fy_ofi_rndv_free(iface);
     fy_ofi_op_free_all(iface, &iface->orphans);
     fy_ofi_op_free_all(iface, &iface->free);
+    free(iface->broken);
     pthread_mutex_lock(&iface->md->rc_lock);
     iface->md->ctx_busy[iface->ctx_index] = 0;
     pthread_mutex_unlock(&iface->md->rc_lock);
@@ -424,6 +431,45 @@ ferry_status_t fy_ofi_iface_get_address(fy_tl_iface_t *super, void *dev_addr, vo
     return FERRY_OK;
 }
 
+/* A peer whose path from this interface the provider broke: rxd's stream to it stuck behind
+ * an access it neither completes nor fails (FERRY_OFI_RMA_TIMEOUT), rxm's connection dropped
+ * by the tcp provider (after a write with a key the target closed).  A new ep to it on this
+ * interface would lose its messages without an error (rxd, rxm: the conformance suite's
+ * rma_refused), so it is refused; a new interface reaches the peer. */
+struct fy_ofi_broken {
+    uint8_t name[FY_OFI_NAME_MAX];
+    size_t len;
+};
+
+#define FY_OFI_BROKEN_MAX 64 /* remembered per interface; the oldest is forgotten past it */
+
+static int peer_broken(const fy_ofi_iface_t *iface, const uint8_t *name, size_t len)
+{
+    for (unsigned i = 0; i < iface->nbroken; i++)
+        if (iface->broken[i].len == len && memcmp(iface->broken[i].name, name, len) == 0)
+            return 1;
+    return 0;
+}
+
+void fy_ofi_iface_break_peer(fy_ofi_iface_t *iface, const fy_ofi_ep_t *ep)
+{
+    if (ep->name_len == 0 || peer_broken(iface, ep->name, ep->name_len))
+        return;
+    if (iface->broken == NULL) {
+        iface->broken = calloc(FY_OFI_BROKEN_MAX, sizeof(*iface->broken));
+        if (iface->broken == NULL)
+            return;
+    }
+    if (iface->nbroken == FY_OFI_BROKEN_MAX) { /* the oldest goes */
+        memmove(&iface->broken[0], &iface->broken[1],
+                (FY_OFI_BROKEN_MAX - 1) * sizeof(*iface->broken));
+        iface->nbroken--;
+    }
+    unsigned i = iface->nbroken++;
+    memcpy(iface->broken[i].name, ep->name, ep->name_len);
+    iface->broken[i].len = ep->name_len;
+}
+
 static const char *unreachable(fy_ofi_iface_t *iface, const void *dev_addr, const void *iface_addr)
 {
     fy_ofi_dev_addr_t d;
@@ -431,14 +477,18 @@ static const char *unreachable(fy_ofi_iface_t *iface, const void *dev_addr, cons
     memcpy(&d, dev_addr, sizeof(d));
     memcpy(&a, iface_addr, sizeof(a));
     if (iface->wedged)
-        return "this interface's shm endpoint waits for ever on a read from a process that died "
-               "(libfabric 1.17's shm completes in order): it serves no endpoint any more";
+        return "this interface's shm endpoint waits for ever on a read that never completes (from "
+               "a process that died, or past FERRY_OFI_RMA_TIMEOUT; libfabric 1.17's shm "
+               "completes in order): it serves no endpoint any more";
     if (le64toh(d.host_id) != iface->md->host_id)
         return "another host or network namespace: ofi is bound to this host";
     if (le64toh(d.prov_hash) != iface->md->prov_hash)
         return "the peer uses another libfabric provider";
     if (le32toh(a.name_len) == 0 || le32toh(a.name_len) >= FY_OFI_NAME_MAX)
         return "malformed address";
+    if (peer_broken(iface, a.name, le32toh(a.name_len)))
+        return "the provider broke this interface's path to that peer (an operation stuck past "
+               "FERRY_OFI_RMA_TIMEOUT, or its connection dropped): a new interface reaches it";
     return NULL;
 }
 
@@ -461,7 +511,8 @@ void fy_ofi_iface_print(fy_tl_iface_t *super, FILE *f)
     fprintf(f,
             "ofi %s (%s, domain %s): mr_mode 0x%llx, delivery complete %s, multi-recv %s, "
             "atomics 32-bit 0x%x 64-bit 0x%x, sleeps on %s, context %d of %u (%s)\n"
-            "  ops %u (in flight %u), receive drops %llu, completion errors %llu\n"
+            "  ops %u (in flight %u), receive drops %llu, completion errors %llu, RMA timeouts "
+            "%llu\n"
             "  AM rendezvous above %zu bytes: sent %llu, received %llu, failed %llu\n",
             md->dev_name, md->info->fabric_attr->prov_name, md->info->domain_attr->name,
             (unsigned long long)md->mr_mode, md->delivery ? "yes" : "no",
@@ -470,8 +521,9 @@ void fy_ofi_iface_print(fy_tl_iface_t *super, FILE *f)
             iface->ctx_index, md->ncontexts,
             md->thread_safe ? "FI_THREAD_SAFE" : "FI_THREAD_DOMAIN", iface->nops, iface->inflight,
             (unsigned long long)iface->rx_dropped, (unsigned long long)iface->cq_errors,
-            iface->rndv_thresh, (unsigned long long)iface->rndv_tx,
-            (unsigned long long)iface->rndv_rx, (unsigned long long)iface->rndv_failed);
+            (unsigned long long)iface->rma_timeouts, iface->rndv_thresh,
+            (unsigned long long)iface->rndv_tx, (unsigned long long)iface->rndv_rx,
+            (unsigned long long)iface->rndv_failed);
     fy_ofi_sep_print(iface, f); /* SEP hook: which kind of context */
     /* registrations of the whole md (every worker's): a buffer sent again and again through
      * the cache adds one (tests/ofi/test_ofi_rndv.c counts them here) */

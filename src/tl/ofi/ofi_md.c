@@ -52,6 +52,11 @@ static const fy_config_field_t ofi_config_fields[] = {
                     "How often each endpoint's peer process is checked for liveness (the "
                     "transport reaches this host only).",
                     FY_CFG_TIME, fy_ofi_config_t, peer_check),
+    FY_CONFIG_FIELD("RMA_TIMEOUT", "30s",
+                    "A put, get, atomic or flush read the provider has neither completed nor "
+                    "failed after this long fails with TIMED_OUT (udp;ofi_rxd retries an access "
+                    "with a key the target closed for ever).  0: wait for ever.",
+                    FY_CFG_TIME, fy_ofi_config_t, rma_timeout),
     FY_CONFIG_FIELD("MULTI_RECV", "y", "Receive into FI_MULTI_RECV buffers where offered.",
                     FY_CFG_BOOL, fy_ofi_config_t, multi_recv),
     FY_CONFIG_FIELD("DELIVERY_COMPLETE", "y",
@@ -88,7 +93,8 @@ static const fy_config_field_t ofi_config_fields[] = {
                     "size, 64 KiB, 16 KiB over rxm) go by rendezvous: the receiver fi_reads the "
                     "sender's buffer.  inf: never (proto sends larger AMs as fragments).  0: "
                     "the provider's default, 64 KiB, and never over rxd (its reads are slower "
-                    "than its messages).",
+                    "than its messages) nor sockets (its thread serves reads after a forced "
+                    "close).",
                     FY_CFG_SIZE, fy_ofi_config_t, rndv_thresh),
     FY_CONFIG_ENUM_FIELD("SEP", "auto",
                          "Several contexts on one scalable endpoint (fi_scalable_ep, a transmit "
@@ -515,7 +521,9 @@ static void ofi_md_close(fy_tl_md_t *super)
     fy_rcache_destroy(md->rcache); /* registrations first: they belong to the domain */
     pthread_mutex_destroy(&md->rc_lock);
     free(md->ctx_busy);
-    fy_ofi_sep_close(md); /* SEP hook */
+    fy_ofi_sep_close(md);                             /* SEP hook */
+    if (md->domain != NULL && fy_ofi_park_domain(md)) /* parked endpoints hold it: later */
+        md->domain = NULL, md->fabric = NULL, md->info = NULL;
     if (md->domain != NULL)
         fi_close(&md->domain->fid);
     if (md->fabric != NULL)

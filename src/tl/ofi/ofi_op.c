@@ -242,6 +242,8 @@ void fy_ofi_ep_fail(fy_ofi_ep_t *ep, ferry_status_t st)
     fy_ofi_iface_t *iface = (fy_ofi_iface_t *)ep->super.iface;
     ep->failed = st;
     ep->nqueued = 0;
+    if (st == FERRY_ERR_ENDPOINT_TIMEOUT || st == FERRY_ERR_CONNECTION_RESET)
+        fy_ofi_iface_break_peer(iface, ep); /* no new ep to it here (ofi_iface.c says why) */
     ep->depth++;
     ep_cancel_all(ep, st);
     if (!ep->err_reported && !ep->destroyed) {

@@ -212,6 +212,70 @@ static void check_peers(fy_ofi_iface_t *iface)
     }
 }
 
+/* FERRY_OFI_RMA_TIMEOUT: a put, get, atomic or flush read the provider has held that long
+ * fails its ep with ENDPOINT_TIMEOUT (every op of the ep ends with it, then err_cb), as a
+ * peer that stopped answering.  udp;ofi_rxd neither completes nor fails an access with a key
+ * the target closed (it retries it, and delivers nothing to that peer after it: a stuck
+ * stream), and the target's ferry never sees a one-sided access, so only the initiator's
+ * clock can end it.  No clock read per op: an op is stamped by the first check that finds it
+ * posted, so the deadline is RMA_TIMEOUT plus up to one PEER_CHECK.  1: it failed one. */
+static const char *const rma_what[] = {[FY_OFI_OP_WRITE] = "put",
+                                       [FY_OFI_OP_READ] = "get",
+                                       [FY_OFI_OP_AMO] = "atomic",
+                                       [FY_OFI_OP_FLUSH] = "flush read"};
+
+static int ep_deadline(fy_ofi_iface_t *iface, fy_ofi_ep_t *ep, uint64_t now)
+{
+    fy_list_t *e;
+    fy_list_for_each(e, &ep->ops)
+    {
+        fy_ofi_op_t *op = fy_container_of(e, fy_ofi_op_t, elem);
+        if (!op->posted || op->kind < FY_OFI_OP_WRITE || op->kind > FY_OFI_OP_FLUSH)
+            continue;
+        if (op->seen_ns == 0) {
+            op->seen_ns = now;
+            continue;
+        }
+        if (now - op->seen_ns < iface->md->cfg.rma_timeout)
+            continue;
+        iface->rma_timeouts++;
+        fy_error("ofi: a %s to peer process %d (%s) had no completion for %.1f s: its endpoint "
+                 "fails with ENDPOINT_TIMEOUT (FERRY_OFI_RMA_TIMEOUT; the provider neither "
+                 "completed nor refused it: a key the target closed, or a peer that does not "
+                 "progress)",
+                 rma_what[op->kind], (int)ep->pid, iface->info->fabric_attr->prov_name,
+                 (double)(now - op->seen_ns) / 1e9);
+        /* libfabric 1.17's shm completes an endpoint's operations in order: nothing after a
+         * stuck one completes (an AM on another ep to that peer never arrived), so the whole
+         * interface fails, as after a read from a dead process (ofi_rndv.c) */
+        if (strcmp(iface->info->fabric_attr->prov_name, "shm") == 0 && !iface->wedged) {
+            fy_error("ofi: shm completes in order, so nothing after that %s will: this "
+                     "interface's endpoints fail (FERRY_ERR_IO) and it takes no new ones",
+                     rma_what[op->kind]);
+            iface->wedged = 1;
+        }
+        fy_ofi_ep_fail(ep, FERRY_ERR_ENDPOINT_TIMEOUT);
+        return 1;
+    }
+    return 0;
+}
+
+static void check_deadlines(fy_ofi_iface_t *iface, uint64_t now)
+{
+    for (int again = 1; again;) {
+        again = 0;
+        fy_list_t *e;
+        fy_list_for_each(e, &iface->eps)
+        {
+            fy_ofi_ep_t *ep = fy_container_of(e, fy_ofi_ep_t, elem);
+            if (ep->failed == FERRY_OK && ep_deadline(iface, ep, now)) {
+                again = 1; /* callbacks may have changed the lists: walk again */
+                break;
+            }
+        }
+    }
+}
+
 /* The endpoint is stuck (iface->wedged): every ep fails now, none can be made. */
 static void fail_all(fy_ofi_iface_t *iface)
 {
@@ -245,6 +309,8 @@ unsigned fy_ofi_iface_progress(fy_tl_iface_t *super)
             iface->eagain |= iface->rx[i].needs_post;
         check_peers(iface);
         fy_ofi_rndv_check_peers(iface);
+        if (iface->md->cfg.rma_timeout != 0)
+            check_deadlines(iface, now);
         if (iface->wedged)
             fail_all(iface);
     }

@@ -99,8 +99,12 @@ void fy_ofi_rndv_init(fy_ofi_iface_t *iface)
     fy_list_init(&iface->rr_dead);
     size_t eager = iface->msg_max - sizeof(fy_ofi_hdr_t);
     size_t cfg = iface->md->cfg.rndv_thresh;
-    if (cfg == 0) /* the default: rxd's reads run at half its messages' speed (bench/RESULTS.md) */
-        cfg = strstr(iface->info->fabric_attr->prov_name, "ofi_rxd") != NULL ? SIZE_MAX : 65536;
+    /* the default: never over rxd, whose reads run at half its messages' speed
+     * (bench/RESULTS.md), nor over sockets, whose progress thread serves a peer's read from
+     * the sender's buffer whenever it comes, also after a forced close (docs/ofi.md) */
+    const char *prov = iface->info->fabric_attr->prov_name;
+    if (cfg == 0)
+        cfg = strstr(prov, "ofi_rxd") != NULL || strcmp(prov, "sockets") == 0 ? SIZE_MAX : 65536;
     iface->rndv_thresh = cfg == SIZE_MAX ? SIZE_MAX : (cfg < eager ? cfg : eager);
     size_t max = iface->max_msg < (256u << 20) ? iface->max_msg : (256u << 20);
     iface->rndv_max = max > iface->msg_max ? max : iface->msg_max;
@@ -542,6 +546,11 @@ static void rts_rx(fy_ofi_iface_t *iface, uint8_t id, const uint8_t *p, size_t l
     }
     if (st == FERRY_OK && off != rr->len)
         st = FERRY_ERR_PROTOCOL;
+    if (pid == (uint32_t)getpid()) { /* shm: a sender of this process (ofi_park.c) */
+        iface->same_process = 1;
+        if (st == FERRY_OK && fy_ofi_park_has(p + 24, nlen))
+            st = FERRY_ERR_CONNECTION_RESET; /* it closed: nobody serves the read */
+    }
     if (st == FERRY_OK && iface->md->mrdom.mode.local && rr->len > 0) {
         fy_rcache_t *rc = fy_ofi_md_rcache(iface->md);
         st = rc != NULL ? fy_rcache_get(rc, rr->buf, rr->len, 0, (fy_rcache_region_t **)&rr->region)

@@ -6,13 +6,14 @@
  *
  * Input: a mode byte, then datagrams, each a 2-byte length and its bytes.  Mode bits fix up
  * each datagram's header before it is sent, so that mutations reach past the checks they
- * would otherwise fail: 0 the job key, 1 the connection ids (our live connection), 2 the
- * length field, 3 the sequence number (the expected one plus the low byte of the fuzzed one,
- * signed), 5 the checksum (computed, with its flag).  Bit 4 sends to the priority channel
- * instead of the data channel.  The placeholders of fuzz_keys.h become the id, key and
- * address of a registered region.  After each datagram both ifaces progress until the
- * datagram has been received.  If the connection died (a fuzzed segment may close it), the
- * peer connects again.
+ * would otherwise fail: 0 the job key (a control message) or the connection token (a data
+ * segment: byte 0 is a sequenced type), 1 the connection ids (our live connection), 2 the
+ * length field (control), 3 the sequence number (the expected one plus the low byte of the
+ * fuzzed one, signed), 5 the checksum (computed, with its flag; a data segment's keyed).  Bit 4
+ * sends to the priority channel instead of the data channel.  The placeholders of fuzz_keys.h
+ * become the id, key and address of a registered region.  After each datagram both ifaces progress
+ * until the datagram has been received.  If the connection died (a fuzzed segment may close it),
+ * the peer connects again.
  */
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -83,6 +84,53 @@ static fy_udp_conn_t *a_conn(void)
     return c != NULL && fy_udp_conn_alive(c) && fy_udp_conn_alive(bconn) ? c : NULL;
 }
 
+/* A data segment's fix-ups (the compact header). */
+static void fix_data(unsigned mode, const fy_udp_conn_t *c, uint8_t *d, size_t len)
+{
+    fy_udp_dhdr_t h;
+    memcpy(&h, d, sizeof(h));
+    if (mode & 1)
+        h.check = c->token;
+    if (mode & 2)
+        h.dst_id = c->id;
+    if (mode & 8)
+        h.seq = c->rcv_nxt + (uint32_t)(int32_t)(int8_t)(h.seq & 0xff);
+    if (mode & 32) {
+        h.flags |= FY_UDP_F_CSUM;
+        h.check = 0;
+    }
+    memcpy(d, &h, sizeof(h));
+    if (mode & 32) {
+        uint32_t crc = fy_udp_crc32c(fy_udp_check_seed(a_key, c->token), d, len);
+        memcpy(d + FY_UDP_D_CHECK, &crc, 4);
+    }
+}
+
+static void fix_ctrl(unsigned mode, const fy_udp_conn_t *c, uint8_t *d, size_t len)
+{
+    fy_udp_hdr_t h;
+    memcpy(&h, d, sizeof(h));
+    if (mode & 1)
+        h.job_key = a_key; /* the target iface's, from its address */
+    if (mode & 2) {
+        h.dst_id = c->id;
+        h.src_id = c->peer_id;
+    }
+    if (mode & 4)
+        h.len = (uint32_t)(len - FY_UDP_HDR_LEN);
+    if (mode & 8)
+        h.seq = c->rcv_nxt + (uint32_t)(int32_t)(int8_t)(h.seq & 0xff);
+    if (mode & 32) {
+        h.flags |= FY_UDP_F_CSUM;
+        h.csum = 0;
+    }
+    memcpy(d, &h, sizeof(h));
+    if (mode & 32) {
+        uint32_t crc = fy_udp_crc32c(0, d, len);
+        memcpy(d + FY_UDP_CSUM_OFFSET, &crc, 4);
+    }
+}
+
 static void send_one(unsigned mode, uint8_t *d, size_t len)
 {
     fy_udp_conn_t *c = a_conn();
@@ -91,29 +139,10 @@ static void send_one(unsigned mode, uint8_t *d, size_t len)
         c = a_conn();
         FZ_CHECK(c != NULL);
     }
-    if (len >= FY_UDP_HDR_LEN) {
-        fy_udp_hdr_t h;
-        memcpy(&h, d, sizeof(h));
-        if (mode & 1)
-            h.job_key = a_key; /* the target iface's, from its address */
-        if (mode & 2) {
-            h.dst_id = c->id;
-            h.src_id = c->peer_id;
-        }
-        if (mode & 4)
-            h.len = (uint32_t)(len - FY_UDP_HDR_LEN);
-        if (mode & 8)
-            h.seq = c->rcv_nxt + (uint32_t)(int32_t)(int8_t)(h.seq & 0xff);
-        if (mode & 32) {
-            h.flags |= FY_UDP_F_CSUM;
-            h.csum = 0;
-        }
-        memcpy(d, &h, sizeof(h));
-        if (mode & 32) {
-            uint32_t crc = fy_udp_crc32c(0, d, len);
-            memcpy(d + FY_UDP_CSUM_OFFSET, &crc, 4);
-        }
-    }
+    if (len >= FY_UDP_DHDR_LEN && d[0] >= FY_UDP_T_FIRST_SEQ)
+        fix_data(mode, c, d, len);
+    else if (len >= FY_UDP_HDR_LEN)
+        fix_ctrl(mode, c, d, len);
     fy_udp_iface_t *ia = (fy_udp_iface_t *)ifa;
     uint64_t before = ia->rx_dgrams;
     if (sendto(sock, d, len, 0, (struct sockaddr *)&to[(mode & 16) ? 0 : 1], sizeof(to[0])) < 0)
@@ -123,15 +152,30 @@ static void send_one(unsigned mode, uint8_t *d, size_t len)
     progress(2);
 }
 
+/* A seed datagram: the control header, or for a sequenced type the data header (its
+ * type header and data in body). */
 static void seed_dgram(uint8_t *s, size_t *o, uint8_t type, const void *body, size_t blen)
 {
-    fy_udp_hdr_t h;
-    memset(&h, 0, sizeof(h));
-    h.type = type;
-    h.version = FY_UDP_VERSION;
-    uint16_t n = (uint16_t)(sizeof(h) + blen);
+    uint8_t hb[FY_UDP_HDR_LEN];
+    size_t hl;
+    if (type >= FY_UDP_T_FIRST_SEQ) {
+        fy_udp_dhdr_t h;
+        memset(&h, 0, sizeof(h));
+        h.type = type;
+        h.aux = 7; /* an AM_CHUNK's fragment id */
+        hl = sizeof(h);
+        memcpy(hb, &h, hl);
+    } else {
+        fy_udp_hdr_t h;
+        memset(&h, 0, sizeof(h));
+        h.type = type;
+        h.version = FY_UDP_VERSION;
+        hl = sizeof(h);
+        memcpy(hb, &h, hl);
+    }
+    uint16_t n = (uint16_t)(hl + blen);
     memcpy(s + *o, &n, 2), *o += 2;
-    memcpy(s + *o, &h, sizeof(h)), *o += sizeof(h);
+    memcpy(s + *o, hb, hl), *o += hl;
     if (blen != 0)
         memcpy(s + *o, body, blen), *o += blen;
 }
@@ -144,19 +188,23 @@ static void seeds(void)
     memset(body, 0x61, sizeof(body));
     o = 0;
     s[o++] = mode;
+    body[0] = 1; /* the AM id */
     seed_dgram(s, &o, FY_UDP_T_AM, body, 32);
     fz_seed("am", NULL, 0, s, o);
 
-    o = 0; /* a large AM in two chunks */
+    o = 0; /* a large AM in two chunks: the first (offset 0, size, AM id), then the second */
     s[o++] = mode;
-    fy_udp_chunk_t ck = {7, 0, {0}, 0, 1000};
-    memcpy(body, &ck, sizeof(ck));
-    seed_dgram(s, &o, FY_UDP_T_AM_CHUNK, body, sizeof(ck) + 500);
+    fy_udp_amfirst_t af = {.offset = 0, .total = 1000, .am_id = 1};
+    memcpy(body, &af, sizeof(af));
+    seed_dgram(s, &o, FY_UDP_T_AM_CHUNK, body, sizeof(af) + 500);
+    uint32_t off2 = 500;
+    memcpy(body, &off2, sizeof(off2));
+    seed_dgram(s, &o, FY_UDP_T_AM_CHUNK, body, sizeof(off2) + 500);
     fz_seed("am_chunk0", NULL, 0, s, o);
 
     o = 0; /* a put into the region */
     s[o++] = mode;
-    ck = (fy_udp_chunk_t){9, 0, {0}, 0, 64};
+    fy_udp_chunk_t ck = {9, 0, {0}, 0, 64};
     fy_udp_rma_t r = {FZ_PH_REGION_ID, FZ_PH_KEY, FZ_PH_BASE};
     memcpy(body, &ck, sizeof(ck));
     memcpy(body + sizeof(ck), &r, sizeof(r));
@@ -189,8 +237,24 @@ static void seeds(void)
     seed_dgram(s, &o, FY_UDP_T_RESET, NULL, 0);
     fz_seed("reset", NULL, 0, s, o);
 
+    o = 0; /* a reset answering a data segment: our conn by the id its peer sent to (src_id),
+            * the peer by its uuid (payload) */
+    s[o++] = 1 | 4 | 16;
+    uint64_t buuid = ((fy_udp_iface_t *)ifb)->uuid;
+    fy_udp_hdr_t rh;
+    memset(&rh, 0, sizeof(rh));
+    rh.type = FY_UDP_T_RESET;
+    rh.version = FY_UDP_VERSION;
+    rh.src_id = bconn->id;
+    uint16_t rn = (uint16_t)(sizeof(rh) + sizeof(buuid));
+    memcpy(s + o, &rn, 2), o += 2;
+    memcpy(s + o, &rh, sizeof(rh)), o += sizeof(rh);
+    memcpy(s + o, &buuid, sizeof(buuid)), o += sizeof(buuid);
+    fz_seed("reset_data", NULL, 0, s, o);
+
     o = 0; /* an AM with a checksum */
     s[o++] = mode | 32;
+    body[0] = 1;
     seed_dgram(s, &o, FY_UDP_T_AM, body, 100);
     fz_seed("am_csum", NULL, 0, s, o);
 }

@@ -21,6 +21,11 @@
  *   reset_echoed     a RESET for a connection that is gone carries the key it was sent (the
  *                    responder knows no other) and is still taken by the connection it names:
  *                    the sender's ep fails with CONNECTION_RESET instead of resending forever
+ *   data_forged      data segments (the compact header carries no iface key) that name the
+ *                    live connection and its next sequence number, but with a wrong token, or a
+ *                    checksum not keyed with the iface key and token, are all dropped and
+ *                    counted, nothing delivered; the same segment with the token, or keyed
+ *                    right, is taken (the forgeries reached the check)
  */
 #include <arpa/inet.h>
 #include <malloc.h>
@@ -31,6 +36,7 @@
 #include "fytest.h"
 #include "tl/tl.h"
 #include "tl/udp/udp.h"
+#include "util/clock.h"
 
 #define JOB_KEY    0x5eedf00dcafe0003ull
 #define OLD_KEY    0x66657272794b3031ull /* every unlaunched process's job key before */
@@ -380,5 +386,81 @@ static void reset_echoed(void)
     close_pair();
 }
 
+/* An AM data segment as the peer would send it: check is the token, or with csum the CRC32C
+ * continued from seed. */
+static void forge_data(uint32_t dst, uint32_t check, uint32_t seq, int csum, uint32_t seed,
+                       uint64_t n)
+{
+    uint8_t buf[FY_UDP_DHDR_LEN + FY_UDP_AM_XLEN + 64 * 8];
+    fy_udp_dhdr_t h = {.type = FY_UDP_T_AM,
+                       .flags = csum ? FY_UDP_F_CSUM : 0,
+                       .dst_id = dst,
+                       .check = csum ? 0 : check,
+                       .seq = seq,
+                       .tsval = 1};
+    fy_udp_am_t am = {.am_id = 1};
+    uint64_t v[64];
+    for (int i = 0; i < 64; i++)
+        v[i] = n * 64 + (uint64_t)i;
+    memcpy(buf, &h, sizeof(h));
+    memcpy(buf + sizeof(h), &am, sizeof(am));
+    memcpy(buf + sizeof(h) + sizeof(am), v, sizeof(v));
+    if (csum) {
+        uint32_t crc = fy_udp_crc32c(seed, buf, sizeof(buf));
+        memcpy(buf + FY_UDP_D_CHECK, &crc, 4);
+    }
+    while (sendto(sock, buf, sizeof(buf), 0, (struct sockaddr *)&to[1], sizeof(to[1])) < 0)
+        tl->ops->iface_progress(ifa);
+}
+
+static void data_forged(void)
+{
+    enum { N = 1000 };
+    open_pair();
+    fy_udp_iface_t *a = (fy_udp_iface_t *)ifa;
+    got = bad = 0;
+    send_am(0);
+    while (got < 1)
+        progress();
+    for (unsigned k = 0; k < 100000; k++) /* every ACK in: b sends nothing more */
+        progress();
+    fy_udp_conn_t *c = NULL;
+    for (uint32_t i = 1; i < a->conn_cap && c == NULL; i++)
+        if (a->conns[i] != NULL && fy_udp_conn_alive(a->conns[i]))
+            c = a->conns[i];
+    FY_ASSERT(c != NULL);
+    uint32_t seq = c->rcv_nxt;
+    uint64_t bk0 = a->drops_bad_key, cs0 = a->drops_csum;
+    for (unsigned i = 0; i < N; i++) {
+        uint32_t t = (uint32_t)rnd();
+        forge_data(c->id, t != c->token ? t : t + 1, seq, 0, 0, 1);
+        /* a checksum anyone can compute (unkeyed), or keyed with the token and a wrong key */
+        forge_data(c->id, 0, seq, 1, i % 2 ? 0 : fy_udp_check_seed(akey ^ (rnd() | 1), c->token),
+                   1);
+        if (i % 16 == 15)
+            for (int k = 0; k < 4; k++)
+                tl->ops->iface_progress(ifa);
+    }
+    uint64_t t0 = fy_time_ns();
+    while ((a->drops_bad_key - bk0 < N || a->drops_csum - cs0 < N) &&
+           fy_time_ns() - t0 < 10 * FY_NSEC_PER_SEC)
+        progress();
+    printf("  %llu forged tokens, %llu forged checksums dropped\n",
+           (unsigned long long)(a->drops_bad_key - bk0), (unsigned long long)(a->drops_csum - cs0));
+    FY_ASSERT_EQ(a->drops_bad_key - bk0, N);
+    FY_ASSERT_EQ(a->drops_csum - cs0, N);
+    FY_ASSERT_EQ(got, 1);
+    FY_ASSERT_EQ(c->rcv_nxt, seq);
+    /* the control: with the token, then keyed right, the next AMs are taken */
+    forge_data(c->id, c->token, seq, 0, 0, 1);
+    forge_data(c->id, 0, seq + 1, 1, fy_udp_check_seed(akey, c->token), 2);
+    t0 = fy_time_ns();
+    while (got < 3 && fy_time_ns() - t0 < 10 * FY_NSEC_PER_SEC)
+        progress();
+    FY_ASSERT_EQ(got, 3);
+    FY_ASSERT_EQ(bad, 0);
+    close_pair();
+}
+
 FYTEST_MAIN(FYTEST_CASE(forged_requests), FYTEST_CASE(cookie_replayed), FYTEST_CASE(idle_cost),
-            FYTEST_CASE(old_key_refused), FYTEST_CASE(reset_echoed))
+            FYTEST_CASE(old_key_refused), FYTEST_CASE(reset_echoed), FYTEST_CASE(data_forged))

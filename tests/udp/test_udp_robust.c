@@ -3,7 +3,9 @@
  *
  *   flood        a third process throws random datagrams at both of the receiver's ports
  *                (random bytes, wrong job keys, truncated and oversized headers, lengths that
- *                do not add up, unknown types and endpoint ids) while a checked stream runs:
+ *                do not add up, unknown types and endpoint ids; data segments with the likely
+ *                endpoint id and a random token, or cut short of the headers their flags and
+ *                type announce) while a checked stream runs:
  *                the stream arrives intact and the drops are counted by reason;
  *   peer_death   the peer is killed mid-conversation: err_cb fires with
  *                FERRY_ERR_ENDPOINT_TIMEOUT within the configured (short) timeout, the
@@ -148,11 +150,17 @@ static int flooder(int rfd, int wfd, void *arg)
             memset(&h, 0, sizeof(h));
             h.job_key = a.key; /* the target's, from its address */
             h.version = FY_UDP_VERSION;
-            h.type = (uint8_t)(FY_UDP_T_AM + rng % 6);
+            h.type = (uint8_t)(FY_UDP_T_CONN_REQ + rng % (FY_UDP_T_FIRST_SEQ - 1));
             h.dst_id = (uint32_t)(rng >> 32);
             h.src_id = (uint32_t)rng;
             h.seq = (uint32_t)(rng >> 16);
-            switch (k % 8) {
+            fy_udp_dhdr_t dh = {.type = (uint8_t)(FY_UDP_T_AM + rng % 6),
+                                .flags = (uint8_t)(rng >> 24),
+                                .aux = (uint16_t)(rng >> 40),
+                                .dst_id = (k & 16) ? 0x00010001u : (uint32_t)(rng >> 32),
+                                .check = (uint32_t)(rng >> 8),
+                                .seq = (uint32_t)(rng >> 16)};
+            switch (k % 10) {
             case 0: /* random bytes */
                 break;
             case 1: /* wrong key */
@@ -192,6 +200,15 @@ static int flooder(int rfd, int wfd, void *arg)
                 h.len = (uint32_t)len;
                 memcpy(pkt, &h, sizeof(h));
                 len += sizeof(h);
+                break;
+            case 8: /* a data segment: the likely endpoint, a random token (or checksum) */
+                memcpy(pkt, &dh, sizeof(dh));
+                len += sizeof(dh);
+                break;
+            case 9: /* a data segment cut short of its ACK block or its type header */
+                dh.flags |= FY_UDP_F_ACK;
+                memcpy(pkt, &dh, sizeof(dh));
+                len = sizeof(dh) + rng % (FY_UDP_DACK_LEN + FY_UDP_AMFIRST_LEN);
                 break;
             }
             sendto(fd, pkt, len, 0, (struct sockaddr *)&to[(rng >> 8) & 1], sizeof(to[0]));

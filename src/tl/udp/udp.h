@@ -36,10 +36,13 @@
 #include "util/region.h"
 #include "util/status.h"
 
-#define FY_UDP_MAX_IOV     16
-#define FY_UDP_MAX_ZHDR    256 /* am_zcopy header */
-#define FY_UDP_BATCH       32  /* datagrams per recvmmsg / sendmmsg */
-#define FY_UDP_SEG_HDR_MAX (FY_UDP_HDR_LEN + 48)
+#define FY_UDP_MAX_IOV  16
+#define FY_UDP_MAX_ZHDR 256 /* am_zcopy header */
+#define FY_UDP_BATCH    32  /* datagrams per recvmmsg / sendmmsg */
+/* A segment's header space: the data header, room for the ACK block a transmission may
+ * carry, then the type header (udp_tx.c) */
+#define FY_UDP_SEG_XHDR    (FY_UDP_DHDR_LEN + FY_UDP_DACK_LEN)
+#define FY_UDP_SEG_HDR_MAX (FY_UDP_SEG_XHDR + 48)
 #define FY_UDP_CWND_INIT   64 /* segments a new ep may have in flight before its first ACK */
 #define FY_UDP_CWND_MIN    32
 #define FY_UDP_ACK_MID     8 /* mid-message, an ACK waits for this many segments (udp_tx.c) */
@@ -154,7 +157,7 @@ typedef struct fy_udp_seg {
     uint64_t tx_ns;      /* last transmission */
     uint32_t seq;
     uint32_t dlen; /* data bytes (after hdr) */
-    uint16_t hlen; /* base header + type header */
+    uint16_t hlen; /* data header + type header, as sent without an ACK block */
     uint8_t tries;
     uint8_t sacked; /* the receiver holds it (out of order): never time it out */
     uint8_t pool;   /* which mpool it came from */
@@ -202,6 +205,8 @@ typedef struct fy_udp_conn {
     uint32_t id, peer_id;
     uint64_t peer_uuid;
     uint64_t peer_key; /* the peer iface's key: every datagram to it carries it (udp_handshake.c) */
+    uint32_t token;    /* ours, drawn per connection: the check of every data segment to us */
+    uint32_t peer_token; /* the peer's, from its handshake: the check of every one we send */
     uint8_t state;
     uint8_t owned; /* proto holds it (ep_create); else a passive peer connection */
     uint8_t got_conn_ack, got_probe_ack;
@@ -257,8 +262,9 @@ typedef struct fy_udp_conn {
     uint8_t *rx_bufs[2]; /* two, alternating, so the next AM can be received in place
                           * while the last one is still being delivered */
     size_t rx_caps[2];
-    uint8_t rx_cur;    /* index of rx_buf in rx_bufs */
-    uint32_t rx_chunk; /* data bytes per chunk of the fragment being reassembled */
+    uint8_t rx_cur;     /* index of rx_buf in rx_bufs */
+    uint32_t rx_chunk;  /* data bytes per later chunk of the fragment being reassembled */
+    uint32_t rx_chunk0; /* ... and in its first chunk (a longer header: fewer) */
     /* the put being received */
     uint32_t rx_put_op;
     ferry_status_t rx_put_status;
@@ -359,6 +365,7 @@ typedef struct fy_udp_chan {
     uint32_t place_len[FY_UDP_BATCH];
     uint32_t place_frag_of[FY_UDP_BATCH]; /* the fragment id expected in the slot */
     uint64_t place_max[FY_UDP_BATCH];     /* largest fragment that may use the buffer */
+    uint16_t place_hlen[FY_UDP_BATCH];    /* the headers expected before the data */
     struct fy_udp_conn *place_conn;       /* whose buffer the slots point into */
     struct fy_udp_conn *place_hint;       /* the conn whose large AM is arriving */
     struct sockaddr_storage rname[FY_UDP_BATCH];
@@ -517,7 +524,12 @@ void fy_udp_conn_timer_expired(fy_udp_iface_t *iface, fy_udp_conn_t *conn);
 /* A datagram with a key not ours: a RESET or HB_ACK from a stateless responder of a peer
  * carries the key we sent it (the peer's own), and is taken when the connection it names
  * has that peer key. */
-int fy_udp_reply_key_ok(fy_udp_iface_t *iface, const fy_udp_hdr_t *h);
+int fy_udp_reply_key_ok(fy_udp_iface_t *iface, const fy_udp_hdr_t *h, const uint8_t *payload,
+                        size_t plen);
+/* A RESET answering a data segment names our connection by the peer id it sent to (src_id)
+ * and the peer by its uuid (payload): the connection it means, or NULL. */
+fy_udp_conn_t *fy_udp_reset_target(fy_udp_iface_t *iface, const fy_udp_hdr_t *h,
+                                   const uint8_t *payload, size_t plen);
 
 /* udp_close.c: close keeping the connection for the peer; reclaiming passive ones */
 void fy_udp_ep_destroy(fy_tl_ep_t *ep);
@@ -562,6 +574,8 @@ void fy_udp_frag_finish(fy_udp_iface_t *iface, fy_udp_frag_t *frag);
 void fy_udp_frag_submit(fy_udp_conn_t *conn, fy_udp_frag_t *frag);
 void fy_udp_ready_add(fy_udp_conn_t *conn);
 unsigned fy_udp_tx_progress(fy_udp_iface_t *iface);
+/* A control header from conn to its peer: the peer's key, both ids, the type, the version. */
+void fy_udp_ctrl_hdr(const fy_udp_conn_t *conn, uint8_t type, fy_udp_hdr_t *h);
 void fy_udp_tx_ctrl(fy_udp_iface_t *iface, fy_udp_conn_t *conn, uint8_t chan, uint8_t type,
                     const void *payload, size_t plen, size_t pad_to,
                     const struct sockaddr_storage *to, socklen_t tolen);
@@ -570,7 +584,12 @@ void fy_udp_tx_flush_all(fy_udp_iface_t *iface);
 /* udp_ack.c */
 uint64_t fy_udp_send_acks(fy_udp_iface_t *iface, int force);
 void fy_udp_ack_schedule(fy_udp_conn_t *conn, int now, size_t bytes);
-size_t fy_udp_chunk_payload(const fy_udp_conn_t *conn, uint8_t type);
+size_t fy_udp_chunk_payload(const fy_udp_conn_t *conn, uint8_t type, int first);
+/* Where a segment's type header goes in its header space. */
+static inline uint8_t *fy_udp_seg_xhdr(struct fy_udp_seg *seg)
+{
+    return seg->hdr + FY_UDP_SEG_XHDR;
+}
 /* The send window array exists only while segments are in flight: the send path attaches
  * it before a segment takes a sequence number; it goes back when the last one is ACKed
  * and nothing is queued (or the connection fails). */

@@ -157,13 +157,14 @@ uint32_t fy_udp_crc32c(uint32_t crc, const void *buf, size_t len)
     return fy_udp_crc32c_sw(crc, buf, len);
 }
 
-uint32_t fy_udp_dgram_crc(const uint8_t *dgram, const uint8_t *rest, size_t split, size_t len)
+uint32_t fy_udp_dgram_crc(uint32_t seed, size_t at, const uint8_t *dgram, const uint8_t *rest,
+                          size_t split, size_t len)
 {
     static const uint8_t zero[4];
-    uint32_t crc = fy_udp_crc32c(0, dgram, FY_UDP_CSUM_OFFSET);
+    uint32_t crc = fy_udp_crc32c(seed, dgram, at);
     crc = fy_udp_crc32c(crc, zero, 4);
     if (rest == NULL || split >= len)
-        return fy_udp_crc32c(crc, dgram + FY_UDP_CSUM_OFFSET + 4, len - FY_UDP_CSUM_OFFSET - 4);
-    crc = fy_udp_crc32c(crc, dgram + FY_UDP_CSUM_OFFSET + 4, split - FY_UDP_CSUM_OFFSET - 4);
+        return fy_udp_crc32c(crc, dgram + at + 4, len - at - 4);
+    crc = fy_udp_crc32c(crc, dgram + at + 4, split - at - 4);
     return fy_udp_crc32c(crc, rest, len - split);
 }

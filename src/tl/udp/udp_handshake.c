@@ -30,6 +30,7 @@
  */
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 
 #include "tl/udp/udp.h"
 #include "util/clock.h"
@@ -42,6 +43,20 @@
 /* A passive connection that heard from its peer this recently is taken up without asking
  * whether the peer's end lives (the usual case: the reply ep made for the peer's first AM). */
 #define ADOPT_FRESH_NS (100 * FY_NSEC_PER_MSEC)
+
+/* A fresh connection token: every data segment to this end must carry it (or a checksum
+ * keyed with it), so a datagram of an earlier connection in the same slot, or of the
+ * peer's end before it restarted, is refused.  Drawn again whenever the stream may start
+ * anew (a new connection, a renewed id, a verification); the peer takes it from our next
+ * CONN_REQ / CONN_ACK, and the check is written at each transmission. */
+static void new_token(fy_udp_iface_t *iface, fy_udp_conn_t *c)
+{
+    uint32_t t = 0;
+    if (getrandom(&t, sizeof(t), GRND_NONBLOCK) != sizeof(t))
+        t = (uint32_t)fy_udp_cookie(iface, &c->addr[FY_UDP_CH_PRIO], c->peer_uuid, c->id,
+                                    fy_time_ns()); /* (keyed: as unguessable) */
+    c->token = t;
+}
 
 static void conn_msg_fill(fy_udp_iface_t *iface, fy_udp_conn_t *c, fy_udp_conn_msg_t *m,
                           uint32_t probe_size)
@@ -58,6 +73,7 @@ static void conn_msg_fill(fy_udp_iface_t *iface, fy_udp_conn_t *c, fy_udp_conn_m
     m->live_port = iface->live_port;
     m->cookie = c->cookie;
     m->key = iface->super.params.job_key;
+    m->token = c->token;
 }
 
 static void apply_peer(fy_udp_conn_t *c, const fy_udp_conn_msg_t *m)
@@ -67,6 +83,7 @@ static void apply_peer(fy_udp_conn_t *c, const fy_udp_conn_msg_t *m)
     if (c->wnd == 0)
         c->wnd = 1;
     c->credit = FY_MIN((uint64_t)o->credit, m->credit);
+    c->peer_token = m->token;
     c->prio_mtu = (uint32_t)FY_MIN((size_t)m->prio_mtu, o->prio_mtu);
     if (m->seg_size >= 576 && m->seg_size < c->seg_size)
         c->seg_size = m->seg_size;
@@ -110,6 +127,7 @@ static void verify_start(fy_udp_iface_t *iface, fy_udp_conn_t *c)
     c->small_acks = 0;
     c->conn_start = fy_time_ns();
     fy_list_del(&c->ready_link);
+    new_token(iface, c);
     send_handshake(iface, c);
 }
 
@@ -155,7 +173,6 @@ static void conn_renew(fy_udp_iface_t *iface, fy_udp_conn_t *c)
 {
     uint32_t idx = c->id & 0xffff;
     char buf[FY_NETIF_ADDR_STRLEN];
-    fy_list_t *e;
     fy_debug("udp: peer %s no longer has its end of connection %08x: connecting afresh",
              fy_netif_addr_str(&c->peer_addr, 0, buf, sizeof(buf)), c->id);
     stream_restart(c);
@@ -163,13 +180,7 @@ static void conn_renew(fy_udp_iface_t *iface, fy_udp_conn_t *c)
     if (++iface->conn_gen[idx] == 0)
         iface->conn_gen[idx] = 1;
     c->id = ((uint32_t)iface->conn_gen[idx] << 16) | idx;
-    fy_list_for_each(e, &c->sendq) /* formed segments carry the id they were made under */
-    {
-        fy_udp_pend_t *p = fy_container_of(e, fy_udp_pend_t, link);
-        if (p->kind == FY_UDP_PEND_SEG)
-            memcpy(((fy_udp_seg_t *)p)->hdr + offsetof(fy_udp_hdr_t, src_id), &c->id,
-                   sizeof(c->id));
-    }
+    new_token(iface, c);
     c->cookie = 0;
     c->got_conn_ack = 0;
     c->conn_tries = 0;
@@ -208,6 +219,7 @@ ferry_status_t fy_udp_ep_create(fy_tl_iface_t *tl_iface, const void *dev_addr,
         return FERRY_ERR_NO_MEMORY;
     c->owned = 1;
     c->peer_key = a.key;
+    new_token(iface, c);
     c->state = FY_UDP_CONN_CONNECTING;
     fy_udp_conn_set_addrs(c, &d.ip, a.prio_port, a.data_port);
     if (a.seg_size >= 576 && a.seg_size < c->seg_size)
@@ -287,6 +299,7 @@ void fy_udp_conn_rx_ctrl(fy_udp_iface_t *iface, const fy_udp_hdr_t *h, const uin
                     return; /* no memory: the peer will ask again */
                 c->state = FY_UDP_CONN_CONNECTED;
                 c->peer_key = m.key;
+                new_token(iface, c);
                 fy_udp_conn_set_addrs(c, &ip, ntohs(ip.port_be), m.data_port);
                 fy_udp_passive_count(c, 1);
                 c->last_rx_ns = iface->now;
@@ -299,16 +312,13 @@ void fy_udp_conn_rx_ctrl(fy_udp_iface_t *iface, const fy_udp_hdr_t *h, const uin
             /* Our end failed (and its owner has not closed it yet): the requester, asking
              * whether this end lives, must connect afresh. */
             fy_udp_hdr_t r;
-            memset(&r, 0, sizeof(r));
-            r.job_key = c->peer_key;
-            r.type = FY_UDP_T_RESET;
-            r.dst_id = h->src_id;
-            r.src_id = c->id;
+            fy_udp_ctrl_hdr(c, FY_UDP_T_RESET, &r); /* (c->peer_id is h->src_id) */
             iface->resets_sent++;
             fy_udp_send_raw(iface, FY_UDP_CH_PRIO, &r, NULL, 0, from);
             return;
         }
         c->last_rx_ns = iface->now;
+        c->peer_token = m.token; /* (the peer drew a new one when it came to verify) */
         conn_msg_fill(iface, c, &m, 0);
         fy_udp_tx_ctrl(iface, c, FY_UDP_CH_PRIO, FY_UDP_T_CONN_ACK, &m, sizeof(m), 0,
                        &c->addr[FY_UDP_CH_PRIO], c->addrlen);
@@ -399,7 +409,8 @@ void fy_udp_conn_rx_ctrl(fy_udp_iface_t *iface, const fy_udp_hdr_t *h, const uin
         fy_udp_live_rx_hb_ack(iface, h, payload, plen);
         return;
     case FY_UDP_T_RESET:
-        c = fy_udp_conn_lookup(iface, h->dst_id);
+        c = h->dst_id != 0 ? fy_udp_conn_lookup(iface, h->dst_id)
+                           : fy_udp_reset_target(iface, h, payload, plen);
         if (c == NULL || c->peer_id == 0 || c->peer_id != h->src_id || !fy_udp_conn_alive(c))
             goto unknown;
         iface->resets_rx++;
@@ -451,12 +462,24 @@ unknown:
     iface->drops_unknown_ep++;
 }
 
-int fy_udp_reply_key_ok(fy_udp_iface_t *iface, const fy_udp_hdr_t *h)
+fy_udp_conn_t *fy_udp_reset_target(fy_udp_iface_t *iface, const fy_udp_hdr_t *h,
+                                   const uint8_t *payload, size_t plen)
+{
+    uint64_t uuid;
+    if (h->type != FY_UDP_T_RESET || h->dst_id != 0 || plen != sizeof(uuid))
+        return NULL;
+    memcpy(&uuid, payload, sizeof(uuid));
+    return fy_udp_peer_lookup(iface, uuid, h->src_id);
+}
+
+int fy_udp_reply_key_ok(fy_udp_iface_t *iface, const fy_udp_hdr_t *h, const uint8_t *payload,
+                        size_t plen)
 {
     fy_udp_conn_t *c;
     if (h->type != FY_UDP_T_RESET && h->type != FY_UDP_T_HB_ACK)
         return 0;
-    c = fy_udp_conn_lookup(iface, h->dst_id);
+    c = h->dst_id != 0 ? fy_udp_conn_lookup(iface, h->dst_id)
+                       : fy_udp_reset_target(iface, h, payload, plen);
     return c != NULL && c->peer_key == h->job_key;
 }
 

@@ -424,11 +424,12 @@ void fy_udp_iface_query(fy_tl_iface_t *tl_iface, fy_tl_iface_attr_t *attr)
     attr->latency_ns = iface->is_loopback ? 2500 : virt ? 3200 : 9200;
     attr->bandwidth = speed > 0 && speed < cpu_bw ? speed : cpu_bw;
     attr->overhead_ns = 1000;
-    attr->max_short = iface->opts->prio_mtu - FY_UDP_HDR_LEN;
-    attr->max_bcopy = iface->seg_size - FY_UDP_HDR_LEN;
-    attr->max_zcopy = iface->opts->max_zcopy;
+    attr->max_short = iface->opts->prio_mtu - FY_UDP_AM_HDR_MAX;
+    attr->max_bcopy = iface->seg_size - FY_UDP_AM_HDR_MAX;
+    attr->max_zcopy = FY_MIN(iface->opts->max_zcopy, (size_t)UINT32_MAX); /* 32-bit offsets */
     attr->max_zcopy_hdr = FY_UDP_MAX_ZHDR;
-    attr->max_put_short = attr->max_short - fy_udp_xhdr_len(FY_UDP_T_PUT);
+    attr->max_put_short = iface->opts->prio_mtu - FY_UDP_DHDR_LEN - FY_UDP_DACK_LEN -
+                          fy_udp_xhdr_len(FY_UDP_T_PUT, 1);
     attr->max_rma = (size_t)1 << 40;
     attr->max_iov = FY_UDP_MAX_IOV;
     attr->device_addr_len = sizeof(fy_udp_dev_addr_t);

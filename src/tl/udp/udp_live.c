@@ -102,7 +102,8 @@ static void live_answer(fy_udp_live_t *l)
             h.len != sizeof(hb) || hb.uuid != l->uuid)
             continue;
         if (l->csum) {
-            if (!(h.flags & FY_UDP_F_CSUM) || fy_udp_dgram_crc(buf[i], NULL, len, len) != h.csum)
+            if (!(h.flags & FY_UDP_F_CSUM) ||
+                fy_udp_dgram_crc(0, FY_UDP_CSUM_OFFSET, buf[i], NULL, len, len) != h.csum)
                 continue;
         }
         uint32_t d = h.dst_id;
@@ -345,11 +346,7 @@ static void send_hb(fy_udp_iface_t *iface, fy_udp_conn_t *c)
     else
         ((struct sockaddr_in6 *)&to)->sin6_port = htons(c->peer_live_port);
     fy_udp_hdr_t h;
-    memset(&h, 0, sizeof(h));
-    h.job_key = c->peer_key;
-    h.type = FY_UDP_T_HB;
-    h.dst_id = c->peer_id;
-    h.src_id = c->id;
+    fy_udp_ctrl_hdr(c, FY_UDP_T_HB, &h);
     /* Sent at once, not batched: a batched datagram keeps a pointer to its address, and this
      * one (the peer's liveness port) lives on our stack; batched, every heartbeat of a pass
      * went to the last peer's port, and the others were taken for dead. */
@@ -533,7 +530,7 @@ void fy_udp_conn_rx_unknown(fy_udp_iface_t *iface, const fy_udp_hdr_t *h,
 {
     static __thread uint64_t window_start, in_window;
     fy_udp_conn_t *c;
-    if (h->type < FY_UDP_T_FIRST_SEQ || h->src_id == 0)
+    if (h->type < FY_UDP_T_FIRST_SEQ)
         return; /* only data naming a connection that is gone */
     c = fy_udp_conn_lookup(iface, h->dst_id);
     if (c != NULL && fy_udp_conn_alive(c))
@@ -544,12 +541,13 @@ void fy_udp_conn_rx_unknown(fy_udp_iface_t *iface, const fy_udp_hdr_t *h,
     }
     if (++in_window > RESET_PER_SEC)
         return;
+    /* A data segment names only our end: the RESET names the sender's connection by the
+     * peer id it sent to (src_id) and us by our uuid (udp_handshake.c: fy_udp_reset_target). */
     fy_udp_hdr_t r;
     memset(&r, 0, sizeof(r));
     r.type = FY_UDP_T_RESET;
-    r.dst_id = h->src_id;
     r.src_id = h->dst_id;
     struct sockaddr_storage to = *from;
     iface->resets_sent++;
-    fy_udp_send_raw(iface, FY_UDP_CH_PRIO, &r, NULL, 0, &to);
+    fy_udp_send_raw(iface, FY_UDP_CH_PRIO, &r, &iface->uuid, sizeof(iface->uuid), &to);
 }

@@ -1,22 +1,55 @@
 /*
- * udp_proto.h - the wire format of the udp transport: one header on every datagram, a few
- * type-specific headers after it, and the packet types, listed once.
+ * udp_proto.h - the wire format of the udp transport: two headers - a compact one on every
+ * data segment, a longer one on control messages - a few type-specific headers after them,
+ * and the packet types, listed once.
  *
  * Every field is little endian (the transport runs between hosts of one byte order; a peer
- * of the other order fails the job-key check and is dropped).  Every header is read with
- * memcpy from the receive buffer, never through a cast pointer, so alignment never matters.
+ * of the other order fails the key check and is dropped).  Every header is read with memcpy
+ * from the receive buffer, never through a cast pointer, so alignment never matters.  Byte 0
+ * of every datagram is its type: types from FY_UDP_T_AM on are data segments (the compact
+ * header), the others control messages (the long header).
  *
- * The base header, 48 bytes, on every datagram:
+ * The data segment header, 20 bytes, then the ACK block when F_ACK is set:
  *
  *    0               4               8
  *   +-------+-------+-------+-------+-------+-------+-------+-------+
- *   |                         job_key                               |  0
+ *   | type  | flags |      aux      |            dst_id             |  0
  *   +-------+-------+-------+-------+-------+-------+-------+-------+
- *   |            dst_id             |            src_id             |  8
+ *   |             check             |              seq              |  8
  *   +-------+-------+-------+-------+-------+-------+-------+-------+
- *   |              seq              |              ack              | 16
+ *   |             tsval             |  (F_ACK:) ack                 | 16
  *   +-------+-------+-------+-------+-------+-------+-------+-------+
- *   |              len              | type  | flags | am_id |version| 24
+ *   |     (F_ACK:) sack             |  (F_ACK:) tsecr               | 24
+ *   +-------+-------+-------+-------+-------+-------+-------+-------+
+ *   |     (F_ACK:) reserved (0)     |  type header, data ...           32
+ *   +-------+-------+-------+-------+
+ *
+ *   aux      AM_CHUNK: the fragment id (mod 2^16); 0 otherwise.
+ *   dst_id   the receiver's connection id (slot and generation).
+ *   check    without F_CSUM: the receiver's connection token (32 random bits it drew for
+ *            this connection and gave the peer in the handshake); with F_CSUM: the CRC32C of
+ *            the receiver's iface key, that token and the whole datagram with this field
+ *            zero - a checksum only a holder of key and token can make.
+ *   seq      the segment's sequence number.
+ *   tsval    the sender's clock (microseconds, mod 2^32) when the datagram left.
+ *   ack      every seq before this one has been received and processed.
+ *   sack     bit i set = seq ack+1+i has been received out of order.
+ *   tsecr    the tsval of the segment whose arrival this ACK answers (the first one since
+ *            the last ACK, or the out-of-order / duplicate one that made it go at once);
+ *            0 = none.  Every ACK is thus an unambiguous RTT sample, resends included.
+ *   The length is the datagram's: the data runs to its end.
+ *
+ * The control header, 48 bytes (handshake, COOKIE, HB, RESET, PROBE, explicit ACK):
+ *
+ *    0               4               8
+ *   +-------+-------+-------+-------+-------+-------+-------+-------+
+ *   | type  | flags | (0)   |version|              len              |  0
+ *   +-------+-------+-------+-------+-------+-------+-------+-------+
+ *   |                         job_key                               |  8
+ *   +-------+-------+-------+-------+-------+-------+-------+-------+
+ *   |            dst_id             |            src_id             | 16
+ *   +-------+-------+-------+-------+-------+-------+-------+-------+
+ *   |              seq              |              ack              | 24
  *   +-------+-------+-------+-------+-------+-------+-------+-------+
  *   |             csum              |             sack              | 32
  *   +-------+-------+-------+-------+-------+-------+-------+-------+
@@ -25,19 +58,14 @@
  *
  *   job_key  the receiver's iface key (random per iface, in its address: udp_handshake.c);
  *            a datagram with another key is dropped.
- *   dst_id   the receiver's connection id (0 in CONN_REQ and PROBE, which create/find one).
+ *   dst_id   the receiver's connection id (0 in CONN_REQ and PROBE, which create/find one,
+ *            and in a RESET answering a data segment, which names the peer by src_id).
  *   src_id   the sender's connection id; must be the peer id the receiver recorded.
- *   seq      the segment's sequence number (sequenced types only).
- *   ack      with F_ACK: every seq before this one has been received and processed.
- *   len      bytes after the base header; must equal the datagram length - 40.
- *   am_id    the AM id of AM and AM_CHUNK segments.
+ *   len      bytes after the header; must equal the datagram length - 48.
  *   version  FY_UDP_VERSION.
  *   csum     with F_CSUM: CRC32C of the whole datagram computed with this field zero.
- *   sack     with F_ACK: bit i set = seq ack+1+i has been received out of order.
- *   tsval    the sender's clock (microseconds, mod 2^32) when the datagram left.
- *   tsecr    with F_ACK: the tsval of the segment whose arrival this ACK answers (the first
- *            one since the last ACK, or the out-of-order / duplicate one that made it go at
- *            once); 0 = none.  Every ACK is thus an unambiguous RTT sample, resends included.
+ *   seq, ack, sack, tsval, tsecr: as in the data header (explicit ACK: seq is the receive
+ *            window with F_RWND).
  */
 #ifndef FY_TL_UDP_PROTO_H
 #define FY_TL_UDP_PROTO_H
@@ -47,9 +75,12 @@
 #include <string.h>
 
 #define FY_UDP_VERSION                                                                             \
-    3 /* 2: timestamps and whole-window SACK; cookie handshake, heartbeats, reset; 3: the          \
-         receiver's per-iface key in every datagram, the sender's in the conn msg */
-#define FY_UDP_HDR_LEN 48
+    4 /* 2: timestamps and whole-window SACK; cookie handshake, heartbeats, reset; 3: the          \
+         receiver's per-iface key in every datagram, the sender's in the conn msg; 4: the          \
+         compact data segment header (connection token or keyed checksum) */
+#define FY_UDP_HDR_LEN  48 /* the control header */
+#define FY_UDP_DHDR_LEN 20 /* the data segment header */
+#define FY_UDP_DACK_LEN 16 /* its ACK block (F_ACK) */
 
 /* Packet types.  Those from FY_UDP_T_AM on carry a sequence number and are reliable. */
 enum fy_udp_type {
@@ -62,9 +93,9 @@ enum fy_udp_type {
     FY_UDP_T_COOKIE,   /* prio: answer to a CONN_REQ without a valid cookie (fy_udp_cookie_t) */
     FY_UDP_T_HB,       /* prio -> peer's liveness port: are you alive? (fy_udp_hb_t) */
     FY_UDP_T_HB_ACK,   /* liveness port -> prio: yes (the HB's payload echoed) */
-    FY_UDP_T_RESET,    /* prio: the connection dst_id names does not exist (any more) */
-    FY_UDP_T_AM,       /* a whole fragment: an AM, data follows the base header */
-    FY_UDP_T_AM_CHUNK, /* a chunk of a large AM (fy_udp_chunk_t + data) */
+    FY_UDP_T_RESET,    /* prio: the connection dst_id (or src_id) names does not exist */
+    FY_UDP_T_AM,       /* a whole fragment: an AM (fy_udp_am_t + data) */
+    FY_UDP_T_AM_CHUNK, /* a chunk of a large AM (fy_udp_amchunk_t [+ fy_udp_amfirst_t] + data) */
     FY_UDP_T_PUT,      /* a chunk of a put (fy_udp_chunk_t + fy_udp_rma_t + data) */
     FY_UDP_T_GET_REQ,  /* a get request (fy_udp_get_req_t) */
     FY_UDP_T_GET_RESP, /* a chunk of a get's data (fy_udp_chunk_t + data) */
@@ -74,8 +105,8 @@ enum fy_udp_type {
 #define FY_UDP_T_FIRST_SEQ FY_UDP_T_AM
 
 enum fy_udp_flag {
-    FY_UDP_F_ACK = 1u << 0,       /* ack and sack are valid */
-    FY_UDP_F_CSUM = 1u << 1,      /* csum is valid */
+    FY_UDP_F_ACK = 1u << 0,       /* ack and sack are valid (data: the ACK block follows) */
+    FY_UDP_F_CSUM = 1u << 1,      /* csum is valid (data: check is the keyed checksum) */
     FY_UDP_F_DSACK = 1u << 2,     /* this ACK answers a resend (F_RESENT) of a segment already
                                    * held - a needless resend: the sender's reorder window grows */
     FY_UDP_F_ECHO_DATA = 1u << 3, /* the segment tsecr echoes came on the data channel */
@@ -86,24 +117,50 @@ enum fy_udp_flag {
                                    * duplicate of a first send does not */
 };
 
+/* The control header; also the decoded form of a data segment's header (udp_rx.c), where
+ * src_id holds aux, len the bytes from the type header on, and job_key / csum are unused. */
 typedef struct fy_udp_hdr {
+    uint8_t type;
+    uint8_t flags;
+    uint8_t am_id;
+    uint8_t version;
+    uint32_t len;
     uint64_t job_key;
     uint32_t dst_id;
     uint32_t src_id;
     uint32_t seq;
     uint32_t ack;
-    uint32_t len;
-    uint8_t type;
-    uint8_t flags;
-    uint8_t am_id;
-    uint8_t version;
     uint32_t csum;
     uint32_t sack;
     uint32_t tsval;
     uint32_t tsecr;
 } fy_udp_hdr_t;
-_Static_assert(sizeof(fy_udp_hdr_t) == FY_UDP_HDR_LEN, "udp header is 48 bytes");
+_Static_assert(sizeof(fy_udp_hdr_t) == FY_UDP_HDR_LEN, "udp control header is 48 bytes");
 #define FY_UDP_CSUM_OFFSET offsetof(fy_udp_hdr_t, csum)
+
+/* The data segment header as it is on the wire (20 bytes) and its ACK block (16). */
+typedef struct fy_udp_dhdr {
+    uint8_t type;
+    uint8_t flags;
+    uint16_t aux;
+    uint32_t dst_id;
+    uint32_t check;
+    uint32_t seq;
+    uint32_t tsval;
+} fy_udp_dhdr_t;
+_Static_assert(sizeof(fy_udp_dhdr_t) == FY_UDP_DHDR_LEN, "udp data header is 20 bytes");
+#define FY_UDP_D_DST   offsetof(fy_udp_dhdr_t, dst_id)
+#define FY_UDP_D_CHECK offsetof(fy_udp_dhdr_t, check)
+#define FY_UDP_D_SEQ   offsetof(fy_udp_dhdr_t, seq)
+#define FY_UDP_D_TSVAL offsetof(fy_udp_dhdr_t, tsval)
+
+typedef struct fy_udp_dack {
+    uint32_t ack;
+    uint32_t sack;
+    uint32_t tsecr;
+    uint32_t reserved;
+} fy_udp_dack_t;
+_Static_assert(sizeof(fy_udp_dack_t) == FY_UDP_DACK_LEN, "udp ACK block is 16 bytes");
 
 /*
  * CONN_REQ / CONN_ACK / PROBE payload, 40 bytes (PROBE pads it to the probed size):
@@ -119,7 +176,7 @@ _Static_assert(sizeof(fy_udp_hdr_t) == FY_UDP_HDR_LEN, "udp header is 48 bytes")
  *   +-------+-------+-------+-------+-------+-------+-------+-------+
  *   |                        probe_size                             | 32
  *   +-------+-------+-------+-------+-------+-------+-------+-------+
- *   |   live_port   |      pad      |            reserved           | 40
+ *   |   live_port   |      pad      |            token              | 40
  *   +-------+-------+-------+-------+-------+-------+-------+-------+
  *   |                        cookie                                 | 48
  *   +-------+-------+-------+-------+-------+-------+-------+-------+
@@ -129,6 +186,7 @@ _Static_assert(sizeof(fy_udp_hdr_t) == FY_UDP_HDR_LEN, "udp header is 48 bytes")
  *   probe_size PROBE only: the datagram's own size, echoed in PROBE_ACK
  *   live_port  the sender's liveness port (heartbeats are answered there)
  *   cookie     CONN_REQ: the cookie from the responder's COOKIE (0 in the first request)
+ *   token      the sender's connection token: the check of every data segment to it
  *   key        the sender's iface key: what the receiver puts in every datagram back
  */
 typedef struct fy_udp_conn_msg {
@@ -142,7 +200,7 @@ typedef struct fy_udp_conn_msg {
     uint64_t probe_size;
     uint16_t live_port;
     uint16_t pad;
-    uint32_t reserved;
+    uint32_t token;
     uint64_t cookie;
     uint64_t key;
 } fy_udp_conn_msg_t;
@@ -174,7 +232,43 @@ typedef struct fy_udp_probe_ack {
 } fy_udp_probe_ack_t;
 
 /*
- * Chunk header (AM_CHUNK, PUT, GET_RESP), 24 bytes after the base header:
+ * AM header (AM), 4 bytes: the AM id; the data follows (at byte 24, or 40 with an ACK).
+ *
+ * AM chunk header (AM_CHUNK), 4 bytes: where this chunk's data lies in the fragment (a
+ * 32-bit offset: an AM is at most FERRY_UDP_MAX_ZCOPY < 4 GiB); the fragment's first chunk
+ * (offset 0) adds 8 bytes: the fragment's size and its AM id.  A later chunk of a
+ * 1500-byte link thus carries 1472 - 24 = 1448 data bytes, as many as a TCP segment with
+ * timestamps.  The fragment id is the data header's aux.
+ *
+ *   +-------+-------+-------+-------+
+ *   |            offset             |  0
+ *   +-------+-------+-------+-------+
+ *   |  (offset 0:) total            |  4
+ *   +-------+-------+-------+-------+
+ *   |am_id  |  pad                  |  8   (offset 0)
+ *   +-------+-------+-------+-------+
+ */
+typedef struct fy_udp_am {
+    uint8_t am_id;
+    uint8_t pad[3];
+} fy_udp_am_t;
+typedef struct fy_udp_amfirst {
+    uint32_t offset; /* 0 */
+    uint32_t total;
+    uint8_t am_id;
+    uint8_t pad[3];
+} fy_udp_amfirst_t;
+#define FY_UDP_AMCHUNK_LEN 4
+#define FY_UDP_AMFIRST_LEN 12
+#define FY_UDP_AM_XLEN     4
+/* An AM's headers with an ACK riding: what max_short / max_bcopy leave room for. */
+#define FY_UDP_AM_HDR_MAX (FY_UDP_DHDR_LEN + FY_UDP_DACK_LEN + FY_UDP_AM_XLEN)
+/* The largest data header an AM (or a chunk) carries: header, ACK block, first-chunk header. */
+#define FY_UDP_DHDR_MAX (FY_UDP_DHDR_LEN + FY_UDP_DACK_LEN + FY_UDP_AMFIRST_LEN)
+
+/*
+ * Chunk header (PUT, GET_RESP), 24 bytes: 64-bit offsets (an RMA operation may exceed
+ * 4 GiB).
  *
  *   +-------+-------+-------+-------+-------+-------+-------+-------+
  *   |             op_id             |status | pad                   |  0
@@ -184,10 +278,10 @@ typedef struct fy_udp_probe_ack {
  *   |                         total                                 | 16
  *   +-------+-------+-------+-------+-------+-------+-------+-------+
  *
- *   op_id   fragment id (AM_CHUNK) or the initiator's operation id (PUT, GET_RESP);
- *           (0 in a PUT: answered only when refused; not sent by this version)
+ *   op_id   the initiator's operation id (0 in a PUT: answered only when refused)
  *   status  GET_RESP: 0, or a negative ferry_status_t (the get was refused; total = 0)
- *   offset  where this chunk's data lies in the fragment; total: the fragment's size
+ *   offset  where this chunk's data lies in the operation; total: the operation's size
+ *   (the receiver also reads an AM_CHUNK into this form: op_id = the fragment id)
  */
 typedef struct fy_udp_chunk {
     uint32_t op_id;
@@ -249,11 +343,15 @@ typedef struct fy_udp_sack_ext {
     uint8_t bits[FY_UDP_SACK_EXT_BITS / 8];
 } fy_udp_sack_ext_t;
 
-/* Bytes of type-specific header before the data of each sequenced type. */
-static inline size_t fy_udp_xhdr_len(uint8_t type)
+/* Bytes of type-specific header before the data of each sequenced type (an AM_CHUNK's
+ * first chunk: `first`). */
+static inline size_t fy_udp_xhdr_len(uint8_t type, int first)
 {
     switch (type) {
+    case FY_UDP_T_AM:
+        return FY_UDP_AM_XLEN;
     case FY_UDP_T_AM_CHUNK:
+        return first ? FY_UDP_AMFIRST_LEN : FY_UDP_AMCHUNK_LEN;
     case FY_UDP_T_GET_RESP:
         return sizeof(fy_udp_chunk_t);
     case FY_UDP_T_PUT:
@@ -277,9 +375,20 @@ static inline int32_t fy_udp_seq_diff(uint32_t a, uint32_t b)
 uint32_t fy_udp_crc32c(uint32_t crc, const void *buf, size_t len);
 /* The same, a byte at a time whatever the CPU (the portable path; the tests' reference). */
 uint32_t fy_udp_crc32c_sw(uint32_t crc, const void *buf, size_t len);
-/* What a datagram's csum field must hold: the CRC32C of its len bytes with that field zero.
- * Bytes from `split` on are at `rest` when it is not NULL (a chunk received straight into its
+/* What a datagram's checksum field (at `at`: FY_UDP_CSUM_OFFSET, or FY_UDP_D_CHECK) must
+ * hold: the CRC32C, continued from `seed`, of its len bytes with that field zero.  Bytes
+ * from `split` on are at `rest` when it is not NULL (a chunk received straight into its
  * place), else they follow in `dgram`. */
-uint32_t fy_udp_dgram_crc(const uint8_t *dgram, const uint8_t *rest, size_t split, size_t len);
+uint32_t fy_udp_dgram_crc(uint32_t seed, size_t at, const uint8_t *dgram, const uint8_t *rest,
+                          size_t split, size_t len);
+/* The seed of a data segment's keyed checksum: the CRC32C of the receiver's iface key and
+ * its connection token. */
+static inline uint32_t fy_udp_check_seed(uint64_t key, uint32_t token)
+{
+    uint8_t b[12];
+    memcpy(b, &key, 8);
+    memcpy(b + 8, &token, 4);
+    return fy_udp_crc32c(0, b, sizeof(b));
+}
 
 #endif

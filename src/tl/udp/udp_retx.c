@@ -14,10 +14,11 @@
  * held by the receiver (the SACK bitmap covers the whole window) is lost and resent at once
  * - a resend too, so a lost resend is repaired after one more round trip, not by the timer.
  * The reorder window starts at a quarter of the minimum RTT and doubles (never beyond half
- * the SRTT or the RTO) each time the receiver reports a resend (F_RESENT) of a segment it held
- * already (F_DSACK): a resend that proved needless.  It halves after 64 calm recoveries. Reordering
- * between the two channels (a tiny segment on the priority channel overtakes a large one on the
- * data channel) is expected: a segment is judged only by segments sent after it on its own channel.
+ * the SRTT or the RTO, nor 3/4 of the RTO's margin over the SRTT) each time the receiver reports a
+ * resend (F_RESENT) of a segment it held already (F_DSACK): a resend that proved needless.  It
+ * halves after 64 calm recoveries. Reordering between the two channels (a tiny segment on the
+ * priority channel overtakes a large one on the data channel) is expected: a segment is judged only
+ * by segments sent after it on its own channel.
  *
  * What the receiver holds out of order leaves the pipe: the congestion window counts only
  * segments in flight, so new data keeps flowing while holes are repaired.
@@ -125,8 +126,16 @@ static void resend_holes(fy_udp_conn_t *c, uint32_t ack, uint32_t sack,
     /* RACK: a segment is lost when one sent after it (by more than the reorder window)
      * has been delivered - whatever the RTT estimate says.  That holds for a resend too. */
     uint64_t reo = (uint64_t)c->min_rtt / 4 * FY_MAX(c->reo_quarters, 1u) + 2 * FY_NSEC_PER_USEC;
-    if (c->srtt != 0) /* (and well inside the timeout, or the timer would fire first) */
-        reo = FY_MIN(reo, FY_MIN((uint64_t)c->srtt / 2, c->rto / 2));
+    if (c->srtt != 0) {
+        /* (and well inside the timeout, or the timer would fire first: RACK's verdict on a
+         * hole comes a reorder window after it left plus the round trip of the echo that
+         * shows it, the timer an RTO after the ACK point stopped - so at most 3/4 of the
+         * RTO's margin over the SRTT, never below the starting window) */
+        uint64_t srtt = (uint64_t)c->srtt;
+        uint64_t margin = c->rto > srtt ? (c->rto - srtt) * 3 / 4 : 0;
+        margin = FY_MAX(margin, (uint64_t)c->min_rtt / 4 + 2 * FY_NSEC_PER_USEC);
+        reo = FY_MIN(reo, FY_MIN(FY_MIN(srtt / 2, c->rto / 2), margin));
+    }
     for (uint32_t s = ack; fy_udp_seq_diff(s, top) < 0; s++) {
         if (fy_udp_seq_diff(s, c->snd_nxt) >= 0)
             break;

@@ -89,13 +89,13 @@ ferry_status_t fy_udp_put_short(fy_tl_ep_t *ep, const void *buf, size_t len, uin
                                 const void *rkey)
 {
     fy_udp_conn_t *c = fy_udp_conn(ep);
-    size_t xl = fy_udp_xhdr_len(FY_UDP_T_PUT);
+    size_t xl = fy_udp_xhdr_len(FY_UDP_T_PUT, 1);
     fy_udp_key_t k;
     fy_udp_seg_t *seg;
 
     if (usable(c) != FERRY_OK)
         return FERRY_ERR_NOT_CONNECTED;
-    if (FY_UDP_HDR_LEN + xl + len > c->iface->opts->prio_mtu)
+    if (FY_UDP_DHDR_LEN + FY_UDP_DACK_LEN + xl + len > c->iface->opts->prio_mtu)
         return FERRY_ERR_INVALID_PARAM;
     memcpy(&k, rkey, sizeof(k));
     seg = fy_udp_seg_alloc(c->iface, len + 1);
@@ -112,8 +112,8 @@ ferry_status_t fy_udp_put_short(fy_tl_ep_t *ep, const void *buf, size_t len, uin
     fy_udp_seg_init_hdr(c, seg, FY_UDP_T_PUT, 0, xl, len);
     fy_udp_chunk_t ch = {.op_id = op->op_id, .offset = 0, .total = len};
     fy_udp_rma_t rma = {.region_id = k.id, .key = k.key, .addr = remote_addr};
-    memcpy(seg->hdr + FY_UDP_HDR_LEN, &ch, sizeof(ch));
-    memcpy(seg->hdr + FY_UDP_HDR_LEN + sizeof(ch), &rma, sizeof(rma));
+    memcpy(fy_udp_seg_xhdr(seg), &ch, sizeof(ch));
+    memcpy(fy_udp_seg_xhdr(seg) + sizeof(ch), &rma, sizeof(rma));
     if (len != 0)
         memcpy(seg->data, buf, len);
     c->stats.tx_msgs++;
@@ -186,7 +186,7 @@ ferry_status_t fy_udp_get_zcopy(fy_tl_ep_t *ep, const struct iovec *iov, size_t 
     req.addr = remote_addr;
     req.len = op->total;
     fy_udp_seg_init_hdr(c, seg, FY_UDP_T_GET_REQ, 0, sizeof(req), 0);
-    memcpy(seg->hdr + FY_UDP_HDR_LEN, &req, sizeof(req));
+    memcpy(fy_udp_seg_xhdr(seg), &req, sizeof(req));
     c->stats.tx_msgs++;
     fy_udp_send_inline(c, seg);
     return FERRY_INPROGRESS;
@@ -203,7 +203,7 @@ static void send_rma_done(fy_udp_conn_t *c, uint32_t op_id, ferry_status_t statu
         return;
     }
     fy_udp_seg_init_hdr(c, seg, FY_UDP_T_RMA_DONE, 0, sizeof(d), 0);
-    memcpy(seg->hdr + FY_UDP_HDR_LEN, &d, sizeof(d));
+    memcpy(fy_udp_seg_xhdr(seg), &d, sizeof(d));
     fy_udp_send_inline(c, seg);
 }
 

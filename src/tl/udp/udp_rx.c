@@ -2,10 +2,15 @@
  * udp_rx.c - the receive path: every datagram is checked before anything in it is trusted,
  * then sequenced segments are processed strictly in sequence order.
  *
- * Checks, in order, each failure counted and the datagram dropped: not truncated, at least
- * a header, the job key, the version, a length field that adds up to the datagram's size, a
- * known type, the checksum (when checksums are on), a destination id that names one of our
- * connections and a source id that is that connection's peer, a type header that fits.
+ * Checks, in order, each failure counted and the datagram dropped.  A control message (the
+ * long header): not truncated, at least a header, the job key, the version, a length field
+ * that adds up to the datagram's size, a known type, the checksum (when checksums are on),
+ * for an ACK a destination id that names one of our connections and a source id that is
+ * that connection's peer.  A data segment (the compact header): not truncated, a known type,
+ * the headers its flags and type announce fit, a destination id that names one of our live
+ * connections, then the check: the connection's token, or with checksums the CRC32C keyed
+ * with our iface key and that token - the proof that the sender is this connection's peer
+ * (a stale datagram of an earlier connection in the same slot has another id or token).
  *
  * Ordering: a segment with the expected sequence number is processed at once; an older one
  * is a duplicate (its ACK was lost: ACK at once); a newer one within the window is kept in
@@ -38,8 +43,78 @@ static fy_udp_rxbuf_t *rxbuf_get(fy_udp_chan_t *ch, uint8_t chan)
     return b;
 }
 
-#define PLACE_HDR  (FY_UDP_HDR_LEN + sizeof(fy_udp_chunk_t))
+/* The headers before a placed chunk's data: a later chunk's, and a fragment's first one's
+ * (neither with an ACK block: a chunk that carries one is not the predicted datagram). */
+#define PLACE_HDR  (FY_UDP_DHDR_LEN + FY_UDP_AMCHUNK_LEN)
+#define PLACE_HDR0 (FY_UDP_DHDR_LEN + FY_UDP_AMFIRST_LEN)
 #define NOT_PLACED UINT64_MAX
+
+/* Read a data segment's header into its decoded form (udp_proto.h: src_id = aux, csum =
+ * check, len = the bytes from the type header on).  Returns the offset of the type header,
+ * or 0 when the datagram is too short for the headers its flags and type announce. */
+static size_t dseg_decode(const uint8_t *d, size_t len, fy_udp_hdr_t *h)
+{
+    fy_udp_dhdr_t dh;
+    size_t off = FY_UDP_DHDR_LEN, xl;
+    int first = 0;
+    if (len < FY_UDP_DHDR_LEN)
+        return 0;
+    memcpy(&dh, d, sizeof(dh));
+    memset(h, 0, sizeof(*h));
+    h->type = dh.type;
+    h->flags = dh.flags;
+    h->src_id = dh.aux;
+    h->dst_id = dh.dst_id;
+    h->csum = dh.check;
+    h->seq = dh.seq;
+    h->tsval = dh.tsval;
+    if (dh.flags & FY_UDP_F_ACK) {
+        fy_udp_dack_t a;
+        if (len < off + sizeof(a))
+            return 0;
+        memcpy(&a, d + off, sizeof(a));
+        h->ack = a.ack;
+        h->sack = a.sack;
+        h->tsecr = a.tsecr;
+        off += sizeof(a);
+    }
+    if (dh.type == FY_UDP_T_AM_CHUNK) {
+        uint32_t o;
+        if (len < off + sizeof(o))
+            return 0;
+        memcpy(&o, d + off, sizeof(o));
+        first = o == 0;
+    }
+    xl = fy_udp_xhdr_len(dh.type, first);
+    if (len < off + xl)
+        return 0;
+    if (dh.type == FY_UDP_T_AM)
+        h->am_id = d[off + offsetof(fy_udp_am_t, am_id)];
+    else if (first)
+        h->am_id = d[off + offsetof(fy_udp_amfirst_t, am_id)];
+    h->len = (uint32_t)(len - off);
+    return off;
+}
+
+/* An AM_CHUNK's type header in the common chunk form; *xl: its length.  A later chunk
+ * carries no size: the fragment's, as its first chunk gave it. */
+static void amchunk_read(const fy_udp_conn_t *c, const fy_udp_hdr_t *h, const uint8_t *p,
+                         fy_udp_chunk_t *ch, size_t *xl)
+{
+    uint32_t off, total;
+    memcpy(&off, p, sizeof(off));
+    memset(ch, 0, sizeof(*ch));
+    ch->op_id = h->src_id;
+    ch->offset = off;
+    if (off == 0) {
+        memcpy(&total, p + offsetof(fy_udp_amfirst_t, total), sizeof(total));
+        ch->total = total;
+        *xl = FY_UDP_AMFIRST_LEN;
+    } else {
+        ch->total = c->rx_total;
+        *xl = FY_UDP_AMCHUNK_LEN;
+    }
+}
 
 static void post(fy_udp_chan_t *ch, unsigned i)
 {
@@ -61,17 +136,19 @@ static void post(fy_udp_chan_t *ch, unsigned i)
 static void post_placed(fy_udp_chan_t *ch, unsigned i, uint8_t *dst, uint64_t off, uint32_t len,
                         uint32_t frag, uint64_t max)
 {
+    uint16_t hl = off == 0 ? PLACE_HDR0 : PLACE_HDR;
     post(ch, i);
-    ch->riov[i][0].iov_len = PLACE_HDR;
+    ch->riov[i][0].iov_len = hl;
     ch->riov[i][1].iov_base = dst;
     ch->riov[i][1].iov_len = len;
-    ch->riov[i][2].iov_base = ch->posted[i]->data + PLACE_HDR + len;
-    ch->riov[i][2].iov_len = ch->mtu - PLACE_HDR - len;
+    ch->riov[i][2].iov_base = ch->posted[i]->data + hl + len;
+    ch->riov[i][2].iov_len = ch->mtu - hl - len;
     ch->rmsg[i].msg_hdr.msg_iovlen = 3;
     ch->place_off[i] = off;
     ch->place_len[i] = len;
-    ch->place_frag_of[i] = frag;
+    ch->place_frag_of[i] = frag & 0xffff;
     ch->place_max[i] = max;
+    ch->place_hlen[i] = hl;
 }
 
 /* Lay out every slot of the data channel: placed for the conn whose large AMs are arriving
@@ -84,16 +161,19 @@ static void repost_all(fy_udp_iface_t *iface, fy_udp_chan_t *ch)
 
     ch->place_conn = NULL;
     if (c != NULL && iface->opts->place && fy_udp_conn_alive(c) && c->rx_chunk != 0 &&
-        PLACE_HDR + c->rx_chunk <= ch->mtu) {
-        uint64_t C = c->rx_chunk, off;
+        c->rx_chunk0 != 0 && PLACE_HDR0 + c->rx_chunk <= ch->mtu) {
+        uint64_t C = c->rx_chunk, off, l;
         for (off = c->rx_got; c->rx_active && i < FY_UDP_BATCH && off < c->rx_total; i++, off += C)
             post_placed(ch, i, c->rx_buf + off, off, (uint32_t)FY_MIN(C, c->rx_total - off),
                         c->rx_frag_id, UINT64_MAX);
         uint8_t *nb = c->rx_bufs[c->rx_cur ^ 1];
         uint64_t cap = c->rx_caps[c->rx_cur ^ 1];
-        for (off = 0; nb != NULL && i < FY_UDP_BATCH && off < cap; i++, off += C)
-            post_placed(ch, i, nb + off, off, (uint32_t)FY_MIN(C, cap - off), c->rx_frag_id + 1,
+        /* (the next fragment's first chunk has the longer header, so less data) */
+        for (off = 0; nb != NULL && i < FY_UDP_BATCH && off < cap; i++, off += l) {
+            l = off == 0 ? c->rx_chunk0 : C;
+            post_placed(ch, i, nb + off, off, (uint32_t)FY_MIN(l, cap - off), c->rx_frag_id + 1,
                         cap);
+        }
         if (i != 0)
             ch->place_conn = c;
     }
@@ -112,23 +192,31 @@ void fy_udp_rx_unplace(fy_udp_iface_t *iface, fy_udp_conn_t *c)
 
 /* After a receive into placed slots: is slot i the predicted chunk (its data is in place)?
  * If not, move the part that went to the reassembly buffer back into the slot's buffer, so
- * the datagram is whole there and goes the ordinary way. */
-static int placed_check(fy_udp_chan_t *ch, unsigned i, size_t len, int mflags)
+ * the datagram is whole there and goes the ordinary way.  Only a fragment's first chunk
+ * says its size: a later chunk of the next fragment is taken in place only after that
+ * fragment's first chunk was, in this batch (*first_ok), and fitted the buffer. */
+static int placed_check(fy_udp_chan_t *ch, unsigned i, size_t len, int mflags, int *first_ok)
 {
     const uint8_t *d = ch->posted[i]->data;
-    fy_udp_hdr_t h;
-    fy_udp_chunk_t k;
-    if (len >= PLACE_HDR && len == PLACE_HDR + ch->place_len[i] && !(mflags & MSG_TRUNC)) {
+    size_t hl = ch->place_hlen[i];
+    if (len == hl + ch->place_len[i] && !(mflags & MSG_TRUNC)) {
+        fy_udp_dhdr_t h;
+        fy_udp_amfirst_t k = {0};
         memcpy(&h, d, sizeof(h));
-        memcpy(&k, d + FY_UDP_HDR_LEN, sizeof(k));
-        if (h.type == FY_UDP_T_AM_CHUNK && h.dst_id == ch->place_conn->id &&
-            k.op_id == ch->place_frag_of[i] && k.offset == ch->place_off[i] &&
-            k.total <= ch->place_max[i] && h.len == len - FY_UDP_HDR_LEN)
+        memcpy(&k, d + FY_UDP_DHDR_LEN, hl - FY_UDP_DHDR_LEN);
+        if (h.type == FY_UDP_T_AM_CHUNK && !(h.flags & FY_UDP_F_ACK) &&
+            h.dst_id == ch->place_conn->id && h.aux == ch->place_frag_of[i] &&
+            k.offset == ch->place_off[i] && (k.offset == 0) == (hl == PLACE_HDR0) &&
+            (k.offset == 0 ? k.total <= ch->place_max[i]
+                           : ch->place_max[i] == UINT64_MAX || *first_ok)) {
+            if (k.offset == 0)
+                *first_ok = 1;
             return 1;
+        }
     }
-    if (len > PLACE_HDR)
-        memcpy(ch->posted[i]->data + PLACE_HDR, ch->riov[i][1].iov_base,
-               FY_MIN(len - PLACE_HDR, (size_t)ch->place_len[i]));
+    if (len > hl)
+        memcpy(ch->posted[i]->data + hl, ch->riov[i][1].iov_base,
+               FY_MIN(len - hl, (size_t)ch->place_len[i]));
     return 0;
 }
 
@@ -216,20 +304,20 @@ uint32_t fy_udp_sack_bits(const fy_udp_conn_t *c)
 static int valid_in_order(fy_udp_conn_t *c, const fy_udp_hdr_t *h, const uint8_t *p, size_t plen)
 {
     fy_udp_chunk_t ch;
-    size_t dlen = plen - fy_udp_xhdr_len(h->type);
+    size_t xl = fy_udp_xhdr_len(h->type, 1), dlen = plen - xl;
 
     switch (h->type) {
     case FY_UDP_T_AM:
         return h->am_id <= FY_TL_AM_ID_MAX;
     case FY_UDP_T_AM_CHUNK:
-        memcpy(&ch, p, sizeof(ch));
-        if (h->am_id > FY_TL_AM_ID_MAX || ch.total > c->iface->opts->max_zcopy ||
-            ch.offset > ch.total || dlen > ch.total - ch.offset || (dlen == 0 && ch.total != 0))
+        amchunk_read(c, h, p, &ch, &xl);
+        dlen = plen - xl;
+        if (ch.total > c->iface->opts->max_zcopy || ch.offset > ch.total ||
+            dlen > ch.total - ch.offset || (dlen == 0 && ch.total != 0))
             return 0;
         if (ch.offset == 0)
-            return !c->rx_active;
-        return c->rx_active && ch.op_id == c->rx_frag_id && ch.offset == c->rx_got &&
-               ch.total == c->rx_total && h->am_id == c->rx_am_id;
+            return h->am_id <= FY_TL_AM_ID_MAX && !c->rx_active;
+        return c->rx_active && ch.op_id == c->rx_frag_id && ch.offset == c->rx_got;
     case FY_UDP_T_PUT:
         memcpy(&ch, p, sizeof(ch));
         return ch.offset <= ch.total && dlen <= ch.total - ch.offset &&
@@ -252,8 +340,9 @@ static int rx_chunk(fy_udp_conn_t *c, const fy_udp_hdr_t *h, const uint8_t *p, s
 {
     fy_udp_chunk_t ch;
     fy_udp_chan_t *data = &c->iface->ch[FY_UDP_CH_DATA];
-    size_t dlen = plen - sizeof(ch);
-    memcpy(&ch, p, sizeof(ch));
+    size_t xl, dlen;
+    amchunk_read(c, h, p, &ch, &xl);
+    dlen = plen - xl;
     if (ch.offset == 0) {
         unsigned idx = c->rx_cur ^ 1u;
         if (ch.total > c->rx_caps[idx]) {
@@ -273,10 +362,12 @@ static int rx_chunk(fy_udp_conn_t *c, const fy_udp_hdr_t *h, const uint8_t *p, s
         c->rx_total = ch.total;
         c->rx_got = 0;
         c->rx_am_id = h->am_id;
-        c->rx_chunk = (uint32_t)dlen;
+        c->rx_chunk0 = (uint32_t)dlen;
+    } else if (c->rx_got + dlen < c->rx_total) {
+        c->rx_chunk = (uint32_t)dlen; /* (a later chunk but the last: the full size) */
     }
     if (dlen != 0 && !placed)
-        memcpy(c->rx_buf + c->rx_got, p + sizeof(ch), dlen);
+        memcpy(c->rx_buf + c->rx_got, p + xl, dlen);
     c->rx_got += dlen;
     /* Posted slots may point only at space not yet filled.  Within a data batch the
      * slots are laid out anew at its end; a chunk taken elsewhere (the stash drained by a
@@ -299,7 +390,7 @@ static int process(fy_udp_iface_t *iface, fy_udp_conn_t *c, const fy_udp_hdr_t *
                    size_t plen, int placed)
 {
     fy_tl_iface_params_t *prm = &iface->super.params;
-    size_t xl = fy_udp_xhdr_len(h->type);
+    size_t xl = fy_udp_xhdr_len(h->type, 1);
     ferry_status_t st = FERRY_OK;
 
     if (!valid_in_order(c, h, p, plen))
@@ -310,9 +401,9 @@ static int process(fy_udp_iface_t *iface, fy_udp_conn_t *c, const fy_udp_hdr_t *
         c->rcv_nxt++;
         fy_udp_ack_schedule(c, 0, plen);
         c->stats.rx_msgs++;
-        c->stats.rx_bytes += plen;
+        c->stats.rx_bytes += plen - xl;
         iface->events++;
-        prm->am_cb(prm->am_arg, h->am_id, p, plen);
+        prm->am_cb(prm->am_arg, h->am_id, p + xl, plen - xl);
         return 1;
     case FY_UDP_T_AM_CHUNK: {
         int done = rx_chunk(c, h, p, plen, placed);
@@ -374,13 +465,14 @@ static void drain(fy_udp_iface_t *iface, fy_udp_conn_t *c)
     while (c->nstash != 0 && fy_udp_conn_alive(c)) {
         fy_udp_rxbuf_t *b = c->stash[c->rcv_nxt & mask];
         fy_udp_hdr_t h;
+        size_t off;
         if (b == NULL)
             break;
         c->stash[c->rcv_nxt & mask] = NULL;
         c->nstash--;
-        memcpy(&h, b->data, sizeof(h));
+        off = dseg_decode(b->data, b->len, &h);
         drained = 1;
-        if (h.seq != c->rcv_nxt || !process(iface, c, &h, b->data + FY_UDP_HDR_LEN, h.len, 0)) {
+        if (off == 0 || h.seq != c->rcv_nxt || !process(iface, c, &h, b->data + off, h.len, 0)) {
             iface->drops_malformed++;
             fy_mpool_put(&iface->ch[b->chan].rxpool, b);
             break;
@@ -391,72 +483,110 @@ static void drain(fy_udp_iface_t *iface, fy_udp_conn_t *c)
         fy_udp_ack_schedule(c, 1, 0);
 }
 
-/* Check and process one datagram.  Returns 1 when the buffer was kept (stashed). */
-static int rx_dgram(fy_udp_iface_t *iface, uint8_t chan, fy_udp_rxbuf_t *b, size_t len,
-                    const struct sockaddr_storage *from, int mflags, const uint8_t *placed)
+/* A control message (the long header).  Returns 0: its buffer is never kept. */
+static int rx_ctrl(fy_udp_iface_t *iface, uint8_t chan, fy_udp_rxbuf_t *b, size_t len,
+                   const struct sockaddr_storage *from)
 {
     fy_udp_hdr_t h;
     fy_udp_conn_t *c;
     const uint8_t *p = b->data + FY_UDP_HDR_LEN;
 
-    iface->rx_dgrams++;
-    if (mflags & MSG_TRUNC) {
-        iface->drops_trunc++;
-        return 0;
-    }
     if (len < FY_UDP_HDR_LEN) {
         iface->drops_malformed++;
         return 0;
     }
     memcpy(&h, b->data, sizeof(h));
-    if (h.job_key != iface->super.params.job_key && !fy_udp_reply_key_ok(iface, &h)) {
+    if (h.job_key != iface->super.params.job_key &&
+        !fy_udp_reply_key_ok(iface, &h, p, len - FY_UDP_HDR_LEN)) {
         iface->drops_bad_key++;
         return 0;
     }
     if (h.version != FY_UDP_VERSION || h.len != len - FY_UDP_HDR_LEN || h.type == 0 ||
-        h.type >= FY_UDP_T_MAX) {
+        h.type >= FY_UDP_T_FIRST_SEQ) {
         iface->drops_malformed++;
         return 0;
     }
     if ((iface->csum || (h.flags & FY_UDP_F_CSUM)) &&
         (!(h.flags & FY_UDP_F_CSUM) ||
-         fy_udp_dgram_crc(b->data, placed, PLACE_HDR, len) != h.csum)) {
-        iface->drops_csum++; /* (a placed chunk's data is checked where it landed) */
+         fy_udp_dgram_crc(0, FY_UDP_CSUM_OFFSET, b->data, NULL, len, len) != h.csum)) {
+        iface->drops_csum++;
         return 0;
     }
-    if (h.type < FY_UDP_T_FIRST_SEQ && h.type != FY_UDP_T_ACK) {
+    if (h.type != FY_UDP_T_ACK) {
         fy_udp_conn_rx_ctrl(iface, &h, p, h.len, from, chan);
         return 0;
     }
     c = fy_udp_conn_lookup(iface, h.dst_id);
     if (c == NULL || c->peer_id != h.src_id || c->peer_id == 0 || !fy_udp_conn_alive(c)) {
         iface->drops_unknown_ep++;
-        fy_udp_conn_rx_unknown(iface, &h, from); /* udp_live.c: RESET a gone connection */
         return 0;
     }
     c->last_rx_ns = c->last_seg_ns = iface->now;
-    if (h.type == FY_UDP_T_ACK) {
-        fy_udp_sack_ext_t ext;
-        const fy_udp_sack_ext_t *e = NULL;
-        if (h.len >= sizeof(ext.nbits)) {
-            memcpy(&ext.nbits, p, sizeof(ext.nbits));
-            if (ext.nbits <= FY_UDP_SACK_EXT_BITS && ext.nbits % 8 == 0 &&
-                h.len == sizeof(ext.nbits) + ext.nbits / 8) {
-                memcpy(ext.bits, p + sizeof(ext.nbits), ext.nbits / 8);
-                e = &ext;
-            } else {
-                iface->drops_malformed++;
-                return 0;
-            }
+    fy_udp_sack_ext_t ext;
+    const fy_udp_sack_ext_t *e = NULL;
+    if (h.len >= sizeof(ext.nbits)) {
+        memcpy(&ext.nbits, p, sizeof(ext.nbits));
+        if (ext.nbits <= FY_UDP_SACK_EXT_BITS && ext.nbits % 8 == 0 &&
+            h.len == sizeof(ext.nbits) + ext.nbits / 8) {
+            memcpy(ext.bits, p + sizeof(ext.nbits), ext.nbits / 8);
+            e = &ext;
+        } else {
+            iface->drops_malformed++;
+            return 0;
         }
-        if (h.flags & FY_UDP_F_ACK)
-            fy_udp_process_ack(c, &h, 1, e);
+    }
+    if (h.flags & FY_UDP_F_ACK)
+        fy_udp_process_ack(c, &h, 1, e);
+    return 0;
+}
+
+/* Check and process one datagram.  Returns 1 when the buffer was kept (stashed).  placed:
+ * where a chunk's data went (its headers, `split` bytes, are in the buffer), or NULL. */
+static int rx_dgram(fy_udp_iface_t *iface, uint8_t chan, fy_udp_rxbuf_t *b, size_t len,
+                    const struct sockaddr_storage *from, int mflags, const uint8_t *placed,
+                    size_t split)
+{
+    fy_udp_hdr_t h;
+    fy_udp_conn_t *c;
+    const uint8_t *p;
+    size_t off;
+
+    iface->rx_dgrams++;
+    if (mflags & MSG_TRUNC) {
+        iface->drops_trunc++;
         return 0;
     }
-    if (h.len < fy_udp_xhdr_len(h.type)) {
+    if (len == 0 || b->data[0] >= FY_UDP_T_MAX) {
         iface->drops_malformed++;
         return 0;
     }
+    if (b->data[0] < FY_UDP_T_FIRST_SEQ)
+        return rx_ctrl(iface, chan, b, len, from);
+    off = dseg_decode(b->data, len, &h);
+    if (off == 0) {
+        iface->drops_malformed++;
+        return 0;
+    }
+    c = fy_udp_conn_lookup(iface, h.dst_id);
+    if (c == NULL || c->peer_id == 0 || !fy_udp_conn_alive(c)) {
+        iface->drops_unknown_ep++;
+        fy_udp_conn_rx_unknown(iface, &h, from); /* udp_live.c: RESET a gone connection */
+        return 0;
+    }
+    /* The proof that the peer sent it: the token, or the checksum keyed with it. */
+    if (iface->csum || (h.flags & FY_UDP_F_CSUM)) {
+        if (!(h.flags & FY_UDP_F_CSUM) ||
+            fy_udp_dgram_crc(fy_udp_check_seed(iface->super.params.job_key, c->token),
+                             FY_UDP_D_CHECK, b->data, placed, split, len) != h.csum) {
+            iface->drops_csum++; /* (a placed chunk's data is checked where it landed) */
+            return 0;
+        }
+    } else if (h.csum != c->token) {
+        iface->drops_bad_key++;
+        return 0;
+    }
+    p = b->data + off;
+    c->last_rx_ns = c->last_seg_ns = iface->now;
 
     int32_t d = fy_udp_seq_diff(h.seq, c->rcv_nxt);
     /* The echo for the RTT and RACK: the first segment since our last ACK (a delayed ACK
@@ -470,7 +600,7 @@ static int rx_dgram(fy_udp_iface_t *iface, uint8_t chan, fy_udp_rxbuf_t *b, size
     if (placed != NULL && (d != 0 || c != iface->ch[chan].place_conn)) {
         /* the predicted chunk, but not in order after all (one before it was lost): make
          * it whole in its own buffer for the stash */
-        memcpy(b->data + PLACE_HDR, placed, len - PLACE_HDR);
+        memcpy(b->data + split, placed, len - split);
         placed = NULL;
     }
     if (d == 0) {
@@ -639,6 +769,8 @@ unsigned fy_udp_rx_progress(fy_udp_iface_t *iface, uint8_t chan)
     unsigned lens[FY_UDP_BATCH];
     int flags[FY_UDP_BATCH];
     const uint8_t *placed[FY_UDP_BATCH];
+    size_t split[FY_UDP_BATCH];
+    int first_ok = 0;
     int was_placed = ch->place_conn != NULL;
     if (ch->rmsg[n - 1].msg_hdr.msg_controllen != 0) /* (only once the socket dropped) */
         rx_socket_drops(iface, ch, &ch->rmsg[n - 1].msg_hdr);
@@ -646,18 +778,23 @@ unsigned fy_udp_rx_progress(fy_udp_iface_t *iface, uint8_t chan)
         lens[i] = ch->rmsg[i].msg_len;
         flags[i] = ch->rmsg[i].msg_hdr.msg_flags;
         placed[i] = NULL;
-        if (ch->place_off[i] != NOT_PLACED && placed_check(ch, (unsigned)i, lens[i], flags[i]))
+        split[i] = 0;
+        if (ch->place_off[i] != NOT_PLACED &&
+            placed_check(ch, (unsigned)i, lens[i], flags[i], &first_ok)) {
             placed[i] = ch->riov[i][1].iov_base;
+            split[i] = ch->place_hlen[i];
+        }
     }
     iface->in_data_rx = chan == FY_UDP_CH_DATA;
     for (int i = 0; i < n; i++) {
-        if (rx_dgram(iface, chan, ch->posted[i], lens[i], &ch->rname[i], flags[i], placed[i])) {
+        if (rx_dgram(iface, chan, ch->posted[i], lens[i], &ch->rname[i], flags[i], placed[i],
+                     split[i])) {
             fy_udp_rxbuf_t *nb = rxbuf_get(ch, chan);
             /* The stash keeps a reserve free, so this does not fail but for memory. */
             if (nb == NULL) {
                 fy_udp_conn_t *c = NULL;
                 fy_udp_hdr_t h;
-                memcpy(&h, ch->posted[i]->data, sizeof(h));
+                dseg_decode(ch->posted[i]->data, lens[i], &h); /* (checked: it was stashed) */
                 c = fy_udp_conn_lookup(iface, h.dst_id);
                 if (c != NULL && c->stash != NULL) {
                     c->stash[h.seq & (iface->wsize - 1)] = NULL;

@@ -11,12 +11,15 @@
  * into chunks only when the window lets a chunk leave; their completion comes when the last
  * chunk is ACKed.
  *
- * Every transmission (first or resend) picks up the ACK owed to the peer (piggy-backing),
- * takes a fresh timestamp for the RTT estimate and checks the segment into the hotel.  The
- * datagrams of one pass go to the kernel with one sendmmsg per channel; a datagram the
- * kernel refuses for lack of buffer goes to the front of the resend queue.  Segments that fit
- * the priority MTU go on the priority channel, the rest (every resend, and a fragment's
- * chunks after the first) on the data channel.
+ * A segment's header is the compact data header (udp_proto.h): its header space holds that
+ * header, room for the ACK block, then the type header; a transmission sends the ACK block
+ * only when an ACK is owed and it fits the datagram (a chunk fills the path's MTU without
+ * one: the ACK then goes on its own).  Every transmission (first or resend) picks up the ACK
+ * owed to the peer when it can (piggy-backing), takes a fresh timestamp for the RTT estimate and
+ * checks the segment into the hotel.  The datagrams of one pass go to the kernel with one sendmmsg
+ * per channel; a datagram the kernel refuses for lack of buffer goes to the front of the resend
+ * queue.  Segments that fit the priority MTU go on the priority channel, the rest (every resend,
+ * and a fragment's chunks after the first) on the data channel.
  */
 #include <errno.h>
 #include <netinet/udp.h>
@@ -96,16 +99,18 @@ void fy_udp_seg_free(fy_udp_iface_t *iface, fy_udp_seg_t *seg)
 void fy_udp_seg_init_hdr(fy_udp_conn_t *conn, fy_udp_seg_t *seg, uint8_t type, uint8_t am_id,
                          size_t xhdr_len, size_t dlen)
 {
-    fy_udp_hdr_t h;
+    /* dst_id, check and seq are filled when the segment takes its sequence number (the
+     * peer's id and token may not be known yet), flags, tsval and the ACK when it leaves. */
+    fy_udp_dhdr_t h;
+    (void)conn;
     memset(&h, 0, sizeof(h));
-    h.job_key = conn->peer_key;
-    h.src_id = conn->id;
-    h.len = (uint32_t)(xhdr_len + dlen);
     h.type = type;
-    h.am_id = am_id;
-    h.version = FY_UDP_VERSION;
     memcpy(seg->hdr, &h, sizeof(h));
-    seg->hlen = (uint16_t)(FY_UDP_HDR_LEN + xhdr_len);
+    if (type == FY_UDP_T_AM) {
+        fy_udp_am_t a = {.am_id = am_id};
+        memcpy(fy_udp_seg_xhdr(seg), &a, sizeof(a));
+    }
+    seg->hlen = (uint16_t)(FY_UDP_DHDR_LEN + xhdr_len);
     seg->dlen = (uint32_t)dlen;
 }
 
@@ -177,15 +182,19 @@ void fy_udp_enqueue(fy_udp_conn_t *c, fy_udp_pend_t *p)
 
 /* ---- the transmit batch ---------------------------------------------------------------- */
 
-static void batch_csum(struct iovec *iov, unsigned n)
+/* A control message's csum, or a data segment's keyed check (seeded with the receiver's key
+ * and token). */
+static void batch_csum(struct iovec *iov, unsigned n, const fy_udp_conn_t *c)
 {
     uint8_t *h = iov[0].iov_base;
-    uint32_t crc = 0;
+    int data = h[0] >= FY_UDP_T_FIRST_SEQ;
+    size_t at = data ? FY_UDP_D_CHECK : FY_UDP_CSUM_OFFSET;
+    uint32_t crc = data ? fy_udp_check_seed(c->peer_key, c->peer_token) : 0;
     h[offsetof(fy_udp_hdr_t, flags)] |= FY_UDP_F_CSUM;
-    memset(h + FY_UDP_CSUM_OFFSET, 0, 4);
+    memset(h + at, 0, 4);
     for (unsigned i = 0; i < n; i++)
         crc = fy_udp_crc32c(crc, iov[i].iov_base, iov[i].iov_len);
-    memcpy(h + FY_UDP_CSUM_OFFSET, &crc, 4);
+    memcpy(h + at, &crc, 4);
 }
 
 /* A lone datagram.  A small one (an AM of a ping-pong, an ACK) is gathered into one buffer
@@ -233,7 +242,7 @@ void fy_udp_tx_flush(fy_udp_iface_t *iface, uint8_t chan)
             uint32_t ts = fy_udp_ts(t);
             for (unsigned k = 0; k < ch->nbseg; k++) {
                 ch->bseg[k]->tx_ns = t;
-                ((fy_udp_hdr_t *)ch->bseg[k]->hdr)->tsval = ts;
+                memcpy(ch->bseg[k]->hdr + FY_UDP_D_TSVAL, &ts, sizeof(ts));
             }
         }
     }
@@ -299,12 +308,12 @@ static struct mmsghdr *batch_slot(fy_udp_iface_t *iface, uint8_t chan, unsigned 
 
 static void batch_commit(fy_udp_iface_t *iface, uint8_t chan, struct mmsghdr *m, struct iovec *iov,
                          unsigned n, const struct sockaddr_storage *to, socklen_t tolen,
-                         fy_udp_seg_t *seg)
+                         fy_udp_seg_t *seg, const fy_udp_conn_t *c)
 {
     fy_udp_chan_t *ch = &iface->ch[chan];
     uint32_t bytes = (uint32_t)fy_iov_total(iov, n);
     if (iface->csum)
-        batch_csum(iov, n);
+        batch_csum(iov, n, c);
     /* GSO: a segment to the same peer right after full-size ones joins their message; its
      * iovecs already follow the previous message's in tiov. */
     if (seg != NULL && iface->gso && ch->ntx > 0) {
@@ -359,16 +368,15 @@ static unsigned iov_slice(const struct iovec *src, size_t cnt, uint64_t off, uin
     return n;
 }
 
-/* Put the ACK owed to the peer into a header about to leave. */
+/* Put the ACK owed to the peer into a segment's header space (its ACK block). */
 static void piggyback(fy_udp_conn_t *c, uint8_t *hdr)
 {
-    fy_udp_hdr_t *h = (fy_udp_hdr_t *)hdr; /* hdr is 8-byte aligned in the segment */
-    h->flags = FY_UDP_F_ACK | (c->dsack_pending ? FY_UDP_F_DSACK : 0) |
-               (c->ts_echo_chan == FY_UDP_CH_DATA ? FY_UDP_F_ECHO_DATA : 0);
-    h->ack = c->rcv_nxt;
-    h->sack = c->nstash ? fy_udp_sack_bits(c) : 0;
-    h->tsval = fy_udp_ts(c->iface->now);
-    h->tsecr = c->ts_echo;
+    fy_udp_dack_t a = {
+        .ack = c->rcv_nxt, .sack = c->nstash ? fy_udp_sack_bits(c) : 0, .tsecr = c->ts_echo};
+    hdr[offsetof(fy_udp_dhdr_t, flags)] |=
+        FY_UDP_F_ACK | (c->dsack_pending ? FY_UDP_F_DSACK : 0) |
+        (c->ts_echo_chan == FY_UDP_CH_DATA ? FY_UDP_F_ECHO_DATA : 0);
+    memcpy(hdr + FY_UDP_DHDR_LEN, &a, sizeof(a));
     c->ts_echo = 0; /* each echo once: a later ACK must not repeat a stale one */
     c->dsack_pending = 0;
     if (c->ack_pending) {
@@ -384,41 +392,60 @@ static void piggyback(fy_udp_conn_t *c, uint8_t *hdr)
 static void seg_xmit(fy_udp_iface_t *iface, fy_udp_conn_t *c, fy_udp_seg_t *seg, uint8_t chan)
 {
     struct iovec *iov;
-    struct mmsghdr *m = batch_slot(iface, chan, FY_UDP_MAX_IOV + 3, &iov);
-    unsigned n = 1;
+    struct mmsghdr *m = batch_slot(iface, chan, FY_UDP_MAX_IOV + 4, &iov);
+    size_t xl = seg->hlen - FY_UDP_DHDR_LEN;
+    uint32_t ts;
+    unsigned n;
 
     /* A batch may carry megabytes: stamp each later segment with its own time, or its
      * timer would start early.  (The first of a batch uses the caller's fresh time.) */
     if (iface->ch[chan].ntx != 0)
         iface->now = fy_time_ns();
-    piggyback(c, seg->hdr);
+    seg->hdr[offsetof(fy_udp_dhdr_t, flags)] = seg->tries != 0 ? FY_UDP_F_RESENT : 0;
+    /* the peer's id and token as they are now (a resend after the peer drew a new token) */
+    memcpy(seg->hdr + FY_UDP_D_DST, &c->peer_id, 4);
+    memcpy(seg->hdr + FY_UDP_D_CHECK, &c->peer_token, 4); /* (or the checksum, below) */
+    /* The ACK rides when one is owed and the datagram has room for it. */
+    int ack = (c->ack_pending || c->dsack_pending) &&
+              seg->hlen + FY_UDP_DACK_LEN + seg->dlen <=
+                  (chan == FY_UDP_CH_PRIO ? c->prio_mtu : c->seg_size);
+    if (ack)
+        piggyback(c, seg->hdr);
     seg->tx_ns = iface->now;
     seg->chan = chan;
-    ((fy_udp_hdr_t *)seg->hdr)->tsval = fy_udp_ts(iface->now);
+    ts = fy_udp_ts(iface->now);
+    memcpy(seg->hdr + FY_UDP_D_TSVAL, &ts, sizeof(ts));
     seg->tries++;
     fy_udp_cc_sent(c, seg);
     if (seg->tries > 1) {
-        ((fy_udp_hdr_t *)seg->hdr)->flags |= FY_UDP_F_RESENT;
         c->stats.retransmits++;
         c->resent_at = iface->now;
     }
     fy_hotel_checkin(&iface->hotel, &seg->timer.room, fy_udp_seg_stay(c, seg), iface->now);
+    /* [data header (+ ACK block)] [type header] [data ...] */
     iov[0].iov_base = seg->hdr;
-    iov[0].iov_len = seg->hlen;
+    if (ack) {
+        iov[0].iov_len = FY_UDP_SEG_XHDR + xl;
+        n = 1;
+    } else {
+        iov[0].iov_len = FY_UDP_DHDR_LEN;
+        iov[1].iov_base = fy_udp_seg_xhdr(seg);
+        iov[1].iov_len = xl;
+        n = xl != 0 ? 2 : 1;
+    }
     if (seg->frag != NULL)
-        n += iov_slice(seg->frag->iov, seg->frag->iovcnt, seg->off, seg->dlen, iov + 1,
+        n += iov_slice(seg->frag->iov, seg->frag->iovcnt, seg->off, seg->dlen, iov + n,
                        FY_UDP_MAX_IOV + 2);
     else if (seg->dlen != 0) {
-        iov[1].iov_base = seg->data;
-        iov[1].iov_len = seg->dlen;
-        n = 2;
+        iov[n].iov_base = seg->data;
+        iov[n].iov_len = seg->dlen;
+        n++;
     }
-    batch_commit(iface, chan, m, iov, n, &c->addr[chan], c->addrlen, seg);
+    batch_commit(iface, chan, m, iov, n, &c->addr[chan], c->addrlen, seg, c);
 }
 
 static void seg_assign(fy_udp_conn_t *c, fy_udp_seg_t *seg)
 {
-    fy_udp_hdr_t *h = (fy_udp_hdr_t *)seg->hdr;
     if (c->snd_una == c->snd_nxt) {
         /* the peer-timeout and retransmission clocks start */
         c->last_rx_ns = FY_MAX(c->last_rx_ns, c->iface->now);
@@ -427,8 +454,7 @@ static void seg_assign(fy_udp_conn_t *c, fy_udp_seg_t *seg)
     }
     seg->conn = c;
     seg->seq = c->snd_nxt++;
-    h->seq = seg->seq;
-    h->dst_id = c->peer_id;
+    memcpy(seg->hdr + FY_UDP_D_SEQ, &seg->seq, 4);
     c->win[seg->seq & (c->iface->wsize - 1)] = seg;
     c->inflight += fy_udp_seg_cost(seg);
     if (seg->frag != NULL)
@@ -453,9 +479,9 @@ void fy_udp_seg_sent(fy_udp_conn_t *c, fy_udp_seg_t *seg)
     seg_xmit(c->iface, c, seg, chan_for(c, seg));
 }
 
-size_t fy_udp_chunk_payload(const fy_udp_conn_t *c, uint8_t type)
+size_t fy_udp_chunk_payload(const fy_udp_conn_t *c, uint8_t type, int first)
 {
-    size_t room = c->seg_size - FY_UDP_HDR_LEN - fy_udp_xhdr_len(type);
+    size_t room = c->seg_size - FY_UDP_DHDR_LEN - fy_udp_xhdr_len(type, first);
     return room > 4096 ? room & ~(size_t)63 : room; /* keep large chunks cache-line sized */
 }
 
@@ -468,19 +494,26 @@ static fy_udp_seg_t *make_chunk(fy_udp_conn_t *c, fy_udp_frag_t *f)
         return NULL;
     /* An AM whose whole message fits one segment travels as a plain AM. */
     if (f->type == FY_UDP_T_AM_CHUNK && f->next_off == 0 &&
-        f->total <= c->seg_size - FY_UDP_HDR_LEN)
+        f->total <= c->seg_size - FY_UDP_DHDR_LEN - FY_UDP_AM_XLEN)
         f->type = FY_UDP_T_AM;
-    xl = fy_udp_xhdr_len(f->type);
+    xl = fy_udp_xhdr_len(f->type, f->next_off == 0);
     dlen = f->type == FY_UDP_T_AM
                ? f->total
-               : FY_MIN(fy_udp_chunk_payload(c, f->type), f->total - f->next_off);
+               : FY_MIN(fy_udp_chunk_payload(c, f->type, f->next_off == 0), f->total - f->next_off);
     fy_udp_seg_init_hdr(c, seg, f->type, f->am_id, xl, dlen);
-    if (xl != 0 && f->type != FY_UDP_T_AM) {
+    if (f->type == FY_UDP_T_AM_CHUNK) {
+        /* the fragment id in aux; the offset, and in the first chunk the size and AM id */
+        fy_udp_amfirst_t a = {
+            .offset = (uint32_t)f->next_off, .total = (uint32_t)f->total, .am_id = f->am_id};
+        uint16_t id = (uint16_t)f->op_id;
+        memcpy(seg->hdr + offsetof(fy_udp_dhdr_t, aux), &id, sizeof(id));
+        memcpy(fy_udp_seg_xhdr(seg), &a, xl);
+    } else if (f->type != FY_UDP_T_AM) {
         fy_udp_chunk_t ch = {
             .op_id = f->op_id, .status = f->status, .offset = f->next_off, .total = f->total};
-        memcpy(seg->hdr + FY_UDP_HDR_LEN, &ch, sizeof(ch));
+        memcpy(fy_udp_seg_xhdr(seg), &ch, sizeof(ch));
         if (f->type == FY_UDP_T_PUT)
-            memcpy(seg->hdr + FY_UDP_HDR_LEN + sizeof(ch), &f->rma, sizeof(f->rma));
+            memcpy(fy_udp_seg_xhdr(seg) + sizeof(ch), &f->rma, sizeof(f->rma));
     }
     seg->frag = f;
     seg->off = f->next_off;
@@ -516,7 +549,7 @@ static unsigned conn_push(fy_udp_conn_t *c, unsigned budget)
                     break;
                 }
                 f->type = FY_UDP_T_AM_CHUNK;
-                f->am_id = seg->hdr[offsetof(fy_udp_hdr_t, am_id)];
+                f->am_id = fy_udp_seg_xhdr(seg)[offsetof(fy_udp_am_t, am_id)];
                 f->op_id = c->next_frag_id++;
                 f->total = seg->dlen;
                 f->iovcnt = 1;
@@ -628,8 +661,8 @@ static ferry_status_t am_copy(fy_udp_conn_t *c, uint8_t id, const struct iovec *
     fy_iov_gather(seg->data, iov, iovcnt);
     c->stats.tx_msgs++;
     c->stats.tx_bytes += len;
-    if (FY_UDP_HDR_LEN + len <= c->seg_size) {
-        fy_udp_seg_init_hdr(c, seg, FY_UDP_T_AM, id, 0, len);
+    if (FY_UDP_DHDR_LEN + FY_UDP_AM_XLEN + len <= c->seg_size) {
+        fy_udp_seg_init_hdr(c, seg, FY_UDP_T_AM, id, FY_UDP_AM_XLEN, len);
         return fy_udp_send_inline(c, seg);
     }
     /* The path's segments are smaller than this iface's (an MTU fallback, or a peer with a
@@ -654,13 +687,13 @@ static ferry_status_t am_copy(fy_udp_conn_t *c, uint8_t id, const struct iovec *
 ferry_status_t fy_udp_am_short(fy_tl_ep_t *ep, uint8_t id, const struct iovec *iov, size_t iovcnt)
 {
     fy_udp_conn_t *c = fy_udp_conn(ep);
-    return am_copy(c, id, iov, iovcnt, c->iface->opts->prio_mtu - FY_UDP_HDR_LEN);
+    return am_copy(c, id, iov, iovcnt, c->iface->opts->prio_mtu - FY_UDP_AM_HDR_MAX);
 }
 
 ferry_status_t fy_udp_am_bcopy(fy_tl_ep_t *ep, uint8_t id, const struct iovec *iov, size_t iovcnt)
 {
     fy_udp_conn_t *c = fy_udp_conn(ep);
-    return am_copy(c, id, iov, iovcnt, c->iface->seg_size - FY_UDP_HDR_LEN);
+    return am_copy(c, id, iov, iovcnt, c->iface->seg_size - FY_UDP_AM_HDR_MAX);
 }
 
 /* Queue a fragment and send what fits now. */
@@ -695,7 +728,7 @@ ferry_status_t fy_udp_am_zcopy(fy_tl_ep_t *ep, uint8_t id, const void *hdr, size
         comp == NULL)
         return FERRY_ERR_INVALID_PARAM;
     total = hdr_len + fy_iov_total(iov, iovcnt);
-    if (total > iface->opts->max_zcopy)
+    if (total > iface->opts->max_zcopy || total > UINT32_MAX) /* (32-bit chunk offsets) */
         return FERRY_ERR_INVALID_PARAM;
     f = fy_udp_frag_alloc(iface);
     if (f == NULL)
@@ -721,6 +754,16 @@ ferry_status_t fy_udp_am_zcopy(fy_tl_ep_t *ep, uint8_t id, const void *hdr, size
 
 static const uint8_t zeros[65536];
 
+void fy_udp_ctrl_hdr(const fy_udp_conn_t *c, uint8_t type, fy_udp_hdr_t *h)
+{
+    memset(h, 0, sizeof(*h));
+    h->job_key = c->peer_key;
+    h->dst_id = c->peer_id;
+    h->src_id = c->id;
+    h->type = type;
+    h->version = FY_UDP_VERSION;
+}
+
 void fy_udp_tx_ctrl(fy_udp_iface_t *iface, fy_udp_conn_t *c, uint8_t chan, uint8_t type,
                     const void *payload, size_t plen, size_t pad_to,
                     const struct sockaddr_storage *to, socklen_t tolen)
@@ -732,12 +775,7 @@ void fy_udp_tx_ctrl(fy_udp_iface_t *iface, fy_udp_conn_t *c, uint8_t chan, uint8
     unsigned n = 1;
 
     ch = &iface->ch[chan];
-    memset(&h, 0, sizeof(h));
-    h.job_key = c->peer_key;
-    h.dst_id = c->peer_id;
-    h.src_id = c->id;
-    h.type = type;
-    h.version = FY_UDP_VERSION;
+    fy_udp_ctrl_hdr(c, type, &h);
     h.seq = c->snd_nxt;
     if (pad_to < FY_UDP_HDR_LEN + plen)
         pad_to = FY_UDP_HDR_LEN + plen;
@@ -767,5 +805,5 @@ void fy_udp_tx_ctrl(fy_udp_iface_t *iface, fy_udp_conn_t *c, uint8_t chan, uint8
         iov[1].iov_len = pad_to - FY_UDP_HDR_LEN - plen;
         n = 2;
     }
-    batch_commit(iface, chan, m, iov, n, to, tolen, NULL);
+    batch_commit(iface, chan, m, iov, n, to, tolen, NULL, c);
 }

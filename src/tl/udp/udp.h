@@ -45,6 +45,9 @@
 #define FY_UDP_SEG_HDR_MAX (FY_UDP_SEG_XHDR + 48)
 #define FY_UDP_CWND_INIT   64 /* segments a new ep may have in flight before its first ACK */
 #define FY_UDP_CWND_MIN    32
+/* Timer resends by kind: a hole sent once, a lost resend, above all the peer holds, the peer
+ * silent. */
+enum { FY_UDP_TO_HOLE, FY_UDP_TO_RESENT, FY_UDP_TO_ABOVE, FY_UDP_TO_SILENT };
 #define FY_UDP_ACK_MID     8 /* mid-message, an ACK waits for this many segments (udp_tx.c) */
 #define FY_UDP_QUEUE_NS    (20 * 1000 * 1000ll)   /* queueing delay tolerated above 4x min RTT */
 #define FY_UDP_RWND_LAPSE  (200 * 1000 * 1000ull) /* an advertised window without news */
@@ -106,7 +109,13 @@ typedef fy_swmd_key_t fy_udp_key_t;
 enum { FY_UDP_CH_PRIO = 0, FY_UDP_CH_DATA = 1, FY_UDP_NCH = 2 };
 
 /* ---- timers in the hotel: segments and connection handshakes ---------------------------- */
-enum { FY_UDP_TIMER_SEG = 1, FY_UDP_TIMER_CONN = 2, FY_UDP_TIMER_LIVE = 3, FY_UDP_TIMER_PACE = 4 };
+enum {
+    FY_UDP_TIMER_SEG = 1,
+    FY_UDP_TIMER_CONN = 2,
+    FY_UDP_TIMER_LIVE = 3,
+    FY_UDP_TIMER_PACE = 4,
+    FY_UDP_TIMER_RACK = 5
+};
 typedef struct fy_udp_timer {
     fy_hotel_room_t room;
     uint8_t kind;
@@ -295,6 +304,11 @@ typedef struct fy_udp_conn {
     uint8_t rto_probing;          /* send: a timeout fired with the peer silent, and no ACK
                                    * brought news since: only the oldest segment is resent
                                    * (backed off) */
+    fy_udp_timer_t rack_timer;    /* send: the earliest hole RACK will call lost, if no ACK
+                                   * comes first (udp_retx.c) */
+    uint64_t rack_due;            /* ... when it is due */
+    uint32_t to_kind[4];          /* send: timer resends by kind (FY_UDP_TO_*, FERRY_STATS) */
+    uint32_t fast_again;          /* send: RACK resends of a segment resent already */
     /* ---- connection management (udp_conn.c, udp_live.c) ---- */
     uint64_t cookie;           /* the responder's cookie, echoed in our CONN_REQ */
     uint64_t conn_last_tx;     /* last handshake send (a gap: we did not progress) */

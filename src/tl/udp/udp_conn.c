@@ -136,6 +136,8 @@ fy_udp_conn_t *fy_udp_conn_new(fy_udp_iface_t *iface, uint64_t peer_uuid)
     c->conn_timer.kind = FY_UDP_TIMER_CONN;
     fy_hotel_room_init(&c->live_timer.room);
     c->live_timer.kind = FY_UDP_TIMER_LIVE;
+    fy_hotel_room_init(&c->rack_timer.room);
+    c->rack_timer.kind = FY_UDP_TIMER_RACK;
     fy_udp_cc_init(c);
     return c;
 }
@@ -192,8 +194,10 @@ void fy_udp_conn_zombie(fy_udp_iface_t *iface, fy_udp_conn_t *c)
     iface->conns[c->id & 0xffff] = NULL;
     iface->nconns--;
     fy_udp_passive_count(c, 0);
-    if (iface->hotel.slots != NULL)
+    if (iface->hotel.slots != NULL) {
         fy_hotel_checkout(&iface->hotel, &c->pace_timer.room);
+        fy_hotel_checkout(&iface->hotel, &c->rack_timer.room);
+    }
     if (iface->live_hotel.slots != NULL)
         fy_hotel_checkout(&iface->live_hotel, &c->live_timer.room);
     if (c->peer_id != 0 && fy_hash_get(&iface->by_peer, peer_key(c->peer_uuid, c->peer_id)) == c)
@@ -237,6 +241,7 @@ void fy_udp_conn_fail(fy_udp_conn_t *c, ferry_status_t status, int notify)
     c->state = FY_UDP_CONN_FAILED;
     fy_hotel_checkout(&iface->hotel, &c->conn_timer.room);
     fy_hotel_checkout(&iface->hotel, &c->pace_timer.room);
+    fy_hotel_checkout(&iface->hotel, &c->rack_timer.room);
     c->pace_wait = 0;
     if (iface->live_hotel.slots != NULL)
         fy_hotel_checkout(&iface->live_hotel, &c->live_timer.room);

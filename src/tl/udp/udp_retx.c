@@ -13,6 +13,9 @@
  * a segment that arrived; a segment sent before it by more than the reorder window and not
  * held by the receiver (the SACK bitmap covers the whole window) is lost and resent at once
  * - a resend too, so a lost resend is repaired after one more round trip, not by the timer.
+ * So is a segment sent before it at all that has been out for a round trip and the reorder
+ * window (a hole in a burst: nothing sent a reorder window after it may ever arrive); the
+ * reorder timer judges such a hole again when that time comes, if no ACK did.
  * The reorder window starts at a quarter of the minimum RTT and doubles (never beyond half
  * the SRTT or the RTO, nor 3/4 of the RTO's margin over the SRTT) each time the receiver reports a
  * resend (F_RESENT) of a segment it held already (F_DSACK): a resend that proved needless.  It
@@ -109,22 +112,33 @@ static inline int sacked(uint32_t ack, uint32_t sack, const fy_udp_sack_ext_t *e
     return ext != NULL && i < ext->nbits && ((ext->bits[i / 8] >> (i % 8)) & 1u);
 }
 
-/* RACK: lost when a segment sent after it on the same channel (by more than the reorder
- * window) arrived.  Across channels nothing can be told: a busy receiver may read one
- * socket milliseconds behind the other (there the timer decides). */
-static int rack_lost(const fy_udp_conn_t *c, const fy_udp_seg_t *seg, uint64_t reo)
+/* RACK (RFC 8985): lost when a segment sent after it on the same channel has arrived,
+ * and either that one left more than the reorder window after it, or it has been out for
+ * a round trip and the reorder window.  (The second is what a burst needs: its segments
+ * left together, so no arrival ever shows one of them sent a reorder window later; without
+ * it a hole in a burst waited for the timer.)  Across channels nothing can be told: a busy
+ * receiver may read one socket milliseconds behind the other (there the timer decides).
+ * *due: the earliest time a hole not lost yet will be, for the reorder timer. */
+static int rack_lost(const fy_udp_conn_t *c, const fy_udp_seg_t *seg, uint64_t reo, uint64_t *due)
 {
-    return seg->tx_ns + reo <= c->rack_ch[seg->chan];
+    uint64_t newest = c->rack_ch[seg->chan];
+    if (seg->tx_ns + reo <= newest)
+        return 1;
+    /* (An echo names its send time to the microsecond, and a batch may be stamped at once:
+     * within 2 us, which left first is not known.) */
+    if (newest < seg->tx_ns + 2 * FY_NSEC_PER_USEC)
+        return 0;
+    uint64_t t = seg->tx_ns + (uint64_t)FY_MAX(c->last_rtt, c->srtt) + reo;
+    if (t <= c->iface->now)
+        return 1;
+    if (*due == 0 || t < *due)
+        *due = t;
+    return 0;
 }
 
-/* Resend the holes below the highest segment the receiver holds (from the SACK bits). */
-static void resend_holes(fy_udp_conn_t *c, uint32_t ack, uint32_t sack,
-                         const fy_udp_sack_ext_t *ext, uint32_t top)
+/* The reorder window (see the top of the file). */
+static uint64_t rack_reo(const fy_udp_conn_t *c)
 {
-    fy_udp_iface_t *iface = c->iface;
-    uint64_t thresh = c->srtt ? (uint64_t)c->srtt / 2 : iface->opts->rto_min / 2;
-    /* RACK: a segment is lost when one sent after it (by more than the reorder window)
-     * has been delivered - whatever the RTT estimate says.  That holds for a resend too. */
     uint64_t reo = (uint64_t)c->min_rtt / 4 * FY_MAX(c->reo_quarters, 1u) + 2 * FY_NSEC_PER_USEC;
     if (c->srtt != 0) {
         /* (and well inside the timeout, or the timer would fire first: RACK's verdict on a
@@ -136,6 +150,58 @@ static void resend_holes(fy_udp_conn_t *c, uint32_t ack, uint32_t sack,
         margin = FY_MAX(margin, (uint64_t)c->min_rtt / 4 + 2 * FY_NSEC_PER_USEC);
         reo = FY_MIN(reo, FY_MIN(FY_MIN(srtt / 2, c->rto / 2), margin));
     }
+    return reo;
+}
+
+static void rack_resend(fy_udp_conn_t *c, fy_udp_seg_t *seg)
+{
+    c->stats.fast_retransmits++;
+    c->fast_again += seg->tries > 1;
+    c->reo_calm++;
+    fy_udp_cc_lost(c);
+    fy_udp_resend_push(c->iface, seg);
+}
+
+/* A hole RACK will call lost at due unless an ACK says otherwise first. */
+static void rack_arm(fy_udp_conn_t *c, uint64_t due)
+{
+    fy_udp_iface_t *iface = c->iface;
+    if (due == 0)
+        return;
+    if (fy_hotel_is_checked_in(&c->rack_timer.room) && c->rack_due <= due &&
+        c->rack_due > iface->now)
+        return;
+    c->rack_due = due;
+    fy_hotel_checkin(&iface->hotel, &c->rack_timer.room, due > iface->now ? due - iface->now : 1,
+                     iface->now);
+}
+
+/* The reorder timer: judge again every hole below what the peer holds. */
+static void rack_expired(fy_udp_conn_t *c)
+{
+    fy_udp_iface_t *iface = c->iface;
+    uint64_t reo = rack_reo(c), due = 0;
+    if (c->snd_una == c->snd_nxt || c->in_fail_list)
+        return;
+    for (uint32_t s = c->snd_una; fy_udp_seq_diff(s, c->snd_high) < 0; s++) {
+        fy_udp_seg_t *seg = c->win[s & (iface->wsize - 1)];
+        if (seg == NULL || seg->sacked || fy_list_is_linked(&seg->rlink))
+            continue;
+        if (rack_lost(c, seg, reo, &due))
+            rack_resend(c, seg);
+    }
+    rack_arm(c, due);
+}
+
+/* Resend the holes below the highest segment the receiver holds (from the SACK bits). */
+static void resend_holes(fy_udp_conn_t *c, uint32_t ack, uint32_t sack,
+                         const fy_udp_sack_ext_t *ext, uint32_t top)
+{
+    fy_udp_iface_t *iface = c->iface;
+    uint64_t thresh = c->srtt ? (uint64_t)c->srtt / 2 : iface->opts->rto_min / 2;
+    /* RACK: a segment is lost when one sent after it (by more than the reorder window)
+     * has been delivered - whatever the RTT estimate says.  That holds for a resend too. */
+    uint64_t reo = rack_reo(c), due = 0;
     for (uint32_t s = ack; fy_udp_seq_diff(s, top) < 0; s++) {
         if (fy_udp_seq_diff(s, c->snd_nxt) >= 0)
             break;
@@ -156,14 +222,12 @@ static void resend_holes(fy_udp_conn_t *c, uint32_t ack, uint32_t sack,
          * still on the way for an RTO. */
         if (seg == NULL || fy_list_is_linked(&seg->rlink))
             continue;
-        if (c->rack_tx != 0 ? !rack_lost(c, seg, reo)
+        if (c->rack_tx != 0 ? !rack_lost(c, seg, reo, &due)
                             : iface->now - seg->tx_ns < (seg->tries > 1 ? c->rto : thresh))
             continue;
-        c->stats.fast_retransmits++;
-        c->reo_calm++;
-        fy_udp_cc_lost(c);
-        fy_udp_resend_push(iface, seg);
+        rack_resend(c, seg);
     }
+    rack_arm(c, due);
 }
 
 /* The send time (ns, our clock) that an echoed tsval stands for. */
@@ -320,6 +384,10 @@ void fy_udp_hotel_expired(fy_hotel_t *hotel, fy_hotel_room_t *room, void *arg)
         fy_udp_conn_timer_expired(iface, fy_container_of(t, fy_udp_conn_t, conn_timer));
         return;
     }
+    if (t->kind == FY_UDP_TIMER_RACK) {
+        rack_expired(fy_container_of(t, fy_udp_conn_t, rack_timer));
+        return;
+    }
     if (t->kind == FY_UDP_TIMER_PACE) {
         fy_udp_cc_pace_expired(iface, fy_container_of(t, fy_udp_conn_t, pace_timer));
         return;
@@ -370,6 +438,10 @@ void fy_udp_hotel_expired(fy_hotel_t *hotel, fy_hotel_room_t *room, void *arg)
     }
     c->rto_probing = (uint8_t)silent;
     c->stats.timeouts++;
+    c->to_kind[silent                                       ? FY_UDP_TO_SILENT
+               : fy_udp_seq_diff(seg->seq, c->snd_high) > 0 ? FY_UDP_TO_ABOVE
+               : seg->tries > 1                             ? FY_UDP_TO_RESENT
+                                                            : FY_UDP_TO_HOLE]++;
     fy_udp_cc_lost(c);
     /* Like TCP's single resend at a timeout: the others above what the peer holds wait
      * one more RTO (the resend's SACKs will show what is really missing). */

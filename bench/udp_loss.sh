@@ -17,6 +17,10 @@
 # table of MB/s and the ratio.  Needs root (ip netns, iptables).  Everything it makes carries
 # the pid in its name and is removed on exit.
 #
+# BUILD needs tests/udp/udp_pingpong and tests/faults/fy_impair: a Release directory from
+# `make build-release` has no tests; `cmake -S . -B build-bench -DFERRY_BUILD_TESTS=ON` then
+# `cmake --build build-bench -j1 --target udp_pingpong fy_impair` adds them.
+#
 #   bench/udp_loss.sh build                       # the default rows
 #   SECS=8 RATE=0 bench/udp_loss.sh build loss10:--loss,10
 #
@@ -36,7 +40,10 @@ ALT=${ALT:-}
 TCP=${TCP:-1}
 PP=$B/tests/udp/udp_pingpong
 IMP=$B/tests/faults/fy_impair
-[ -x "$PP" ] && [ -x "$IMP" ] || { echo "build $PP and $IMP first" >&2; exit 1; }
+[ -x "$PP" ] && [ -x "$IMP" ] || {
+  # (make build-release leaves the tests out: turn them on in that directory and build these two)
+  echo "build $PP and $IMP first: cmake -S . -B $B -DFERRY_BUILD_TESTS=ON &&" \
+       "cmake --build $B -j1 --target udp_pingpong fy_impair" >&2; exit 1; }
 [ -z "$ALT" ] || [ -x "$ALT/tests/udp/udp_pingpong" ] || { echo "no $ALT/tests/udp/udp_pingpong" >&2; exit 1; }
 ROWS=("$@")
 if [ ${#ROWS[@]} -eq 0 ]; then

@@ -192,8 +192,10 @@ typedef struct fy_udp_rma_op {
 typedef struct fy_udp_rxbuf {
     uint32_t len;
     uint8_t chan;
-    uint8_t early; /* stashed: it overtook the segments before it (udp_rx.c) */
-    uint8_t pad[10];
+    uint8_t early; /* stashed: it overtook the segments before it (udp_sack.c) */
+    uint8_t pad[2];
+    uint32_t early_next; /* early: the seq of the next early one (the conn's list) */
+    uint8_t pad2[4];
     uint8_t data[]; /* 16-byte aligned */
 } fy_udp_rxbuf_t;
 
@@ -204,6 +206,7 @@ typedef struct fy_udp_arrival {
     uint32_t ref;        /* the delay of the flow: the last arrival that was not sooner */
     uint32_t prev;       /* the last arrival's delay */
     uint32_t prev_seq;   /* ... and sequence number */
+    uint32_t top;        /* the highest sequence number of the flow */
     uint8_t prev_sooner; /* ... and whether it was sooner than the flow */
 } fy_udp_arrival_t;
 
@@ -260,7 +263,7 @@ typedef struct fy_udp_conn {
     fy_udp_rxbuf_t **stash; /* out-of-order segments, by seq & (wsize-1) */
     uint32_t nstash;
     uint32_t nearly;      /* ... of which overtook a queue (early: no hole reported) */
-    uint32_t early_scan;  /* no early one below it in the stash (udp_rx.c: early_passed) */
+    uint32_t early_head;  /* the seq of the first of them (a list through the buffers) */
     uint64_t rx_early;    /* segments that came early, ever (statistics) */
     uint32_t stash_top;   /* highest seq in the stash (valid when nstash) */
     fy_udp_arrival_t arr; /* the flow of arrivals on the data channel (udp_rx.c) */
@@ -634,9 +637,13 @@ size_t fy_udp_sack_ext(const fy_udp_conn_t *conn, fy_udp_sack_ext_t *ext);
 /* A data-channel arrival of seq with delay owd (our clock - its tsval, us): did it come
  * sooner than the flow before it (it overtook a queue)?  Updates the flow. */
 int fy_udp_arrival_sooner(fy_udp_arrival_t *a, uint32_t seq, uint32_t owd);
-/* A segment of the flow, seq, arrived out of order: the early ones below it are held like
- * any other from now on (their originals were lost). */
-void fy_udp_early_passed(fy_udp_conn_t *conn, uint32_t seq);
+/* b, stashed as seq, came early. */
+void fy_udp_early_add(fy_udp_conn_t *conn, fy_udp_rxbuf_t *b, uint32_t seq);
+/* The early one stashed as seq leaves the stash. */
+void fy_udp_early_unlink(fy_udp_conn_t *conn, uint32_t seq);
+/* A segment of the flow (seq, sent at tsval) arrived: the early ones whose originals were
+ * sent before it are held like any other from now on (their originals were lost). */
+void fy_udp_early_passed(fy_udp_conn_t *conn, uint32_t tsval, uint32_t seq);
 
 /* udp_retx.c */
 void fy_udp_process_ack(fy_udp_conn_t *conn, const fy_udp_hdr_t *h, int pure,

@@ -429,11 +429,11 @@ static void drain(fy_udp_iface_t *iface, fy_udp_conn_t *c)
         size_t off;
         if (b == NULL)
             break;
+        drained |= !b->early; /* (one that overtook a queue filled no hole the peer knows) */
+        fy_udp_early_unlink(c, c->rcv_nxt);
         c->stash[c->rcv_nxt & mask] = NULL;
         c->nstash--;
-        c->nearly -= b->early;
         off = dseg_decode(b->data, b->len, &h);
-        drained |= !b->early; /* (one that overtook a queue filled no hole the peer knows) */
         if (off == 0 || h.seq != c->rcv_nxt || !process(iface, c, &h, b->data + off, h.len, 0)) {
             iface->drops_malformed++;
             fy_mpool_put(&iface->ch[b->chan].rxpool, b);
@@ -554,6 +554,8 @@ static int rx_dgram(fy_udp_iface_t *iface, uint8_t chan, fy_udp_rxbuf_t *b, size
     /* (the priority channel's small datagrams queue behind nothing of ours) */
     int sooner = chan == FY_UDP_CH_DATA &&
                  fy_udp_arrival_sooner(&c->arr, h.seq, fy_udp_ts(iface->now) - h.tsval);
+    if (!sooner && c->nearly != 0)
+        fy_udp_early_passed(c, h.tsval, h.seq);
     /* The echo for the RTT and RACK: the first segment since our last ACK (a delayed ACK
      * then covers the wait it caused), or one out of order that makes the ACK go at once -
      * never a duplicate (a needless resend's fresh stamp would make the sender take every
@@ -630,13 +632,11 @@ static int rx_dgram(fy_udp_iface_t *iface, uint8_t chan, fy_udp_rxbuf_t *b, size
         iface->drops_stash++;
         return 0;
     }
-    if (!early && c->nearly != 0)
-        fy_udp_early_passed(c, h.seq);
     b->len = (uint32_t)len;
-    b->early = (uint8_t)early;
-    c->nearly += (uint32_t)early;
-    c->rx_early += (uint64_t)early;
+    b->early = 0;
     c->stash[slot] = b;
+    if (early)
+        fy_udp_early_add(c, b, h.seq);
     if (!early) {
         c->ts_echo = h.tsval;
         c->ts_echo_chan = chan;
@@ -776,9 +776,9 @@ unsigned fy_udp_rx_progress(fy_udp_iface_t *iface, uint8_t chan)
                 dseg_decode(ch->posted[i]->data, lens[i], &h); /* (checked: it was stashed) */
                 c = fy_udp_conn_lookup(iface, h.dst_id);
                 if (c != NULL && c->stash != NULL) {
+                    fy_udp_early_unlink(c, h.seq);
                     c->stash[h.seq & (iface->wsize - 1)] = NULL;
                     c->nstash--;
-                    c->nearly -= ch->posted[i]->early;
                 }
             } else {
                 ch->posted[i] = nb;

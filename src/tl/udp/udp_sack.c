@@ -14,8 +14,10 @@
 
 #include "tl/udp/udp.h"
 
-/* Sooner than the flow by this much (us), for its send time, a segment overtook a queue. */
+/* Sooner than the flow by this much (us), for its send time, a segment overtook a queue ... */
 #define FY_UDP_EARLY_US 250
+/* ... and this many sequence numbers above the flow's highest. */
+#define FY_UDP_EARLY_GAP 8
 
 void fy_udp_stash_clear(fy_udp_conn_t *c)
 {
@@ -77,42 +79,82 @@ uint32_t fy_udp_sack_bits(const fy_udp_conn_t *c)
  * clock at arrival minus the send time it carries) is that of the last arrival that was not
  * sooner than it by FY_UDP_EARLY_US.  A datagram that went round a queue - a duplicate the
  * network made past its queue, another path - comes sooner than the flow by the queue's
- * wait; the flow itself goes on behind it.  What comes after a lost segment is never sooner:
- * it waited behind the one before it in the same queue.  Two things make the flow itself
- * come sooner, and both are seen at the next arrival, which then continues the sooner one (the
- * next sequence number, about the same delay) and becomes the flow: a queue that drained
- * while the sender paused, and a new send batch (a batch carries one send time, so the
- * delays within it grow as a bottleneck spaces its datagrams; the next batch starts lower).
- * Isolated duplicates never continue one another (two neighbours both duplicated and
- * arriving in a row excepted).  So a loss is judged at most one arrival later. */
+ * wait, and ahead of it by the segments in that queue; the flow itself goes on behind it.
+ * What comes after a lost segment is never sooner: it waited behind the one before it in the
+ * same queue.  Two things make the flow itself come sooner: a queue that drained while the
+ * sender paused, and a new send batch (a batch carries one send time, so the delays within
+ * it grow as a bottleneck spaces its datagrams; the next batch starts lower by up to the
+ * batch's length).  Such an arrival is a few sequence numbers at most above the flow's
+ * highest (those lost between), so only one more than FY_UDP_EARLY_GAP above it counts; and
+ * the next arrival continues it (the next sequence number, about the same delay) and
+ * becomes the flow.  Isolated duplicates never continue one another (two neighbours both
+ * duplicated and arriving in a row excepted).  So a loss is judged at most one arrival
+ * later, and only after more than FY_UDP_EARLY_GAP lost in a row. */
 int fy_udp_arrival_sooner(fy_udp_arrival_t *a, uint32_t seq, uint32_t owd)
 {
     int32_t by = (int32_t)(a->ref - owd), from_prev = (int32_t)(a->prev - owd);
     int sooner = a->ref != 0 && by > FY_UDP_EARLY_US &&
+                 fy_udp_seq_diff(seq, a->top) > FY_UDP_EARLY_GAP &&
                  !(a->prev_sooner && seq == a->prev_seq + 1 && from_prev <= FY_UDP_EARLY_US &&
                    from_prev >= -FY_UDP_EARLY_US);
-    if (!sooner)
+    if (!sooner) {
+        if (a->ref == 0 || fy_udp_seq_diff(seq, a->top) > 0)
+            a->top = seq;
         a->ref = owd;
+    }
     a->prev = owd;
     a->prev_seq = seq;
     a->prev_sooner = (uint8_t)(by > FY_UDP_EARLY_US);
     return sooner;
 }
 
-/* A segment of the flow out of order: the originals of the early segments below it were
- * sent before it, in the same queue, and have not come - they were lost, and the early
- * copies are ordinary segments held from now on (SACKed, so that the sender does not resend
- * them).  Each sequence number is looked at once. */
-void fy_udp_early_passed(fy_udp_conn_t *c, uint32_t seq)
+void fy_udp_early_add(fy_udp_conn_t *c, fy_udp_rxbuf_t *b, uint32_t seq)
 {
-    uint32_t s = fy_udp_seq_diff(c->early_scan, c->rcv_nxt) > 0 ? c->early_scan : c->rcv_nxt + 1;
-    for (; c->nearly != 0 && fy_udp_seq_diff(s, seq) < 0; s++) {
-        fy_udp_rxbuf_t *b = c->stash[s & (c->iface->wsize - 1)];
-        if (b != NULL && b->early) {
-            b->early = 0;
-            c->nearly--;
-        }
+    b->early = 1;
+    b->early_next = c->early_head;
+    c->early_head = seq;
+    c->nearly++;
+    c->rx_early++;
+}
+
+/* Take the early one stashed as seq (there, and early) off the list; b is its buffer. */
+static void early_off(fy_udp_conn_t *c, fy_udp_rxbuf_t *b, uint32_t seq)
+{
+    uint32_t mask = c->iface->wsize - 1;
+    if (c->early_head == seq) {
+        c->early_head = b->early_next;
+    } else {
+        fy_udp_rxbuf_t *p = c->stash[c->early_head & mask];
+        for (uint32_t n = c->nearly; n > 1 && p->early_next != seq; n--)
+            p = c->stash[p->early_next & mask];
+        p->early_next = b->early_next;
     }
-    if (fy_udp_seq_diff(seq, c->early_scan) > 0)
-        c->early_scan = seq;
+    b->early = 0;
+    c->nearly--;
+}
+
+void fy_udp_early_unlink(fy_udp_conn_t *c, uint32_t seq)
+{
+    fy_udp_rxbuf_t *b = c->stash[seq & (c->iface->wsize - 1)];
+    if (b != NULL && b->early)
+        early_off(c, b, seq);
+}
+
+/* A segment of the flow arrived: the originals of the early ones sent before it (an earlier
+ * send time, or the same batch and a lower sequence number) would have come before it, in
+ * the same queue, and have not - they were lost, and the early copies are ordinary segments
+ * held from now on (SACKed, so that the sender does not resend them).  Resends count: one
+ * sent after an early one's original proves it lost as well.  The list is short (what
+ * overtook one queue). */
+void fy_udp_early_passed(fy_udp_conn_t *c, uint32_t tsval, uint32_t seq)
+{
+    uint32_t mask = c->iface->wsize - 1, s = c->early_head;
+    for (uint32_t n = c->nearly; n > 0; n--) {
+        fy_udp_rxbuf_t *b = c->stash[s & mask];
+        uint32_t t, next = b->early_next;
+        memcpy(&t, b->data + FY_UDP_D_TSVAL, sizeof(t));
+        if ((int32_t)(t - tsval) < 0 || (t == tsval && fy_udp_seq_diff(s, seq) < 0))
+            early_off(c, b, s);
+        s = next;
+    }
 }

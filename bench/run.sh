@@ -222,7 +222,8 @@ run_mpi() {
 
 # bench/tcp_raw.c (one ping-pong and one stream per run) and bench/udp_raw.c (lat or bw per
 # run; a datagram carries at most 65507 bytes, so larger sizes have no latency floor and
-# their stream floor is one of the largest datagrams).
+# their stream floor is a stream of messages of that size cut into the largest datagrams,
+# from and into buffers of that size).
 raw_out() { # out-text: "lat gbs" from the programs' lines
     local lat gbs
     lat=$(echo "$1" | sed -n 's/.*: *\([0-9.]*\) us one-way.*/\1/p' | head -1)
@@ -242,18 +243,16 @@ run_raw() { # tcp|udp size
         raw_out "$out" tcp.raw "$size" || note tcp_raw "tcp_raw printed nothing this script understands (see $LOG)"
         return
     fi
-    dsize=$size
     if [ "$size" -gt 65507 ]; then
-        dsize=65507
-        note udp_raw "a UDP datagram carries at most 65507 B: no raw latency above that; the raw stream figure for larger sizes is a stream of 65507 B datagrams"
+        note udp_raw "a UDP datagram carries at most 65507 B: no raw latency above that; the raw stream figure for larger sizes is a stream of messages of that size, each sent from one buffer of that size as 65507 B datagrams and received into one such buffer (as ferry's messages are)"
     else
         cmdrec udp "taskset -c $CPUS udp_raw lat -s $size -n $n"
         out=$(timeout 120 taskset -c "$CPUS" "$BIN/udp_raw" lat -s "$size" -n "$n" 2>> "$LOG")
         raw_out "$out" udp.raw "$size" || note udp_raw "udp_raw lat printed nothing this script understands (see $LOG)"
     fi
-    n=$(iters bw "$dsize")
-    cmdrec udp "taskset -c $CPUS udp_raw bw -s $dsize -n $n"
-    out=$(timeout 120 taskset -c "$CPUS" "$BIN/udp_raw" bw -s "$dsize" -n "$n" 2>> "$LOG")
+    n=$(iters bw "$size")
+    cmdrec udp "taskset -c $CPUS udp_raw bw -s $size -n $n"
+    out=$(timeout 120 taskset -c "$CPUS" "$BIN/udp_raw" bw -s "$size" -n "$n" 2>> "$LOG")
     raw_out "$out" udp.raw "$size" || note udp_raw "udp_raw bw printed nothing this script understands (see $LOG)"
 }
 

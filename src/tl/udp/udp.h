@@ -201,9 +201,23 @@ typedef struct fy_udp_rma_op {
 typedef struct fy_udp_rxbuf {
     uint32_t len;
     uint8_t chan;
-    uint8_t pad[11];
+    uint8_t early; /* stashed: it overtook the segments before it (udp_sack.c) */
+    uint8_t pad[2];
+    uint32_t early_next; /* early: the seq of the next early one (the conn's list) */
+    uint8_t pad2[4];
     uint8_t data[]; /* 16-byte aligned */
 } fy_udp_rxbuf_t;
+
+/* What the receiver knows of the arrivals on the data channel, to tell a segment that overtook
+ * a queue from one whose predecessors were lost (udp_rx.c).  Delays are our clock minus the
+ * sender's (us, mod 2^32): only their differences count. */
+typedef struct fy_udp_arrival {
+    uint32_t ref;        /* the delay of the flow: the last arrival that was not sooner */
+    uint32_t prev;       /* the last arrival's delay */
+    uint32_t prev_seq;   /* ... and sequence number */
+    uint32_t top;        /* the highest sequence number of the flow */
+    uint8_t prev_sooner; /* ... and whether it was sooner than the flow */
+} fy_udp_arrival_t;
 
 /* ---- connection (the tl ep) ----------------------------------------------------------- */
 enum { FY_UDP_CONN_CONNECTING = 1, FY_UDP_CONN_CONNECTED, FY_UDP_CONN_FAILED, FY_UDP_CONN_CLOSED };
@@ -257,7 +271,11 @@ typedef struct fy_udp_conn {
     uint32_t rcv_nxt;
     fy_udp_rxbuf_t **stash; /* out-of-order segments, by seq & (wsize-1) */
     uint32_t nstash;
-    uint32_t stash_top; /* highest seq in the stash (valid when nstash) */
+    uint32_t nearly;      /* ... of which overtook a queue (early: no hole reported) */
+    uint32_t early_head;  /* the seq of the first of them (a list through the buffers) */
+    uint64_t rx_early;    /* segments that came early, ever (statistics) */
+    uint32_t stash_top;   /* highest seq in the stash (valid when nstash) */
+    fy_udp_arrival_t arr; /* the flow of arrivals on the data channel (udp_rx.c) */
     uint8_t ack_pending, ack_now;
     uint32_t ack_passes, ack_unsent;
     uint64_t ack_unsent_bytes;
@@ -619,12 +637,27 @@ static inline int fy_udp_win_ready(fy_udp_conn_t *conn)
 unsigned fy_udp_rx_progress(fy_udp_iface_t *iface, uint8_t chan);
 ferry_status_t fy_udp_chan_rx_init(fy_udp_iface_t *iface, uint8_t chan);
 void fy_udp_chan_rx_fini(fy_udp_iface_t *iface, uint8_t chan);
-void fy_udp_stash_clear(fy_udp_conn_t *conn);
 /* Stop receiving into conn's reassembly buffer (it is about to go). */
 void fy_udp_rx_unplace(fy_udp_iface_t *iface, fy_udp_conn_t *conn);
-uint32_t fy_udp_sack_bits(const fy_udp_conn_t *conn);
 /* The receive window we advertise now, KiB (0: none - our sockets do not drop). */
 uint32_t fy_udp_rwnd_kib(fy_udp_iface_t *iface);
+
+/* udp_sack.c */
+void fy_udp_stash_clear(fy_udp_conn_t *conn);
+/* The SACK bits of a data header: seq rcv_nxt+1 .. +32 held (and not early). */
+uint32_t fy_udp_sack_bits(const fy_udp_conn_t *conn);
+/* Fill an extended SACK bitmap; returns its size in bytes (0: nothing beyond 32 bits). */
+size_t fy_udp_sack_ext(const fy_udp_conn_t *conn, fy_udp_sack_ext_t *ext);
+/* A data-channel arrival of seq with delay owd (our clock - its tsval, us): did it come
+ * sooner than the flow before it (it overtook a queue)?  Updates the flow. */
+int fy_udp_arrival_sooner(fy_udp_arrival_t *a, uint32_t seq, uint32_t owd);
+/* b, stashed as seq, came early. */
+void fy_udp_early_add(fy_udp_conn_t *conn, fy_udp_rxbuf_t *b, uint32_t seq);
+/* The early one stashed as seq leaves the stash. */
+void fy_udp_early_unlink(fy_udp_conn_t *conn, uint32_t seq);
+/* A segment of the flow (seq, sent at tsval) arrived: the early ones whose originals were
+ * sent before it are held like any other from now on (their originals were lost). */
+void fy_udp_early_passed(fy_udp_conn_t *conn, uint32_t tsval, uint32_t seq);
 
 /* udp_retx.c */
 void fy_udp_process_ack(fy_udp_conn_t *conn, const fy_udp_hdr_t *h, int pure,
@@ -635,8 +668,6 @@ static inline uint32_t fy_udp_ts(uint64_t now_ns)
     uint32_t t = (uint32_t)(now_ns / 1000);
     return t ? t : 1; /* 0 means "no echo" */
 }
-/* Fill an extended SACK bitmap; returns its size in bytes (0: nothing beyond 32 bits). */
-size_t fy_udp_sack_ext(const fy_udp_conn_t *conn, fy_udp_sack_ext_t *ext);
 void fy_udp_hotel_expired(fy_hotel_t *hotel, fy_hotel_room_t *room, void *arg);
 uint64_t fy_udp_seg_stay(const fy_udp_conn_t *conn, const fy_udp_seg_t *seg);
 void fy_udp_seg_sent(fy_udp_conn_t *conn, fy_udp_seg_t *seg);

@@ -37,7 +37,8 @@ void fy_udp_ack_schedule(fy_udp_conn_t *c, int now, size_t bytes)
  * s through the 200 Mbit/s link of bench/udp_loss.sh, whose bucket both directions share). */
 static inline int ack_may_wait(const fy_udp_conn_t *c)
 {
-    return c->rx_active && c->ack_unsent < FY_UDP_ACK_MID && c->nstash == 0 && !c->dsack_pending;
+    return c->rx_active && c->ack_unsent < FY_UDP_ACK_MID && c->nstash == c->nearly &&
+           !c->dsack_pending; /* (a segment held early is no hole: udp_rx.c) */
 }
 
 /* Send the explicit ACKs that are due (with force, all but those mid-message, which wait

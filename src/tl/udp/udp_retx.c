@@ -220,7 +220,7 @@ static void resend_holes(fy_udp_conn_t *c, uint32_t ack, uint32_t sack,
         }
         /* Sent once: missing after half an RTT is lost.  Resent already: its resend is
          * still on the way for an RTO. */
-        if (seg == NULL || fy_list_is_linked(&seg->rlink))
+        if (seg == NULL || seg->sacked || fy_list_is_linked(&seg->rlink))
             continue;
         if (c->rack_tx != 0 ? !rack_lost(c, seg, reo, &due)
                             : iface->now - seg->tx_ns < (seg->tries > 1 ? c->rto : thresh))

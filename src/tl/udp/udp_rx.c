@@ -12,15 +12,17 @@
  * with our iface key and that token - the proof that the sender is this connection's peer
  * (a stale datagram of an earlier connection in the same slot has another id or token).
  *
- * Ordering: a segment with the expected sequence number is processed at once; an older one
- * is a duplicate (its ACK was lost: ACK at once); a newer one within the window is kept in
- * the connection's stash - the receive buffer itself, no copy - and ACKed at once with the
- * SACK bits, which tells the sender about the hole (one that only extends the run above a
- * known hole every 4th).  Each ACK echoes the send time (tsval) of the segment it answers,
- * never of a duplicate; a duplicate sets F_DSACK on the next ACK.  When the hole is filled the
- * stash drains in order.  Because processing is in order, the chunks of one fragment arrive one
- * after the other, so reassembly is a single running buffer per connection and every offset is
- * checked against what came before.
+ * Ordering: a segment with the expected sequence number is processed at once; one held
+ * already is a duplicate (a resend: its ACK was lost, ACK at once; a copy of a first send
+ * the network made asks nothing); a newer one within the window is kept in the connection's
+ * stash - the receive buffer itself, no copy - and ACKed at once with the SACK bits, which
+ * tells the sender about the hole (one that only extends the run above a known hole every
+ * 4th; one that came early, having overtaken the ones before it, not at all: udp_sack.c).
+ * Each ACK echoes the send time (tsval) of the segment it answers, never of a duplicate; a
+ * resend held already sets F_DSACK on the next ACK.  When the hole is filled the stash
+ * drains in order.  Because processing is in order, the chunks of one fragment arrive one
+ * after the other, so reassembly is a single running buffer per connection and every offset
+ * is checked against what came before.
  *
  * The fast receive path of the notes: an in-order AM is handed to the handler before the
  * ACK it carries is processed; that bookkeeping (freeing ACKed segments, timers) runs after
@@ -257,47 +259,6 @@ void fy_udp_chan_rx_fini(fy_udp_iface_t *iface, uint8_t chan)
     fy_mpool_destroy(&ch->rxpool);
 }
 
-void fy_udp_stash_clear(fy_udp_conn_t *c)
-{
-    fy_udp_iface_t *iface = c->iface;
-    if (c->stash == NULL)
-        return;
-    for (uint32_t i = 0; i < iface->wsize && c->nstash > 0; i++) {
-        fy_udp_rxbuf_t *b = c->stash[i];
-        if (b != NULL) {
-            fy_mpool_put(&iface->ch[b->chan].rxpool, b);
-            c->stash[i] = NULL;
-            c->nstash--;
-        }
-    }
-}
-
-size_t fy_udp_sack_ext(const fy_udp_conn_t *c, fy_udp_sack_ext_t *ext)
-{
-    uint32_t mask = c->iface->wsize - 1;
-    uint32_t span = c->stash_top - c->rcv_nxt; /* bits needed: seq rcv_nxt+1 .. stash_top */
-    if (c->nstash == 0 || span <= 32)
-        return 0;
-    span = FY_MIN(span, (uint32_t)FY_UDP_SACK_EXT_BITS);
-    span = FY_MIN(span, c->iface->wsize - 1);
-    span = (span + 7) & ~7u;
-    memset(ext->bits, 0, span / 8);
-    for (uint32_t i = 0; i < span; i++)
-        if (c->stash[(c->rcv_nxt + 1 + i) & mask] != NULL)
-            ext->bits[i / 8] |= (uint8_t)(1u << (i % 8));
-    ext->nbits = span;
-    return sizeof(ext->nbits) + span / 8;
-}
-
-uint32_t fy_udp_sack_bits(const fy_udp_conn_t *c)
-{
-    uint32_t bits = 0, mask = c->iface->wsize - 1;
-    for (uint32_t i = 0; i < 32 && i + 1 < c->iface->wsize; i++)
-        if (c->stash[(c->rcv_nxt + 1 + i) & mask] != NULL)
-            bits |= 1u << i;
-    return bits;
-}
-
 /* ---- processing of one in-order segment ------------------------------------------------ */
 
 /* Structural checks that need the connection's state; nothing is changed. */
@@ -468,10 +429,11 @@ static void drain(fy_udp_iface_t *iface, fy_udp_conn_t *c)
         size_t off;
         if (b == NULL)
             break;
+        drained |= !b->early; /* (one that overtook a queue filled no hole the peer knows) */
+        fy_udp_early_unlink(c, c->rcv_nxt);
         c->stash[c->rcv_nxt & mask] = NULL;
         c->nstash--;
         off = dseg_decode(b->data, b->len, &h);
-        drained = 1;
         if (off == 0 || h.seq != c->rcv_nxt || !process(iface, c, &h, b->data + off, h.len, 0)) {
             iface->drops_malformed++;
             fy_mpool_put(&iface->ch[b->chan].rxpool, b);
@@ -589,6 +551,11 @@ static int rx_dgram(fy_udp_iface_t *iface, uint8_t chan, fy_udp_rxbuf_t *b, size
     c->last_rx_ns = c->last_seg_ns = iface->now;
 
     int32_t d = fy_udp_seq_diff(h.seq, c->rcv_nxt);
+    /* (the priority channel's small datagrams queue behind nothing of ours) */
+    int sooner = chan == FY_UDP_CH_DATA &&
+                 fy_udp_arrival_sooner(&c->arr, h.seq, fy_udp_ts(iface->now) - h.tsval);
+    if (!sooner && c->nearly != 0)
+        fy_udp_early_passed(c, h.tsval, h.seq);
     /* The echo for the RTT and RACK: the first segment since our last ACK (a delayed ACK
      * then covers the wait it caused), or one out of order that makes the ACK go at once -
      * never a duplicate (a needless resend's fresh stamp would make the sender take every
@@ -619,21 +586,34 @@ static int rx_dgram(fy_udp_iface_t *iface, uint8_t chan, fy_udp_rxbuf_t *b, size
         fy_udp_process_ack(c, &h, 0, NULL);
     if (!fy_udp_conn_alive(c))
         return 0;
-    if (d < 0) {
-        /* Already processed: our ACK was lost, or the resend was needless (DSACK: only a
-         * copy marked as a resend says so - a network duplicate of a first send is no
-         * news about the sender's reorder window).  ACK again at once. */
+    uint32_t slot = h.seq & (iface->wsize - 1);
+    if (d < 0 || ((uint32_t)d < iface->wsize && c->stash != NULL && c->stash[slot] != NULL)) {
+        /* Held already: our ACK was lost, or the resend was needless (DSACK: only a copy
+         * marked as a resend says so - a network duplicate of a first send is no news
+         * about the sender's reorder window).  A resend is ACKed again at once; a network
+         * duplicate of a first send asks nothing (with 5% duplicates through the impaired
+         * link these immediate ACKs were a sixth of all ACKs, and the link carries them). */
+        int resent = (h.flags & FY_UDP_F_RESENT) != 0;
         c->stats.drops_duplicate++;
-        c->dsack_pending |= (h.flags & FY_UDP_F_RESENT) != 0;
-        fy_udp_ack_schedule(c, 1, 0);
+        c->dsack_pending |= resent;
+        if (resent)
+            fy_udp_ack_schedule(c, 1, 0);
         return 0;
     }
+    /* Early: out of order and sooner than the flow (arrival_sooner) - it overtook a queue
+     * the segments sent before it are still waiting in, so the hole below it is no sign of
+     * loss.  Its send time is not echoed (RACK would take everything sent before it for
+     * lost: resends of what is queued, whose DSACKs then grow the reorder window to its
+     * cap), and no ACK leaves for it at once. */
+    int early = sooner && (uint32_t)d < iface->wsize;
     /* A new hole: tell the sender now (dup ACK + SACK).  A segment that only extends
      * the run above a known hole is ACKed every 4th, so a loss does not turn the ACK
      * stream into one datagram per segment (the sender's loss detection is by time, and
      * needs the news of an arrival, not every arrival). */
-    if ((uint32_t)d < iface->wsize && c->nstash != 0 && h.seq == c->stash_top + 1 &&
-        !c->dsack_pending && c->stash != NULL && c->stash[h.seq & (iface->wsize - 1)] == NULL)
+    if (early)
+        fy_udp_ack_schedule(c, 0, 0);
+    else if ((uint32_t)d < iface->wsize && c->nstash != 0 && h.seq == c->stash_top + 1 &&
+             !c->dsack_pending && c->stash != NULL)
         fy_udp_ack_schedule(c, c->ack_unsent >= 3, 0);
     else
         fy_udp_ack_schedule(c, 1, 0);
@@ -646,12 +626,6 @@ static int rx_dgram(fy_udp_iface_t *iface, uint8_t chan, fy_udp_rxbuf_t *b, size
         if (c->stash == NULL)
             return 0;
     }
-    uint32_t slot = h.seq & (iface->wsize - 1);
-    if (c->stash[slot] != NULL) {
-        c->stats.drops_duplicate++;
-        c->dsack_pending |= (h.flags & FY_UDP_F_RESENT) != 0;
-        return 0;
-    }
     fy_udp_chan_t *ch = &iface->ch[chan];
     /* Keep a batch of buffers for receiving whatever the stash holds. */
     if (ch->rxpool.in_use + FY_UDP_BATCH >= ch->rxpool_max) {
@@ -659,9 +633,14 @@ static int rx_dgram(fy_udp_iface_t *iface, uint8_t chan, fy_udp_rxbuf_t *b, size
         return 0;
     }
     b->len = (uint32_t)len;
+    b->early = 0;
     c->stash[slot] = b;
-    c->ts_echo = h.tsval;
-    c->ts_echo_chan = chan;
+    if (early)
+        fy_udp_early_add(c, b, h.seq);
+    if (!early) {
+        c->ts_echo = h.tsval;
+        c->ts_echo_chan = chan;
+    }
     if (c->nstash++ == 0 || fy_udp_seq_diff(h.seq, c->stash_top) > 0)
         c->stash_top = h.seq;
     return 1;
@@ -797,6 +776,7 @@ unsigned fy_udp_rx_progress(fy_udp_iface_t *iface, uint8_t chan)
                 dseg_decode(ch->posted[i]->data, lens[i], &h); /* (checked: it was stashed) */
                 c = fy_udp_conn_lookup(iface, h.dst_id);
                 if (c != NULL && c->stash != NULL) {
+                    fy_udp_early_unlink(c, h.seq);
                     c->stash[h.seq & (iface->wsize - 1)] = NULL;
                     c->nstash--;
                 }

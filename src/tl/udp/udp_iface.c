@@ -6,9 +6,11 @@
  *
  * Progress order follows the usnic notes: receive the priority channel first (its tiny
  * fragments are delivered at once), then the data channel, then run the hotel (expired
- * segments go on the resend queue), then send: resends first, then the ready endpoints,
- * then the ACKs that found no data to ride on.  An idle data channel is polled only every
- * eighth pass, so a ping-pong of tiny messages pays for one receive system call per pass.
+ * segments go on the resend queue; once per 20 us tick, not every pass), then send: resends
+ * first, then the ready endpoints, then the ACKs that found no data to ride on.  An idle data
+ * channel is polled only every sixteenth pass, so a ping-pong of tiny messages pays for one
+ * receive system call per pass.  A pass starts by processing the ACK the last in-order AM
+ * carried (udp_rx.c: kept off the path between a message and its answer).
  *
  * The event fd is an epoll set of both sockets and a timerfd.  Before sleeping, arm sends
  * every owed ACK (a sleeping peer must not hold ACKs) and sets the timerfd to the

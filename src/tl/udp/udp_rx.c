@@ -23,9 +23,9 @@
  * checked against what came before.
  *
  * The fast receive path of the notes: an in-order AM is handed to the handler before the
- * ACK it carries is processed; that bookkeeping (freeing ACKed segments, timers) runs after
- * the handler returns.  ACKs of received data are delayed (udp_tx.c: fy_udp_send_acks) so
- * they can ride on the reply.
+ * ACK it carries is processed; that bookkeeping (freeing ACKed segments, timers) runs at the
+ * start of the next pass (fy_udp_ack_settle_now), after the application's answer.  ACKs of
+ * received data are delayed (udp_ack.c: fy_udp_send_acks) so they can ride on the reply.
  */
 #include <errno.h>
 #include <stdlib.h>

@@ -456,6 +456,14 @@ typedef struct fy_udp_iface {
     unsigned events; /* counted by this progress call */
     uint64_t now;    /* clock of the current progress pass */
     uint64_t pass;
+    int now_fresh; /* now was read at the top of this pass, nothing ran since */
+    /* A hotel runs only once its tick is over (the start of the next one): a busy-polling
+     * pass finds nothing due nearly every time, and a run costs ~80 instructions. */
+    uint64_t hotel_gate, live_gate;
+    /* The ACK an in-order AM carried, processed at the start of the next pass or before
+     * anything else reads the send window (fy_udp_ack_settle: udp_rx.c). */
+    struct fy_udp_conn *dack_conn;
+    fy_udp_hdr_t dack_hdr;
     fy_udp_fault_t fault;
     /* counters of what cannot be charged to an ep */
     uint64_t drops_bad_key, drops_malformed, drops_unknown_ep, drops_csum, drops_trunc;
@@ -635,6 +643,14 @@ static inline int fy_udp_win_ready(fy_udp_conn_t *conn)
 
 /* udp_rx.c */
 unsigned fy_udp_rx_progress(fy_udp_iface_t *iface, uint8_t chan);
+void fy_udp_ack_settle_now(fy_udp_iface_t *iface);
+/* Process the ACK an in-order AM carried if it still waits: before anything reads or changes
+ * the send window outside the receive path (flush, close, failure, sleep, statistics). */
+static inline void fy_udp_ack_settle(fy_udp_iface_t *iface)
+{
+    if (__builtin_expect(iface->dack_conn != NULL, 0))
+        fy_udp_ack_settle_now(iface);
+}
 ferry_status_t fy_udp_chan_rx_init(fy_udp_iface_t *iface, uint8_t chan);
 void fy_udp_chan_rx_fini(fy_udp_iface_t *iface, uint8_t chan);
 /* Stop receiving into conn's reassembly buffer (it is about to go). */

@@ -104,6 +104,7 @@ void fy_udp_ep_destroy(fy_tl_ep_t *ep)
     fy_udp_conn_t *c = fy_udp_conn(ep);
     if (c == NULL || c->state == FY_UDP_CONN_CLOSED)
         return;
+    fy_udp_ack_settle(c->iface); /* (what is still in the window decides) */
     if (fy_udp_stats_wanted(c->iface))
         fy_udp_conn_print(c, stderr);
     if (c->owned && keepable(c)) {

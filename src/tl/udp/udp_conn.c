@@ -186,6 +186,8 @@ void fy_udp_conn_run_failures(fy_udp_iface_t *iface)
 
 void fy_udp_conn_zombie(fy_udp_iface_t *iface, fy_udp_conn_t *c)
 {
+    if (iface->dack_conn == c)
+        iface->dack_conn = NULL; /* (its window is gone) */
     c->state = FY_UDP_CONN_CLOSED;
     if (c->in_fail_list) {
         fy_list_del(&c->zombie_link);
@@ -238,6 +240,8 @@ void fy_udp_conn_fail(fy_udp_conn_t *c, ferry_status_t status, int notify)
 
     if (c->state == FY_UDP_CONN_FAILED || c->state == FY_UDP_CONN_CLOSED)
         return;
+    if (iface->dack_conn == c)
+        iface->dack_conn = NULL; /* (its window is dropped below) */
     c->state = FY_UDP_CONN_FAILED;
     fy_hotel_checkout(&iface->hotel, &c->conn_timer.room);
     fy_hotel_checkout(&iface->hotel, &c->pace_timer.room);
@@ -344,6 +348,7 @@ ferry_status_t fy_udp_ep_flush(fy_tl_ep_t *ep, fy_tl_comp_t *comp)
 
     if (c->state == FY_UDP_CONN_FAILED || c->state == FY_UDP_CONN_CLOSED)
         return FERRY_ERR_NOT_CONNECTED;
+    fy_udp_ack_settle(c->iface);
     if (fy_list_is_empty(&c->sendq) && c->snd_una == c->snd_nxt && fy_list_is_empty(&c->rma_fifo) &&
         fy_list_is_empty(&c->flushq)) {
         ferry_status_t st = c->sticky;
@@ -371,6 +376,7 @@ ferry_status_t fy_udp_ep_get_stats(fy_tl_ep_t *ep, ferry_ep_stats_t *stats)
 {
     fy_udp_conn_t *c = fy_udp_conn(ep);
     fy_udp_iface_t *iface = c->iface;
+    fy_udp_ack_settle(iface);
     *stats = c->stats;
     /* Drops that cannot be charged to an ep are the interface's. */
     stats->drops_bad_key = iface->drops_bad_key;

@@ -6,9 +6,11 @@
  *
  * Progress order follows the usnic notes: receive the priority channel first (its tiny
  * fragments are delivered at once), then the data channel, then run the hotel (expired
- * segments go on the resend queue), then send: resends first, then the ready endpoints,
- * then the ACKs that found no data to ride on.  An idle data channel is polled only every
- * eighth pass, so a ping-pong of tiny messages pays for one receive system call per pass.
+ * segments go on the resend queue; once per 20 us tick, not every pass), then send: resends
+ * first, then the ready endpoints, then the ACKs that found no data to ride on.  An idle data
+ * channel is polled only every sixteenth pass, so a ping-pong of tiny messages pays for one
+ * receive system call per pass.  A pass starts by processing the ACK the last in-order AM
+ * carried (udp_rx.c: kept off the path between a message and its answer).
  *
  * The event fd is an epoll set of both sockets and a timerfd.  Before sleeping, arm sends
  * every owed ACK (a sleeping peer must not hold ACKs) and sets the timerfd to the
@@ -493,6 +495,9 @@ unsigned fy_udp_iface_progress(fy_tl_iface_t *tl_iface)
     iface->events = 0;
     iface->pass++;
     iface->now = fy_time_ns();
+    /* (the receive that finds something first takes this time, unless an ACK ran first) */
+    iface->now_fresh = iface->dack_conn == NULL;
+    fy_udp_ack_settle(iface);
     fy_udp_rx_progress(iface, FY_UDP_CH_PRIO);
     if (data->idle < 16 || (iface->pass & 15) == 0)
         fy_udp_rx_progress(iface, FY_UDP_CH_DATA);
@@ -506,19 +511,33 @@ unsigned fy_udp_iface_progress(fy_tl_iface_t *tl_iface)
     /* (a receive that found something took a fresh time already) */
     if (iface->fault.enabled)
         fy_udp_fault_poll(iface, iface->now);
-    if (iface->pace_due != 0 && iface->pace_due <= iface->now)
-        iface->pace_due = 0; /* (the pace timers due are in this run of the hotel) */
+    iface->now_fresh = 0;
     /* A busy-polling worker runs this hundreds of thousands of times a second, nearly always
      * to find nothing: what has nothing to do is skipped here, not inside a call (an empty
-     * pass's instructions in udp ~455 -> ~350, callgrind). */
-    if (fy_hotel_occupancy(&iface->hotel) != 0) {
+     * pass's instructions in udp ~455 -> ~350, callgrind).  The hotels run once per tick, at
+     * its end: a room due within the tick in progress fires at most one tick late (20 us for
+     * the retransmission hotel, whose shortest stay is RTO_MIN, 200 us; 1 ms for keepalives);
+     * a run per pass cost ~80 and ~55 instructions (callgrind, 8 B ping-pong: an empty pass
+     * ~370 -> ~230).  A pace timer (udp_cc.c) that is due runs the hotel at once, as before. */
+    if (fy_hotel_occupancy(&iface->hotel) != 0 &&
+        (iface->now >= iface->hotel_gate ||
+         (iface->pace_due != 0 && iface->pace_due <= iface->now))) {
+        iface->hotel_gate = (iface->now / HOTEL_TICK_NS + 1) * HOTEL_TICK_NS;
+        fy_udp_ack_settle(iface); /* (ACKs before timers) */
+        if (iface->pace_due != 0 && iface->pace_due <= iface->now)
+            iface->pace_due = 0; /* (the pace timers due are in this run of the hotel) */
         fy_hotel_run(&iface->hotel, iface->now);
-        if (!fy_list_is_empty(&iface->faillist))
-            fy_udp_conn_run_failures(iface);
     }
-    fy_udp_live_progress(iface);
-    if (!fy_list_is_empty(&iface->resendq) || !fy_list_is_empty(&iface->ready))
+    if (iface->now >= iface->live_gate) {
+        fy_udp_ack_settle(iface);
+        fy_udp_live_progress(iface);
+    }
+    if (!fy_list_is_empty(&iface->faillist)) /* (scheduled by timers, a RESET, ...) */
+        fy_udp_conn_run_failures(iface);
+    if (!fy_list_is_empty(&iface->resendq) || !fy_list_is_empty(&iface->ready)) {
+        fy_udp_ack_settle(iface); /* (sends waiting for the window: it may open) */
         fy_udp_tx_progress(iface);
+    }
     if (!fy_list_is_empty(&iface->acklist))
         fy_udp_send_acks(iface, 0);
     if (iface->ch[FY_UDP_CH_PRIO].ntx != 0 || iface->ch[FY_UDP_CH_DATA].ntx != 0)
@@ -540,10 +559,11 @@ ferry_status_t fy_udp_iface_event_arm(fy_tl_iface_t *tl_iface)
     struct itimerspec its = {{0, 0}, {0, 0}};
     uint64_t now = fy_time_ns(), deadline = 0;
 
+    iface->now = now;
+    fy_udp_ack_settle(iface);
     if (!fy_list_is_empty(&iface->ready) || !fy_list_is_empty(&iface->resendq) ||
         !fy_list_is_empty(&iface->faillist))
         return FERRY_ERR_BUSY;
-    iface->now = now;
     if (!fy_list_is_empty(&iface->acklist)) {
         deadline = fy_udp_send_acks(iface, 1); /* (mid-message ones wait: ACK_DELAY) */
         fy_udp_tx_flush_all(iface);

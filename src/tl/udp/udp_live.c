@@ -400,11 +400,11 @@ static void live_expired(fy_hotel_t *hotel, fy_hotel_room_t *room, void *arg)
 
 void fy_udp_live_progress(fy_udp_iface_t *iface)
 {
+    /* (called once the live hotel's tick is over: udp_iface.c) */
+    iface->live_gate = (iface->now / LIVE_TICK_NS + 1) * LIVE_TICK_NS;
     if (fy_hotel_occupancy(&iface->live_hotel) == 0)
         return;
     fy_hotel_run(&iface->live_hotel, iface->now);
-    if (!fy_list_is_empty(&iface->faillist))
-        fy_udp_conn_run_failures(iface);
 }
 
 uint64_t fy_udp_live_deadline(fy_udp_iface_t *iface, uint64_t now)

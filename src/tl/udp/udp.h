@@ -464,6 +464,7 @@ typedef struct fy_udp_iface {
      * anything else reads the send window (fy_udp_ack_settle: udp_rx.c). */
     struct fy_udp_conn *dack_conn;
     fy_udp_hdr_t dack_hdr;
+    uint64_t dack_ns; /* when it arrived: its RTT sample's time, not the settling's */
     fy_udp_fault_t fault;
     /* counters of what cannot be charged to an ep */
     uint64_t drops_bad_key, drops_malformed, drops_unknown_ep, drops_csum, drops_trunc;

@@ -450,15 +450,21 @@ static void drain(fy_udp_iface_t *iface, fy_udp_conn_t *c)
  * answers between two passes - the answer's send no longer waits for ~320 instructions of
  * bookkeeping (callgrind, 8 B ping-pong), which then run while the worker waits for the
  * next datagram.  Anything else that reads the window first settles it (fy_udp_ack_settle),
- * as does the next datagram received, so ACKs are still processed in order.  The RTT sample
- * takes the time of processing, later than the arrival by at most the application's time
- * between two passes - as for a datagram that waits in the socket. */
+ * as does the next datagram received, so ACKs are still processed in order.  It is processed
+ * as of its arrival time: the application's time between two passes (seconds, for one that
+ * computes without a progress thread) never enters the RTT sample. */
 void fy_udp_ack_settle_now(fy_udp_iface_t *iface)
 {
     fy_udp_conn_t *c = iface->dack_conn;
     iface->dack_conn = NULL;
-    if (fy_udp_conn_alive(c))
+    if (fy_udp_conn_alive(c)) {
+        /* (processed as of its arrival: an application that computes between two passes
+         * must not reach the RTT sample, nor the times ACKs stamp) */
+        uint64_t now = iface->now;
+        iface->now = iface->dack_ns;
         fy_udp_process_ack(c, &iface->dack_hdr, 0, NULL);
+        iface->now = now;
+    }
 }
 
 /* A control message (the long header).  Returns 0: its buffer is never kept. */
@@ -598,6 +604,7 @@ static int rx_dgram(fy_udp_iface_t *iface, uint8_t chan, fy_udp_rxbuf_t *b, size
             if (h.type == FY_UDP_T_AM && c->nstash == 0) {
                 iface->dack_conn = c;
                 iface->dack_hdr = h;
+                iface->dack_ns = iface->now;
             } else {
                 fy_udp_process_ack(c, &h, 0, NULL);
             }

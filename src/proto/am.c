@@ -363,6 +363,8 @@ static ferry_status_t am_send_slow(ferry_ep_t *ep, unsigned id, const void *head
     if (op == NULL)
         return FERRY_ERR_NO_MEMORY;
     op->am_id = FY_TLAM_MSG;
+    if (id == FY_AM_ID_TAG) /* the receiver copies it out (tl.h) */
+        op->comp.flags = FY_TL_COMP_F_RX_COPIES;
     op->proto_len = am_proto_hdr(ep, id, header_len, op->hdr);
     if (header_len != 0)
         memcpy(op->hdr + op->proto_len, header, header_len);

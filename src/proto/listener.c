@@ -236,7 +236,8 @@ ferry_status_t ferry_listener_create(ferry_worker_t *w, const ferry_listener_par
     epoll_add(w, l->timer_fd);
     l->next = w->listeners;
     w->listeners = l;
-    w->poll_all = 1;
+    w->idle_left = 0; /* poll everything at the next pass */
+    fy_worker_poll_plan(w);
     fy_info("listening on %s:%u", ip != NULL && ip[0] != '\0' ? ip : "*", (unsigned)l->port);
     *listener_p = l;
     return FERRY_OK;
@@ -289,6 +290,7 @@ void ferry_listener_destroy(ferry_listener_t *l)
             *pp = l->next;
             break;
         }
+    fy_worker_poll_plan(w);
     while (!fy_list_is_empty(&l->conns)) {
         ferry_conn_request_t *c = fy_container_of(l->conns.next, ferry_conn_request_t, link);
         if (c->state == CONN_WAITING_APP)

@@ -183,6 +183,7 @@ struct ferry_context {
 /* One open interface of a worker. */
 typedef struct fy_iface {
     fy_tl_iface_t *tl_iface;
+    unsigned (*progress)(fy_tl_iface_t *iface); /* tl->ops->iface_progress, one load away */
     const fy_tl_component_t *tl;
     fy_ctx_tl_t *ctl;
     fy_tl_iface_attr_t attr;
@@ -222,6 +223,11 @@ struct ferry_ep {
     const fy_cm_component_t *via;       /* how the peer's address came: NULL = the application */
     unsigned ntl_eps;
     int rma_native;
+    /* ferry_put's short path (rma.c): the RMA lane's put_short and the largest put it takes
+     * (0: no native lane with one); set with the lanes (wireup.c) */
+    size_t put_short_max;
+    ferry_status_t (*put_short)(fy_tl_ep_t *tl_ep, const void *buf, size_t len,
+                                uint64_t remote_addr, const void *rkey);
     int amo_native;         /* widths done natively: bit 0 32-bit, bit 1 64-bit (fy_amo_widths) */
     int tag_no_get;         /* the peer cannot read our memory: offer it no get rendezvous */
     size_t tag_rndv_thresh; /* tagged messages above this size use rendezvous */
@@ -302,8 +308,12 @@ struct ferry_worker {
     uint64_t drops_no_handler, drops_unknown_ep, drops_malformed;
     uint64_t amo_emulated; /* atomics sent to the AM emulation (rma.c), for tests and stats */
     int closing;           /* being destroyed: arriving messages are dropped */
-    unsigned poll_count;   /* progress calls, to poll idle interfaces every FY_IDLE_POLL */
-    int poll_all;          /* poll every interface at the next progress (after a wake-up) */
+    /* Progress (worker.c).  A plain pass polls poll_one, the only interface with endpoints,
+     * and nothing else: set while the worker takes no lock and has no listener.  Every
+     * FY_IDLE_POLL-th pass, and the next one after a wake-up (idle_left 0), polls every
+     * interface instead. */
+    fy_iface_t *poll_one;
+    unsigned idle_left; /* plain passes before the next full one */
     uint8_t *address;
     size_t address_len;
     /* ops waiting for a reply (emulated get/amo, flush round trips), by id */
@@ -335,18 +345,26 @@ struct ferry_worker {
  * FY_WORKER_LOCK(w); ... FY_WORKER_UNLOCK(w); on every path (w not NULL).  Each costs one
  * load and a predicted branch on a single-threaded worker. */
 extern _Thread_local char fy_thread_tag; /* its address names the calling thread */
+/* Whether the worker takes its lock: constant 0 in a build without it (cmake
+ * -DFERRY_WORKER_LOCK=OFF, which measures what the lock's tests cost; such a build refuses
+ * FERRY_THREAD_MODE_MULTI and the progress thread). */
+#ifdef FERRY_NO_WORKER_LOCK
+#define FY_WORKER_MT(w) ((void)(w), 0)
+#else
+#define FY_WORKER_MT(w) ((w)->mt)
+#endif
 void fy_worker_lock_slow(ferry_worker_t *w);
 void fy_worker_unlock_slow(ferry_worker_t *w);
 static inline ferry_worker_t *fy_worker_lock(ferry_worker_t *w)
 {
-    if (FY_LIKELY(w == NULL || !w->mt))
+    if (FY_LIKELY(w == NULL || !FY_WORKER_MT(w)))
         return NULL;
     fy_worker_lock_slow(w);
     return w;
 }
 static inline void fy_worker_unlock(ferry_worker_t *w)
 {
-    if (FY_UNLIKELY(w->mt))
+    if (FY_UNLIKELY(FY_WORKER_MT(w)))
         fy_worker_unlock_slow(w);
 }
 static inline void fy_worker_guard_end(ferry_worker_t **held)
@@ -552,6 +570,9 @@ static inline ferry_ep_t *fy_worker_ep_at(const ferry_worker_t *w, uint32_t id)
     return FY_LIKELY(id < w->eps_cap) ? w->eps[id] : NULL;
 }
 void fy_worker_complete_later(ferry_worker_t *w, fy_op_t *op, ferry_status_t st);
+/* Choose again what a plain progress pass polls (w->poll_one), after an interface gained or
+ * lost its first or last endpoint, or a listener came or went (worker.c). */
+void fy_worker_poll_plan(ferry_worker_t *w);
 fy_op_t *fy_op_get(ferry_worker_t *w, ferry_ep_t *ep, fy_op_type_t type, ferry_request_t *req);
 void fy_op_put(fy_op_t *op);
 void fy_op_finish(fy_op_t *op, ferry_status_t st); /* complete: callback now (from progress) */

@@ -1,6 +1,7 @@
 /*
  * query.c - what a runtime may ask of an endpoint or a worker: ferry_ep_query and
- * ferry_worker_query.
+ * ferry_worker_query; and the worker's address and its printed state (ferry_worker_get_address,
+ * ferry_worker_print_info).
  *
  * A runtime porting onto ferry needs to know, without reading logs, whom an endpoint talks to,
  * which transport carries each class of its operations, how large an active message can be
@@ -135,4 +136,75 @@ ferry_status_t ferry_worker_query(const ferry_worker_t *w, ferry_worker_attr_t *
         attr->am_rx_max = w->am_rx_max;
     }
     return FERRY_OK;
+}
+
+ferry_status_t ferry_worker_get_address(ferry_worker_t *w, void *buf, size_t *len)
+{
+    if (w == NULL || len == NULL)
+        return FERRY_ERR_INVALID_PARAM;
+    if (buf == NULL || *len < w->address_len) {
+        *len = w->address_len;
+        return FERRY_ERR_TRUNCATED;
+    }
+    memcpy(buf, w->address, w->address_len);
+    *len = w->address_len;
+    return FERRY_OK;
+}
+
+ferry_context_t *fy_worker_context(ferry_worker_t *w)
+{
+    return w->ctx;
+}
+
+void ferry_worker_print_info(const ferry_worker_t *w, void *file)
+{
+    FILE *f = file != NULL ? file : stdout;
+    if (w == NULL)
+        return;
+    FY_WORKER_GUARD((ferry_worker_t *)w);
+    fprintf(f, "worker %016llx: %u interface(s), wait mode %s, %s%s\n", (unsigned long long)w->uuid,
+            w->nifaces,
+            w->wait_mode == FERRY_WAIT_SPIN       ? "spin"
+            : w->wait_mode == FERRY_WAIT_ADAPTIVE ? "adaptive"
+                                                  : "block",
+            w->thread_mode == FERRY_THREAD_MODE_MULTI ? "multi-threaded" : "single-threaded",
+            w->pt_running ? ", progress thread" : "");
+    for (unsigned i = 0; i < w->nifaces; i++) {
+        const fy_iface_t *fi = &w->ifaces[i];
+        fprintf(f,
+                "  [%u] %-5s %-10s latency %7.0f ns  bandwidth %7.2f GB/s  short %zu  "
+                "bcopy %zu  zcopy %zu  caps 0x%llx\n",
+                i, fi->tl->name, fi->tl_iface->dev_name, fi->attr.latency_ns,
+                fi->attr.bandwidth / 1e9, fi->attr.max_short, fi->attr.max_bcopy,
+                fi->attr.max_zcopy, (unsigned long long)fi->attr.caps);
+        if (fi->tl->ops->iface_print != NULL)
+            fi->tl->ops->iface_print(fi->tl_iface, f);
+    }
+    for (uint32_t i = 0; i < w->eps_cap; i++) {
+        const ferry_ep_t *ep = w->eps[i];
+        if (ep == NULL)
+            continue;
+        fprintf(f, "  ep %u -> %016llx%s state %d:", ep->id, (unsigned long long)ep->remote_uuid,
+                ep->is_reply ? " (reply)" : "", ep->state);
+        for (int l = 0; l < FY_LANE_COUNT; l++)
+            if (ep->lanes[l].iface != NULL)
+                fprintf(f, " %s=%s/%s%s", lane_class[l], ep->lanes[l].iface->tl->name,
+                        ep->lanes[l].iface->tl_iface->dev_name,
+                        (l == FY_LANE_RMA && !ep->rma_native) ||
+                                (l == FY_LANE_AMO && !ep->amo_native)
+                            ? "(emulated)"
+                            : "");
+        const char *cm = fy_wireup_tl_ep_cm(ep, ep->lanes[FY_LANE_AM].tl_ep);
+        if (cm != NULL) /* the connection manager of the am lane (cm/cm.c) */
+            fprintf(f, " cm=%s", cm);
+        for (unsigned r = 0; r < ep->nrails && ep->nrails > 1; r++) /* multi-rail (rails.c) */
+            fprintf(f, "%s%s/%s:%u", r == 0 ? " rails=" : "+", ep->rails[r].iface->tl->name,
+                    ep->rails[r].iface->tl_iface->dev_name, ep->rail_weight[r]);
+        fprintf(f, "  tx %llu msgs rx %llu msgs\n", (unsigned long long)ep->stats.tx_msgs,
+                (unsigned long long)ep->stats.rx_msgs);
+    }
+    if (w->drops_no_handler || w->drops_unknown_ep || w->drops_malformed)
+        fprintf(f, "  dropped: %llu without handler, %llu unknown ep, %llu malformed\n",
+                (unsigned long long)w->drops_no_handler, (unsigned long long)w->drops_unknown_ep,
+                (unsigned long long)w->drops_malformed);
 }

@@ -365,7 +365,7 @@ ferry_status_t ferry_tag_send(ferry_ep_t *ep, uint64_t tag, const void *buf, siz
     if (ep == NULL || (buf == NULL && len != 0))
         return FERRY_ERR_INVALID_PARAM;
     ferry_worker_t *w = ep->worker;
-    if (FY_LIKELY(!w->mt))
+    if (FY_LIKELY(!FY_WORKER_MT(w)))
         return tag_send(ep, tag, buf, len, req);
     FY_WORKER_LOCK(w);
     ferry_status_t st = tag_send(ep, tag, buf, len, req);

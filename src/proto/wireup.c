@@ -111,8 +111,8 @@ void fy_wireup_tl_ep_destroy(ferry_ep_t *ep, unsigned i)
 {
     fy_tl_ep_t *te = ep->tl_eps[i];
     fy_iface_t *fi = te->iface->params.am_arg;
-    if (fi->neps > 0)
-        fi->neps--;
+    if (fi->neps > 0 && --fi->neps == 0)
+        fy_worker_poll_plan(ep->worker);
     const fy_cm_set_t *cms = &ep->worker->ctx->cms;
     fy_cm_lane_finalize(ep->tl_ep_cm[i] < cms->n ? cms->cms[ep->tl_ep_cm[i]] : NULL, te);
 }
@@ -158,6 +158,7 @@ static void destroy_tl_eps(ferry_ep_t *ep)
     memset(ep->lanes, 0, sizeof(ep->lanes));
     ep->nrails = 0;
     ep->rma_native = ep->amo_native = 0;
+    ep->put_short_max = 0;
 }
 
 static void cand_label(ferry_worker_t *w, const fy_remote_addr_t *ra, unsigned bit, char *buf,
@@ -287,6 +288,7 @@ static ferry_status_t choose(ferry_ep_t *ep, const fy_remote_addr_t *ra, fy_lane
         }
         ep->ntl_eps = n;
         memset(ep->lanes, 0, sizeof(ep->lanes));
+        ep->put_short_max = 0;
         ferry_status_t st = FERRY_OK;
         char why[FY_LANE_WHY_LEN];
         int l;
@@ -303,7 +305,8 @@ static ferry_status_t choose(ferry_ep_t *ep, const fy_remote_addr_t *ra, fy_lane
                 if (st != FERRY_OK)
                     break;
                 tl_ep->owner = ep;
-                fi->neps++;
+                if (fi->neps++ == 0)
+                    fy_worker_poll_plan(w);
                 ep->tl_ep_pair[i] = (uint16_t)want[l];
                 ep->tl_eps[ep->ntl_eps++] = tl_ep;
             }
@@ -315,6 +318,11 @@ static ferry_status_t choose(ferry_ep_t *ep, const fy_remote_addr_t *ra, fy_lane
         }
         if (st == FERRY_OK) {
             ep->rma_native = plan->rma >= 0;
+            const fy_iface_t *rfi = ep->lanes[FY_LANE_RMA].iface;
+            if (ep->rma_native && rfi->tl->ops->put_short != NULL) {
+                ep->put_short = rfi->tl->ops->put_short;
+                ep->put_short_max = rfi->attr.max_put_short;
+            }
             ep->amo_native = 0;
             if (plan->amo >= 0) { /* the widths the amo lane does with every op (rma.c) */
                 const fy_lane_cand_t *c = &plan->cand[plan->amo];

@@ -4,9 +4,12 @@
  *
  * Progress polls every interface (the transports deliver received messages and completions
  * from there), retries operations that waited for resources, then runs the callbacks of
- * operations completed outside a transport's progress.  Waiting without burning a core: every
- * interface that can wake a sleeper gives an event fd; the worker gathers them in one epoll
- * set, which is also the fd it gives to event loops.  FERRY_WAIT=adaptive spins for a few
+ * operations completed outside a transport's progress.  The pass a polling loop runs most is
+ * kept short: with one interface carrying endpoints, no lock and no listener, it calls that
+ * interface and tests two queues (w->poll_one, chosen again when endpoints or listeners come
+ * and go); every FY_IDLE_POLL-th pass polls the idle interfaces too.  Waiting without burning a
+ * core: every interface that can wake a sleeper gives an event fd; the worker gathers them in one
+ * epoll set, which is also the fd it gives to event loops.  FERRY_WAIT=adaptive spins for a few
  * microseconds (the latency of an answer that is already on its way), then yields the core
  * (cheap when another process on the same core is about to answer), then sleeps on the fd.
  *
@@ -62,6 +65,7 @@ static ferry_status_t open_ifaces(ferry_worker_t *w)
                 continue;
             }
             fi->tl = ctl->tl;
+            fi->progress = ctl->tl->ops->iface_progress;
             fi->ctl = ctl;
             fi->worker = w;
             fi->index = w->nifaces;
@@ -366,20 +370,32 @@ void fy_worker_complete_later(ferry_worker_t *w, fy_op_t *op, ferry_status_t st)
 /* Progress and waiting                                                                        */
 /* ------------------------------------------------------------------------------------------ */
 
-/* One pass: poll the interfaces, retry what waited for resources, run deferred callbacks. */
-static inline unsigned progress_body(ferry_worker_t *w)
+/* What a plain pass polls: the one interface with endpoints, if there is just one, on a worker
+ * that takes no lock and has no listener; otherwise NULL, and every pass is a full one. */
+void fy_worker_poll_plan(ferry_worker_t *w)
+{
+    fy_iface_t *one = NULL;
+    w->poll_one = NULL;
+    if (FY_WORKER_MT(w) || w->listeners != NULL)
+        return;
+    for (unsigned i = 0; i < w->nifaces; i++) {
+        if (w->ifaces[i].neps == 0)
+            continue;
+        if (one != NULL)
+            return;
+        one = &w->ifaces[i];
+    }
+    w->poll_one = one;
+}
+
+/* What follows the interfaces in every pass: retry what waited for resources, run deferred
+ * callbacks. */
+static __attribute__((noinline)) unsigned progress_after(ferry_worker_t *w)
 {
     unsigned n = 0;
-    int all = w->poll_all || (++w->poll_count % FY_IDLE_POLL) == 0;
-    w->poll_all = 0;
-    for (unsigned i = 0; i < w->nifaces; i++)
-        if (w->ifaces[i].neps != 0 || all)
-            n += w->ifaces[i].tl->ops->iface_progress(w->ifaces[i].tl_iface);
-    if (FY_UNLIKELY(w->listeners != NULL))
-        n += fy_listener_progress(w, all);
-    if (FY_UNLIKELY(!fy_list_is_empty(&w->pending_eps)))
+    if (!fy_list_is_empty(&w->pending_eps))
         n += fy_worker_progress_pending(w);
-    if (FY_UNLIKELY(!fy_queue_is_empty(&w->completed))) {
+    if (!fy_queue_is_empty(&w->completed)) {
         /* Take the queue as it is: callbacks may complete more ops (they run next time). */
         fy_queue_t q = w->completed;
         if (q.head == NULL)
@@ -392,6 +408,28 @@ static inline unsigned progress_body(ferry_worker_t *w)
             n++;
         }
     }
+    return n;
+}
+
+static inline int progress_after_due(const ferry_worker_t *w)
+{
+    return !fy_list_is_empty(&w->pending_eps) || !fy_queue_is_empty(&w->completed);
+}
+
+/* A full pass: poll the interfaces with endpoints (every one, the FY_IDLE_POLL-th time or
+ * after a wake-up) and the listeners, then what follows. */
+static unsigned progress_body(ferry_worker_t *w)
+{
+    unsigned n = 0;
+    int all = w->idle_left <= 1;
+    w->idle_left = all ? FY_IDLE_POLL : w->idle_left - 1;
+    for (unsigned i = 0; i < w->nifaces; i++)
+        if (w->ifaces[i].neps != 0 || all)
+            n += w->ifaces[i].progress(w->ifaces[i].tl_iface);
+    if (FY_UNLIKELY(w->listeners != NULL))
+        n += fy_listener_progress(w, all);
+    if (FY_UNLIKELY(progress_after_due(w)))
+        n += progress_after(w);
     return n;
 }
 
@@ -411,16 +449,32 @@ static unsigned progress_locked(ferry_worker_t *w)
     return n;
 }
 
-unsigned ferry_worker_progress(ferry_worker_t *w)
+static __attribute__((noinline)) unsigned progress_full(ferry_worker_t *w)
 {
-    if (FY_UNLIKELY(w == NULL))
-        return 0;
-    if (FY_LIKELY(!w->mt))
+    if (FY_LIKELY(!FY_WORKER_MT(w)))
         return progress_body(w);
     fy_worker_lock_slow(w);
     unsigned n = progress_locked(w);
     fy_worker_unlock_slow(w);
     return n;
+}
+
+/* The pass a polling loop runs most: one interface, nothing else due (poll_one is NULL on a
+ * worker that takes a lock, so a multi-threaded worker or one with a progress thread costs
+ * this path nothing). */
+unsigned ferry_worker_progress(ferry_worker_t *w)
+{
+    if (FY_UNLIKELY(w == NULL))
+        return 0;
+    fy_iface_t *fi = w->poll_one;
+    if (FY_LIKELY(fi != NULL && w->idle_left > 1)) {
+        w->idle_left--;
+        unsigned n = fi->progress(fi->tl_iface);
+        if (FY_LIKELY(!progress_after_due(w)))
+            return n;
+        return n + progress_after(w);
+    }
+    return progress_full(w);
 }
 
 ferry_status_t ferry_worker_get_fd(ferry_worker_t *w, int *fd_p)
@@ -493,7 +547,7 @@ static void sleep_on_fd(ferry_worker_t *w, int timeout_ms)
 static void set_poll_all(ferry_worker_t *w)
 {
     FY_WORKER_GUARD(w);
-    w->poll_all = 1;
+    w->idle_left = 0;
 }
 
 /* A worker with a progress thread: the thread consumes the fd's events, so a waiter sleeps on
@@ -537,7 +591,7 @@ static ferry_status_t wait_on_thread(ferry_worker_t *w, uint64_t deadline)
  * (a blocking call waits inside its public entry); 0: it did not hold it. */
 static unsigned lock_suspend(ferry_worker_t *w)
 {
-    if (FY_LIKELY(!w->mt) ||
+    if (FY_LIKELY(!FY_WORKER_MT(w)) ||
         __atomic_load_n(&w->lock.owner, __ATOMIC_RELAXED) != (uintptr_t)&fy_thread_tag ||
         w->progressing)
         return 0;
@@ -657,7 +711,7 @@ static void *progress_thread(void *arg)
     fy_worker_lock_slow(w);
     while (!w->pt_stop) {
         if (woke)
-            w->poll_all = 1;
+            w->idle_left = 0;
         woke = 0;
         if (progress_locked(w) != 0) {
             fy_worker_unlock_slow(w);
@@ -691,6 +745,11 @@ static ferry_status_t threads_start(ferry_worker_t *w)
             }
     if (!pt && w->thread_mode != FERRY_THREAD_MODE_MULTI)
         return FERRY_OK;
+#ifdef FERRY_NO_WORKER_LOCK
+    fy_error("worker: %s asked for, but this build has no worker lock (FERRY_WORKER_LOCK=OFF)",
+             pt ? "a progress thread" : "FERRY_THREAD_MODE_MULTI");
+    return FERRY_ERR_UNSUPPORTED;
+#endif
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC); /* fy_time_ns's clock */
@@ -733,81 +792,4 @@ static void threads_stop(ferry_worker_t *w)
     }
     pthread_join(w->pt, NULL);
     w->pt_running = 0;
-}
-
-/* ------------------------------------------------------------------------------------------ */
-/* Queries                                                                                     */
-/* ------------------------------------------------------------------------------------------ */
-
-ferry_status_t ferry_worker_get_address(ferry_worker_t *w, void *buf, size_t *len)
-{
-    if (w == NULL || len == NULL)
-        return FERRY_ERR_INVALID_PARAM;
-    if (buf == NULL || *len < w->address_len) {
-        *len = w->address_len;
-        return FERRY_ERR_TRUNCATED;
-    }
-    memcpy(buf, w->address, w->address_len);
-    *len = w->address_len;
-    return FERRY_OK;
-}
-
-ferry_context_t *fy_worker_context(ferry_worker_t *w)
-{
-    return w->ctx;
-}
-
-static const char *lane_names[FY_LANE_COUNT] = {"am", "rma", "amo"};
-
-void ferry_worker_print_info(const ferry_worker_t *w, void *file)
-{
-    FILE *f = file != NULL ? file : stdout;
-    if (w == NULL)
-        return;
-    FY_WORKER_GUARD((ferry_worker_t *)w);
-    fprintf(f, "worker %016llx: %u interface(s), wait mode %s, %s%s\n", (unsigned long long)w->uuid,
-            w->nifaces,
-            w->wait_mode == FERRY_WAIT_SPIN       ? "spin"
-            : w->wait_mode == FERRY_WAIT_ADAPTIVE ? "adaptive"
-                                                  : "block",
-            w->thread_mode == FERRY_THREAD_MODE_MULTI ? "multi-threaded" : "single-threaded",
-            w->pt_running ? ", progress thread" : "");
-    for (unsigned i = 0; i < w->nifaces; i++) {
-        const fy_iface_t *fi = &w->ifaces[i];
-        fprintf(f,
-                "  [%u] %-5s %-10s latency %7.0f ns  bandwidth %7.2f GB/s  short %zu  "
-                "bcopy %zu  zcopy %zu  caps 0x%llx\n",
-                i, fi->tl->name, fi->tl_iface->dev_name, fi->attr.latency_ns,
-                fi->attr.bandwidth / 1e9, fi->attr.max_short, fi->attr.max_bcopy,
-                fi->attr.max_zcopy, (unsigned long long)fi->attr.caps);
-        if (fi->tl->ops->iface_print != NULL)
-            fi->tl->ops->iface_print(fi->tl_iface, f);
-    }
-    for (uint32_t i = 0; i < w->eps_cap; i++) {
-        const ferry_ep_t *ep = w->eps[i];
-        if (ep == NULL)
-            continue;
-        fprintf(f, "  ep %u -> %016llx%s state %d:", ep->id, (unsigned long long)ep->remote_uuid,
-                ep->is_reply ? " (reply)" : "", ep->state);
-        for (int l = 0; l < FY_LANE_COUNT; l++)
-            if (ep->lanes[l].iface != NULL)
-                fprintf(f, " %s=%s/%s%s", lane_names[l], ep->lanes[l].iface->tl->name,
-                        ep->lanes[l].iface->tl_iface->dev_name,
-                        (l == FY_LANE_RMA && !ep->rma_native) ||
-                                (l == FY_LANE_AMO && !ep->amo_native)
-                            ? "(emulated)"
-                            : "");
-        const char *cm = fy_wireup_tl_ep_cm(ep, ep->lanes[FY_LANE_AM].tl_ep);
-        if (cm != NULL) /* the connection manager of the am lane (cm/cm.c) */
-            fprintf(f, " cm=%s", cm);
-        for (unsigned r = 0; r < ep->nrails && ep->nrails > 1; r++) /* multi-rail (rails.c) */
-            fprintf(f, "%s%s/%s:%u", r == 0 ? " rails=" : "+", ep->rails[r].iface->tl->name,
-                    ep->rails[r].iface->tl_iface->dev_name, ep->rail_weight[r]);
-        fprintf(f, "  tx %llu msgs rx %llu msgs\n", (unsigned long long)ep->stats.tx_msgs,
-                (unsigned long long)ep->stats.rx_msgs);
-    }
-    if (w->drops_no_handler || w->drops_unknown_ep || w->drops_malformed)
-        fprintf(f, "  dropped: %llu without handler, %llu unknown ep, %llu malformed\n",
-                (unsigned long long)w->drops_no_handler, (unsigned long long)w->drops_unknown_ep,
-                (unsigned long long)w->drops_malformed);
 }

@@ -137,11 +137,16 @@ typedef struct fy_tl_iface fy_tl_iface_t;
 typedef struct fy_tl_ep fy_tl_ep_t;
 typedef struct fy_tl_comp fy_tl_comp_t;
 
-/* A completion: cb is called once with the final status. */
+/* A completion: cb is called once with the final status.  flags: hints about the operation
+ * (FY_TL_COMP_F_*), which a transport may ignore. */
 typedef void (*fy_tl_comp_cb_t)(fy_tl_comp_t *comp, ferry_status_t status);
 struct fy_tl_comp {
     fy_tl_comp_cb_t cb;
+    unsigned flags;
 };
+/* am_zcopy: the receiver copies the data out (a tagged message), so it holds the data's cache
+ * lines afterwards (shm places the next such message elsewhere, shm_obox.c). */
+#define FY_TL_COMP_F_RX_COPIES 1u
 
 /* Receive callback: one AM with its transport-level id (0..FY_TL_AM_ID_MAX). */
 #define FY_TL_AM_ID_MAX 31

@@ -215,6 +215,7 @@ static inline void tcomp_cb(fy_tl_comp_t *c, ferry_status_t st)
 static inline void tcomp_init(tcomp_t *c)
 {
     c->super.cb = tcomp_cb;
+    c->super.flags = 0;
     c->done = 0;
     c->status = FERRY_INPROGRESS;
 }

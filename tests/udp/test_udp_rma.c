@@ -125,21 +125,21 @@ static ferry_status_t wait_comp(ut_node_t *n, comp_t *c, ferry_status_t st)
 static ferry_status_t put(ut_node_t *n, const void *buf, size_t len, uint64_t addr,
                           const void *rkey)
 {
-    comp_t c = {{comp_cb}, 0, FERRY_OK};
+    comp_t c = {{.cb = comp_cb}, 0, FERRY_OK};
     struct iovec iov[2] = {{(void *)buf, len / 2}, {(char *)buf + len / 2, len - len / 2}};
     return wait_comp(n, &c, n->ops->put_zcopy(n->ep, iov, 2, addr, rkey, &c.comp));
 }
 
 static ferry_status_t get(ut_node_t *n, void *buf, size_t len, uint64_t addr, const void *rkey)
 {
-    comp_t c = {{comp_cb}, 0, FERRY_OK};
+    comp_t c = {{.cb = comp_cb}, 0, FERRY_OK};
     struct iovec iov = {buf, len};
     return wait_comp(n, &c, n->ops->get_zcopy(n->ep, &iov, 1, addr, rkey, &c.comp));
 }
 
 static ferry_status_t flush(ut_node_t *n)
 {
-    comp_t c = {{comp_cb}, 0, FERRY_OK};
+    comp_t c = {{.cb = comp_cb}, 0, FERRY_OK};
     return wait_comp(n, &c, n->ops->ep_flush(n->ep, &c.comp));
 }
 
@@ -223,7 +223,7 @@ static void run(void)
     for (int i = 0; i < 8; i++) {
         struct iovec iov = {buf + i * 100000, 100000};
         ut_pattern(buf + i * 100000, 100000, 100 + (uint32_t)i);
-        cs[i] = (comp_t){{comp_cb}, 0, FERRY_OK};
+        cs[i] = (comp_t){{.cb = comp_cb}, 0, FERRY_OK};
         FY_ASSERT_STATUS(
             n.ops->put_zcopy(n.ep, &iov, 1, ti.base + (uint64_t)i * 120000, ti.rkey, &cs[i].comp),
             FERRY_INPROGRESS);

@@ -98,7 +98,7 @@ static int stream_sender(int rfd, int wfd, void *arg)
             if (st != FERRY_OK)
                 return 12;
         } else {
-            comp_t c = {{comp_cb}, 0, FERRY_OK};
+            comp_t c = {{.cb = comp_cb}, 0, FERRY_OK};
             struct iovec d = {buf + UT_META, size};
             st = n.ops->am_zcopy(n.ep, 1, buf, UT_META, &d, 1, &c.comp);
             if (st != FERRY_INPROGRESS || !ut_wait_flag(&n, &c.done, 30000) || c.st != FERRY_OK)
@@ -311,7 +311,7 @@ static void peer_death(void)
     FY_ASSERT_EQ(waitpid(pid, &st, 0), pid);
 
     uint64_t t0 = fy_time_ns();
-    comp_t c = {{comp_cb}, 0, FERRY_OK};
+    comp_t c = {{.cb = comp_cb}, 0, FERRY_OK};
     struct iovec d = {big, sizeof(big)};
     FY_ASSERT_STATUS(n.ops->am_zcopy(n.ep, 2, "h", 1, &d, 1, &c.comp), FERRY_INPROGRESS);
     FY_ASSERT(ut_wait_flag(&n, &n.failed, 10000));
@@ -430,7 +430,7 @@ static fy_udp_conn_t *b_closes(void)
         send_short(&sa);
         send_short(&sb);
     }
-    comp_t c = {{comp_cb}, 0, FERRY_OK};
+    comp_t c = {{.cb = comp_cb}, 0, FERRY_OK};
     ferry_status_t st = ops->ep_flush(sa.ep, &c.comp);
     FY_ASSERT_STATUS(st, FERRY_INPROGRESS);
     ops->ep_destroy(sb.ep);

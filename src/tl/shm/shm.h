@@ -426,9 +426,9 @@ struct shm_ep {
 #define SHM_OBOX_BASE    (8u << 20)
 #define SHM_OBOX_SMALL   ((2u << 20) + 4096u)
 #define SHM_OBOX_RESERVE (2u << 20) /* reserved at a time beyond the base */
-/* Slots of up to this size (the eager sizes of tagged messages) taken when nothing is out move
- * on through the outbox's first SHM_OBOX_ROTATE bytes instead of starting over at 0
- * (shm_obox.c). */
+/* Slots of up to this size (the eager sizes of tagged messages) for a message the receiver
+ * copies out (FY_TL_COMP_F_RX_COPIES), taken when nothing is out, move on through the outbox's
+ * first SHM_OBOX_ROTATE bytes instead of starting over at 0 (shm_obox.c). */
 #define SHM_OBOX_ROTATE_MAX ((32u << 10) + 4096u)
 #define SHM_OBOX_ROTATE     (2u << 20)
 typedef struct shm_obox_entry {
@@ -671,7 +671,8 @@ int fy_shm_peer_check(shm_iface_t *iface, shm_peer_t *peer);
 void fy_shm_obox_reclaim(shm_iface_t *iface);
 /* shm_obox.c: a slot of `need` bytes (header included, a multiple of 64) for a message to
  * peer, NULL when the outbox is full; the message's pieces gathered into it */
-shm_obox_entry_t *fy_shm_obox_alloc(shm_iface_t *iface, uint64_t need, shm_peer_t *peer);
+shm_obox_entry_t *fy_shm_obox_alloc(shm_iface_t *iface, uint64_t need, shm_peer_t *peer,
+                                    int rotate);
 void fy_shm_obox_gather(char *dst, const struct iovec *iov, size_t iovcnt, size_t total);
 /* The peer is gone: its eps fail from the next progress. */
 void fy_shm_peer_fail(shm_iface_t *iface, shm_peer_t *peer, ferry_status_t status);

@@ -598,7 +598,9 @@ static int obox_send(shm_ep_t *ep, uint8_t id, const void *hdr, size_t hdr_len,
         return 1;
     }
     uint64_t room = FY_ALIGN_UP((uint64_t)total, 64) + (total >= SHM_PAD_MIN ? 64 : 0);
-    shm_obox_entry_t *e = fy_shm_obox_alloc(iface, SHM_OBOX_SLOT_HDR + room, ep->peer);
+    shm_obox_entry_t *e =
+        fy_shm_obox_alloc(iface, SHM_OBOX_SLOT_HDR + room, ep->peer,
+                          comp != NULL && (comp->flags & FY_TL_COMP_F_RX_COPIES) != 0);
     if (e == NULL) {
         iface->stats.obox_full++;
         return 0;

@@ -97,17 +97,19 @@ static int obox_reserve(shm_iface_t *iface, uint64_t end)
  * to it once the room there is ample (below), so a stream keeps rewriting the same few
  * (cache-warm) bytes.
  *
- * Except a small slot (up to SHM_OBOX_ROTATE_MAX) taken when nothing is out, as in a
- * ping-pong: it follows the last one, round the first SHM_OBOX_ROTATE bytes.  A receiver that
- * reads its messages (every tagged one: it copies the data out) holds the slot's lines when
- * the next message comes, and rewriting them at once costs the sender a round of
- * invalidations: a tagged 8114-byte message took the sender 1,900-10,900 cycles to copy into
- * the same slot against 1,350-3,850 into the next one (same minutes, load 7-9), and one-way
- * latency went 1.42-6.16 -> 1.25-3.52 us.  Where the receiver never reads (ferry_perf's
- * am_lat) the same slot is the faster one (AM 8122 B 0.41-1.14 vs 0.45-1.55 us), hence only
- * the sizes of tagged eager messages.
+ * Except, with `rotate`, a small slot (up to SHM_OBOX_ROTATE_MAX) taken when nothing is out,
+ * as in a ping-pong: it follows the last one, round the first SHM_OBOX_ROTATE bytes.  A
+ * receiver that reads its messages (every tagged one: it copies the data out; the sender says
+ * so with FY_TL_COMP_F_RX_COPIES) holds the slot's lines when the next message comes, and
+ * rewriting them at once costs the sender a round of invalidations: a tagged 8114-byte
+ * message took the sender 1,900-10,900 cycles to copy into the same slot against 1,350-3,850
+ * into the next one (same minutes, load 7-9), and one-way latency went 1.42-6.16 -> 1.25-3.52
+ * us.  Where the receiver may not read (an AM handler given the data in place: ferry_perf's
+ * am_lat reads none of it) the same slot is the faster one, its lines still ours: AM 8122 B
+ * 0.51 rotated vs 0.38 us in place, 16 KiB 1.05 vs 0.58 (medians of 9 interleaved runs, load
+ * 7-9), so an AM is not rotated.
  */
-shm_obox_entry_t *fy_shm_obox_alloc(shm_iface_t *iface, uint64_t need, shm_peer_t *peer)
+shm_obox_entry_t *fy_shm_obox_alloc(shm_iface_t *iface, uint64_t need, shm_peer_t *peer, int rotate)
 {
     fy_shm_obox_reclaim(iface);
     if (iface->obox_count == 1)
@@ -116,7 +118,7 @@ shm_obox_entry_t *fy_shm_obox_alloc(shm_iface_t *iface, uint64_t need, shm_peer_
      * cache; except a small slot, which moves on (below). */
     uint64_t start = 0;
     uint64_t limit = need <= SHM_OBOX_SMALL ? iface->obox_base : iface->obox_size;
-    if (iface->obox_count == 0 && need <= SHM_OBOX_ROTATE_MAX &&
+    if (rotate && iface->obox_count == 0 && need <= SHM_OBOX_ROTATE_MAX &&
         iface->obox_next + need <= FY_MIN((uint64_t)SHM_OBOX_ROTATE, limit))
         start = iface->obox_next;
     if (iface->obox_count == SHM_OBOX_QMAX)

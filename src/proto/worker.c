@@ -747,7 +747,7 @@ static ferry_status_t threads_start(ferry_worker_t *w)
         return FERRY_OK;
 #ifdef FERRY_NO_WORKER_LOCK
     fy_error("worker: %s asked for, but this build has no worker lock (FERRY_WORKER_LOCK=OFF)",
-             pt ? "a progress thread" : "FERRY_THREAD_MODE_MULTI");
+             pt ? "a progress thread" : "the multi-threaded mode");
     return FERRY_ERR_UNSUPPORTED;
 #endif
     pthread_condattr_t ca;

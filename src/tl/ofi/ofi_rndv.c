@@ -151,6 +151,16 @@ ferry_status_t fy_ofi_rndv_send(fy_ofi_ep_t *ep, uint8_t id, const void *hdr, si
 {
     fy_ofi_iface_t *iface = (fy_ofi_iface_t *)ep->super.iface;
     fy_ofi_md_t *md = iface->md;
+    /* shm: a peer killed inside the provider keeps its queue's lock (in shared memory), and a
+     * send to it spins in fi_sendmsg for ever (libfabric 1.17: conformance_ofi_shm
+     * peer_death_mid_transfer hung 1 run in ~25, the stack in smr's spin lock).  A rendezvous
+     * first asks whether the process lives - one system call per large message; the next
+     * progress pass fails the ep (check_peers), as for any dead peer.  A peer that dies
+     * holding the lock after this look is not caught: small sends do not look (their cost). */
+    if (iface->parkable && ep->pid > 0 && kill(ep->pid, 0) != 0 && errno == ESRCH) {
+        iface->next_check_ns = 0;
+        return FERRY_ERR_CONNECTION_RESET;
+    }
     fy_rcache_t *rc = fy_ofi_md_rcache(md);
     if (rc == NULL)
         return FERRY_ERR_NO_MEMORY;

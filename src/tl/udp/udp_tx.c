@@ -264,19 +264,12 @@ static void piggyback(fy_udp_conn_t *c, uint8_t *hdr)
     }
 }
 
-/* Transmit (or retransmit) a segment that has its sequence number. */
-static void seg_xmit(fy_udp_iface_t *iface, fy_udp_conn_t *c, fy_udp_seg_t *seg, uint8_t chan)
+/* A segment leaves now: the peer's id and token as they are now (a resend after the peer drew
+ * a new token), the ACK owed when the datagram has room for it (returns whether it rides), the
+ * timestamp, the count of tries, the controller's and the timer's share. */
+static int seg_stamp(fy_udp_iface_t *iface, fy_udp_conn_t *c, fy_udp_seg_t *seg, uint8_t chan)
 {
-    struct iovec *iov;
-    struct mmsghdr *m = batch_slot(iface, chan, FY_UDP_MAX_IOV + 4, &iov);
-    size_t xl = seg->hlen - FY_UDP_DHDR_LEN;
     uint32_t ts;
-    unsigned n;
-
-    /* A batch may carry megabytes: stamp each later segment with its own time, or its
-     * timer would start early.  (The first of a batch uses the caller's fresh time.) */
-    if (iface->ch[chan].ntx != 0)
-        iface->now = fy_time_ns();
     seg->hdr[offsetof(fy_udp_dhdr_t, flags)] = seg->tries != 0 ? FY_UDP_F_RESENT : 0;
     /* the peer's id and token as they are now (a resend after the peer drew a new token) */
     memcpy(seg->hdr + FY_UDP_D_DST, &c->peer_id, 4);
@@ -298,6 +291,22 @@ static void seg_xmit(fy_udp_iface_t *iface, fy_udp_conn_t *c, fy_udp_seg_t *seg,
         c->resent_at = iface->now;
     }
     fy_hotel_checkin(&iface->hotel, &seg->timer.room, fy_udp_seg_stay(c, seg), iface->now);
+    return ack;
+}
+
+/* Transmit (or retransmit) a segment that has its sequence number. */
+static void seg_xmit(fy_udp_iface_t *iface, fy_udp_conn_t *c, fy_udp_seg_t *seg, uint8_t chan)
+{
+    struct iovec *iov;
+    struct mmsghdr *m = batch_slot(iface, chan, FY_UDP_MAX_IOV + 4, &iov);
+    size_t xl = seg->hlen - FY_UDP_DHDR_LEN;
+    unsigned n;
+
+    /* A batch may carry megabytes: stamp each later segment with its own time, or its
+     * timer would start early.  (The first of a batch uses the caller's fresh time.) */
+    if (iface->ch[chan].ntx != 0)
+        iface->now = fy_time_ns();
+    int ack = seg_stamp(iface, c, seg, chan);
     /* [data header (+ ACK block)] [type header] [data ...] */
     iov[0].iov_base = seg->hdr;
     if (ack) {
@@ -516,26 +525,10 @@ static inline int send_now_ok(const fy_udp_iface_t *iface, const fy_udp_seg_t *s
 static void seg_send_now(fy_udp_iface_t *iface, fy_udp_conn_t *c, fy_udp_seg_t *seg, uint8_t chan)
 {
     uint8_t buf[SEND_GATHER_MAX] __attribute__((aligned(8)));
-    size_t xl = seg->hlen - FY_UDP_DHDR_LEN, hl;
-    uint32_t ts = fy_udp_ts(iface->now);
+    size_t xl = seg->hlen - FY_UDP_DHDR_LEN;
     ssize_t r;
 
-    seg->hdr[offsetof(fy_udp_dhdr_t, flags)] = 0; /* (a first transmission) */
-    memcpy(seg->hdr + FY_UDP_D_DST, &c->peer_id, 4);
-    memcpy(seg->hdr + FY_UDP_D_CHECK, &c->peer_token, 4);
-    memcpy(seg->hdr + FY_UDP_D_TSVAL, &ts, sizeof(ts));
-    hl = FY_UDP_DHDR_LEN;
-    if ((c->ack_pending || c->dsack_pending) &&
-        seg->hlen + FY_UDP_DACK_LEN + seg->dlen <=
-            (chan == FY_UDP_CH_PRIO ? c->prio_mtu : c->seg_size)) {
-        piggyback(c, seg->hdr);
-        hl = FY_UDP_SEG_XHDR;
-    }
-    seg->tx_ns = iface->now;
-    seg->chan = chan;
-    seg->tries++;
-    fy_udp_cc_sent(c, seg);
-    fy_hotel_checkin(&iface->hotel, &seg->timer.room, fy_udp_seg_stay(c, seg), iface->now);
+    size_t hl = seg_stamp(iface, c, seg, chan) ? FY_UDP_SEG_XHDR : FY_UDP_DHDR_LEN;
     /* [data header (+ ACK block)] [type header] [data] */
     memcpy(buf, seg->hdr, FY_UDP_SEG_XHDR);
     memcpy(buf + hl, fy_udp_seg_xhdr(seg), FY_UDP_SEG_HDR_MAX - FY_UDP_SEG_XHDR);

@@ -375,9 +375,13 @@ void fy_worker_complete_later(ferry_worker_t *w, fy_op_t *op, ferry_status_t st)
 void fy_worker_poll_plan(ferry_worker_t *w)
 {
     fy_iface_t *one = NULL;
-    w->poll_one = NULL;
-    if (FY_WORKER_MT(w) || w->listeners != NULL)
+    /* (a locked worker's poll_one stays NULL and is never written: an unlocked thread reads
+     * it in ferry_worker_progress) */
+    if (FY_WORKER_MT(w) || w->listeners != NULL) {
+        if (w->poll_one != NULL)
+            w->poll_one = NULL;
         return;
+    }
     for (unsigned i = 0; i < w->nifaces; i++) {
         if (w->ifaces[i].neps == 0)
             continue;

@@ -385,8 +385,10 @@ void fy_worker_poll_plan(ferry_worker_t *w)
     for (unsigned i = 0; i < w->nifaces; i++) {
         if (w->ifaces[i].neps == 0)
             continue;
-        if (one != NULL)
-            return;
+        if (one != NULL) {
+            one = NULL; /* two or more: every pass is a full one */
+            break;
+        }
         one = &w->ifaces[i];
     }
     w->poll_one = one;

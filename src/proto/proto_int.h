@@ -583,6 +583,24 @@ ferry_status_t fy_wireup_hold(fy_op_t *op);     /* fy_op_start of an FY_OP_WIREU
 int fy_wireup_tl_failed(ferry_ep_t *ep, fy_tl_ep_t *tl_ep, ferry_status_t st); /* 1: handled */
 ferry_ep_t *fy_wireup_adopt(ferry_worker_t *w, const void *addr, size_t len);
 void fy_wireup_am_cb(void *arg, uint8_t am_id, const void *data, size_t len);
+/* wireup_lanes.c: an endpoint's lanes made from a plan (wireup.c connects and falls back). */
+#define FY_WIREUP_MAX_FAILS 16 /* failed candidates remembered per endpoint */
+/* Choose the lanes without the failed candidates and make their transport endpoints (planned:
+ * *plan is made already); a candidate whose endpoint cannot be made joins fails.  FERRY_OK,
+ * FERRY_ERR_UNREACHABLE when no candidate is left, or FERRY_ERR_NO_MEMORY. */
+ferry_status_t fy_wireup_choose(ferry_ep_t *ep, const fy_remote_addr_t *ra, fy_lane_fail_t *fails,
+                                unsigned *nfails, int only_local, fy_lane_plan_t *plan,
+                                int *lane_bit, int planned);
+void fy_wireup_destroy_tl_eps(ferry_ep_t *ep);
+void fy_wireup_add_fail(fy_lane_fail_t *fails, unsigned *nfails, unsigned bit, const char *why);
+/* A candidate (fy_lane_pair_bit) named for messages: "tcp <address> (eth0->eth0)". */
+void fy_wireup_cand_label(ferry_worker_t *w, const fy_remote_addr_t *ra, unsigned bit, char *buf,
+                          size_t len);
+/* Every rejected candidate of the plan and why, "; "-separated. */
+void fy_wireup_plan_why(ferry_worker_t *w, const fy_remote_addr_t *ra, const fy_lane_plan_t *plan,
+                        char *buf, size_t len);
+void fy_wireup_log_plan(ferry_ep_t *ep, const fy_remote_addr_t *ra, const fy_lane_plan_t *plan);
+int fy_wireup_is_loopback(const fy_iface_t *fi); /* the interface's device is a loopback one */
 /* wireup_peers.c: the endpoint for messages from (uuid, ep id), and the one per peer to adopt
  * (a reply endpoint) or to pair with (ours, still waiting for its answer) */
 ferry_ep_t *fy_wireup_find_src(ferry_worker_t *w, uint64_t uuid, uint32_t ep_id);

@@ -4,13 +4,14 @@
  * its endpoints: wireup_peers.c).
  *
  * Creating an endpoint parses the peer's address (wireup_addr.c), scores the candidates
- * (lanes.c), creates the transport endpoints of the chosen lanes and sends WIREUP_REQ on the
- * AM lane: "I am worker U, endpoint E; here is my address".  The peer pairs it with its own
- * endpoint to us if it has one still waiting for an answer (both sides connecting at once end
- * in one endpoint each, paired with each other), or makes a reply endpoint, which its
- * application later gets from ferry_ep_create (the same object, so a handler's endpoint is the
- * application's, with its user data).  It answers WIREUP_REP with its endpoint id, after which
- * our messages name it directly; until then they name their sender (FY_AM_F_SRC).
+ * (lanes.c), creates the transport endpoints of the chosen lanes (wireup_lanes.c) and sends
+ * WIREUP_REQ on the AM lane: "I am worker U, endpoint E; here is my address".  The peer pairs
+ * it with its own endpoint to us if it has one still waiting for an answer (both sides
+ * connecting at once end in one endpoint each, paired with each other), or makes a reply
+ * endpoint, which its application later gets from ferry_ep_create (the same object, so a
+ * handler's endpoint is the application's, with its user data).  It answers WIREUP_REP with
+ * its endpoint id, after which our messages name it directly; until then they name their
+ * sender (FY_AM_F_SRC).
  *
  * Fallback.  A lane may not connect: refused, filtered, silent.  When the endpoint has another
  * usable candidate on a network device, everything after the WIREUP_REQ waits behind a hold
@@ -32,8 +33,6 @@
 
 #include "proto/proto_int.h"
 #include "util/clock.h"
-
-#define MAX_FAILS 16
 
 /* A peer's address as given, shared by the endpoints created to it one after another. */
 typedef struct fy_peer_blob {
@@ -80,7 +79,7 @@ void fy_wireup_cache_free(ferry_worker_t *w)
 typedef struct fy_wireup_state {
     fy_peer_blob_t *blob;  /* the peer's address (one reference) */
     fy_remote_addr_t *ra;  /* blob parsed: made at the first failure */
-    fy_lane_fail_t *fails; /* MAX_FAILS of them, made at the first failure */
+    fy_lane_fail_t *fails; /* FY_WIREUP_MAX_FAILS of them, made at the first failure */
     unsigned nfails;
     int lane_bit[FY_LANE_COUNT]; /* the (local, remote) pair of each lane */
     int hold;                    /* a hold op is in the pending queue */
@@ -92,7 +91,7 @@ typedef struct fy_wireup_state {
 /* The parsed address and the failure list, made when first needed; 0 when out of memory. */
 static int wu_grow(fy_wireup_state_t *wu)
 {
-    if (wu->fails == NULL && (wu->fails = calloc(MAX_FAILS, sizeof(*wu->fails))) == NULL)
+    if (wu->fails == NULL && (wu->fails = calloc(FY_WIREUP_MAX_FAILS, sizeof(*wu->fails))) == NULL)
         return 0;
     if (wu->ra == NULL) {
         fy_remote_addr_t *ra = malloc(sizeof(*ra));
@@ -107,246 +106,11 @@ static int wu_grow(fy_wireup_state_t *wu)
     return 1;
 }
 
-void fy_wireup_tl_ep_destroy(ferry_ep_t *ep, unsigned i)
-{
-    fy_tl_ep_t *te = ep->tl_eps[i];
-    fy_iface_t *fi = te->iface->params.am_arg;
-    if (fi->neps > 0 && --fi->neps == 0)
-        fy_worker_poll_plan(ep->worker);
-    const fy_cm_set_t *cms = &ep->worker->ctx->cms;
-    fy_cm_lane_finalize(ep->tl_ep_cm[i] < cms->n ? cms->cms[ep->tl_ep_cm[i]] : NULL, te);
-}
-
-const char *fy_wireup_tl_ep_cm(const ferry_ep_t *ep, const fy_tl_ep_t *tl_ep)
-{
-    const fy_cm_set_t *cms = &ep->worker->ctx->cms;
-    for (unsigned i = 0; i < ep->ntl_eps && tl_ep != NULL; i++)
-        if (ep->tl_eps[i] == tl_ep)
-            return ep->tl_ep_cm[i] < cms->n ? cms->cms[ep->tl_ep_cm[i]]->name : NULL;
-    return NULL;
-}
-
-/* Make the transport endpoint of a lane through the connection managers (cm.c): the best
- * that answers for the interface and vouches for how the peer's address came (ep->via). */
-static ferry_status_t lane_connect(ferry_ep_t *ep, fy_iface_t *fi, const fy_remote_iface_t *ri,
-                                   fy_tl_ep_t **tl_ep_p, uint8_t *cm_p, char *why, size_t len)
-{
-    const fy_cm_set_t *cms = &ep->worker->ctx->cms;
-    fy_cm_iface_info_t info = {fi->tl->name, fi->tl_iface->dev_name, fi->attr.caps};
-    fy_cm_target_t t = {.tl_iface = fi->tl_iface,
-                        .dev_addr = ri->dev_addr,
-                        .iface_addr = ri->iface_addr,
-                        .via = ep->via};
-    const fy_cm_component_t *cm = NULL;
-    void *te = NULL;
-    ferry_status_t st = fy_cm_connect_lane(cms, &info, &t, &te, &cm, why, len);
-    if (st != FERRY_OK)
-        return st;
-    unsigned k = 0;
-    while (k < cms->n && cms->cms[k] != cm)
-        k++;
-    *cm_p = (uint8_t)k;
-    *tl_ep_p = te;
-    return FERRY_OK;
-}
-
-static void destroy_tl_eps(ferry_ep_t *ep)
-{
-    for (unsigned i = 0; i < ep->ntl_eps; i++)
-        fy_wireup_tl_ep_destroy(ep, i);
-    ep->ntl_eps = 0;
-    memset(ep->lanes, 0, sizeof(ep->lanes));
-    ep->nrails = 0;
-    ep->rma_native = ep->amo_native = 0;
-    ep->put_short_max = 0;
-}
-
-static void cand_label(ferry_worker_t *w, const fy_remote_addr_t *ra, unsigned bit, char *buf,
-                       size_t len)
-{
-    int i = (int)(bit / FY_ADDR_MAX_IFACES), j = (int)(bit % FY_ADDR_MAX_IFACES);
-    const fy_tl_ops_t *ops = w->ifaces[i].tl->ops;
-    char where[64];
-    if (ops->addr_str != NULL) {
-        ops->addr_str(ra->ifaces[j].dev_addr, ra->ifaces[j].iface_addr, where, sizeof(where));
-        snprintf(buf, len, "%s %s (%s->%s)", w->ifaces[i].tl->name, where,
-                 w->ifaces[i].tl_iface->dev_name, ra->ifaces[j].dev);
-    } else {
-        snprintf(buf, len, "%s %s->%s", w->ifaces[i].tl->name, w->ifaces[i].tl_iface->dev_name,
-                 ra->ifaces[j].dev);
-    }
-}
-
-static void add_fail(fy_lane_fail_t *fails, unsigned *nfails, unsigned bit, const char *why)
-{
-    for (unsigned k = 0; k < *nfails; k++)
-        if (fails[k].bit == bit)
-            return;
-    if (*nfails == MAX_FAILS)
-        return;
-    fails[*nfails].bit = bit;
-    snprintf(fails[*nfails].why, sizeof(fails[*nfails].why), "%s", why);
-    (*nfails)++;
-}
-
 /* Mark the candidate failed in the endpoint's state (out of memory: switch_lane fails it). */
 static void wu_fail(fy_wireup_state_t *wu, unsigned bit, const char *why)
 {
     if (wu_grow(wu))
-        add_fail(wu->fails, &wu->nfails, bit, why);
-}
-
-/* Every rejected candidate and why, "; "-separated, for an error message. */
-static void plan_why(ferry_worker_t *w, const fy_remote_addr_t *ra, const fy_lane_plan_t *plan,
-                     char *buf, size_t len)
-{
-    size_t o = 0;
-    buf[0] = '\0';
-    for (unsigned k = 0; k < plan->ncand && o < len; k++) {
-        const fy_lane_cand_t *c = &plan->cand[k];
-        if (c->usable)
-            continue;
-        char name[160];
-        cand_label(w, ra, fy_lane_pair_bit(c->local, c->remote), name, sizeof(name));
-        int n = snprintf(buf + o, len - o, "%s%s: %s", o != 0 ? "; " : "", name, c->why);
-        o += n > 0 ? (size_t)n : 0;
-    }
-    if (plan->nremote_only != 0 && o < len)
-        snprintf(buf + o, len - o, "%s%s: not running here (FERRY_TLS or no device)",
-                 o != 0 ? "; " : "", plan->remote_only);
-}
-
-static void log_plan(ferry_ep_t *ep, const fy_remote_addr_t *ra, const fy_lane_plan_t *plan)
-{
-    if (fy_log_level_current < (int)FY_LOG_INFO)
-        return;
-    char *text = NULL;
-    size_t len = 0;
-    FILE *f = open_memstream(&text, &len);
-    if (f == NULL)
-        return;
-    fy_lanes_print(ep->worker, ra, plan, f);
-    /* the plan names the manager asked first; the one that connected may be another (the
-     * one the peer's address came through) */
-    static const char *const cls[FY_LANE_COUNT] = {"am", "rma", "amo"};
-    fprintf(f, "  connected by");
-    for (int l = 0; l < FY_LANE_COUNT; l++) {
-        const char *cm = fy_wireup_tl_ep_cm(ep, ep->lanes[l].tl_ep);
-        if (cm != NULL)
-            fprintf(f, " %s=%s", cls[l], cm);
-    }
-    fprintf(f, "\n");
-    fclose(f);
-    if (len > 0 && text[len - 1] == '\n')
-        text[len - 1] = '\0';
-    fy_info("endpoint %u: %s", ep->id, text);
-    free(text);
-}
-
-/*
- * Choose the lanes (without the failed candidates) and make their transport endpoints.  An
- * endpoint the new lanes still use is kept (it may be the one delivering the message that
- * made us choose again); the others are destroyed.  A candidate whose endpoint cannot even be
- * made joins the failed ones and the choice is made again.  On success *plan is the plan
- * used and lane_bit the pair of each lane; FERRY_ERR_UNREACHABLE when no candidate is left.
- */
-static ferry_status_t choose(ferry_ep_t *ep, const fy_remote_addr_t *ra, fy_lane_fail_t *fails,
-                             unsigned *nfails, int only_local, fy_lane_plan_t *plan, int *lane_bit,
-                             int planned)
-{
-    ferry_worker_t *w = ep->worker;
-    for (;; planned = 0) {
-        if (!planned)
-            fy_lanes_plan(w, ra, fails, *nfails, only_local, plan);
-        if (plan->am < 0)
-            return FERRY_ERR_UNREACHABLE;
-        /* the lanes, then the extra rails (multi-rail, rails.c) */
-        enum { NWANT = FY_LANE_COUNT + FY_MAX_RAILS - 1 };
-        int which[NWANT] = {plan->am, plan->rma, plan->amo};
-        int nwant = FY_LANE_COUNT;
-        for (unsigned r = 1; r < plan->nrails; r++)
-            which[nwant++] = plan->rails[r];
-        unsigned want[NWANT];
-        fy_lane_t rails[FY_MAX_RAILS];
-        for (int l = 0; l < nwant; l++) {
-            const fy_lane_cand_t *c = &plan->cand[which[l] >= 0 ? which[l] : plan->am];
-            want[l] = fy_lane_pair_bit(c->local, c->remote);
-        }
-        /* keep the endpoints of pairs still wanted, destroy the rest */
-        unsigned n = 0;
-        for (unsigned i = 0; i < ep->ntl_eps; i++) {
-            int keep = 0;
-            for (int l = 0; l < nwant; l++)
-                keep |= ep->tl_ep_pair[i] == want[l];
-            if (keep) {
-                ep->tl_eps[n] = ep->tl_eps[i];
-                ep->tl_ep_cm[n] = ep->tl_ep_cm[i];
-                ep->tl_ep_pair[n++] = ep->tl_ep_pair[i];
-            } else {
-                fy_wireup_tl_ep_destroy(ep, i);
-            }
-        }
-        ep->ntl_eps = n;
-        memset(ep->lanes, 0, sizeof(ep->lanes));
-        ep->put_short_max = 0;
-        ferry_status_t st = FERRY_OK;
-        char why[FY_LANE_WHY_LEN];
-        int l;
-        for (l = 0; l < nwant; l++) {
-            unsigned i;
-            for (i = 0; i < ep->ntl_eps && ep->tl_ep_pair[i] != want[l]; i++)
-                ;
-            const fy_lane_cand_t *c = &plan->cand[which[l] >= 0 ? which[l] : plan->am];
-            fy_iface_t *fi = &w->ifaces[c->local];
-            if (i == ep->ntl_eps) {
-                const fy_remote_iface_t *ri = &ra->ifaces[c->remote];
-                fy_tl_ep_t *tl_ep;
-                st = lane_connect(ep, fi, ri, &tl_ep, &ep->tl_ep_cm[i], why, sizeof(why));
-                if (st != FERRY_OK)
-                    break;
-                tl_ep->owner = ep;
-                if (fi->neps++ == 0)
-                    fy_worker_poll_plan(w);
-                ep->tl_ep_pair[i] = (uint16_t)want[l];
-                ep->tl_eps[ep->ntl_eps++] = tl_ep;
-            }
-            fy_lane_t *lane = l < FY_LANE_COUNT ? &ep->lanes[l] : &rails[l - FY_LANE_COUNT];
-            lane->iface = fi;
-            lane->tl_ep = ep->tl_eps[i];
-            if (l < FY_LANE_COUNT)
-                lane_bit[l] = (int)want[l];
-        }
-        if (st == FERRY_OK) {
-            ep->rma_native = plan->rma >= 0;
-            const fy_iface_t *rfi = ep->lanes[FY_LANE_RMA].iface;
-            if (ep->rma_native && rfi->tl->ops->put_short != NULL) {
-                ep->put_short = rfi->tl->ops->put_short;
-                ep->put_short_max = rfi->attr.max_put_short;
-            }
-            ep->amo_native = 0;
-            if (plan->amo >= 0) { /* the widths the amo lane does with every op (rma.c) */
-                const fy_lane_cand_t *c = &plan->cand[plan->amo];
-                const fy_iface_t *fi = &w->ifaces[c->local];
-                ep->amo_native =
-                    (int)fy_amo_widths(w, &fi->attr, fi->attr.caps & ra->ifaces[c->remote].caps);
-            }
-            fy_rails_set(ep, plan, rails, (unsigned)(nwant - FY_LANE_COUNT));
-            return FERRY_OK;
-        }
-        add_fail(fails, nfails, want[l], why);
-        if (st == FERRY_ERR_NO_MEMORY) {
-            destroy_tl_eps(ep);
-            return st;
-        }
-    }
-}
-
-static int is_loopback_dev(const fy_iface_t *fi)
-{
-    for (unsigned d = 0; d < fi->ctl->ndevs; d++)
-        if (strcmp(fi->ctl->devs[d].name, fi->tl_iface->dev_name) == 0)
-            return fi->ctl->devs[d].is_loopback;
-    return 0;
+        fy_wireup_add_fail(wu->fails, &wu->nfails, bit, why);
 }
 
 /* The cache holding addr (parsed and planned), made anew when addr is another address. */
@@ -382,7 +146,7 @@ static ferry_status_t cache_get(ferry_worker_t *w, const void *addr, size_t len,
 ferry_status_t fy_ep_connect(ferry_ep_t *ep, const void *addr, size_t len)
 {
     ferry_worker_t *w = ep->worker;
-    fy_lane_fail_t fails[MAX_FAILS];
+    fy_lane_fail_t fails[FY_WIREUP_MAX_FAILS];
     unsigned nfails = 0;
     int lane_bit[FY_LANE_COUNT];
     struct fy_wireup_cache *c = NULL;
@@ -399,18 +163,18 @@ ferry_status_t fy_ep_connect(ferry_ep_t *ep, const void *addr, size_t len)
     fy_peer_blob_t *blob = c->blob;
     blob->refs++; /* ours until the end, whatever the cache becomes */
     ep->remote_uuid = ra->uuid;
-    st = choose(ep, ra, fails, &nfails, -1, plan, lane_bit, 1);
+    st = fy_wireup_choose(ep, ra, fails, &nfails, -1, plan, lane_bit, 1);
     if (nfails != 0)
         c->blob = NULL; /* choose planned again with failures: the plan is not the cached one */
     if (st != FERRY_OK) {
         char why[1024];
-        plan_why(w, ra, plan, why, sizeof(why));
+        fy_wireup_plan_why(w, ra, plan, why, sizeof(why));
         fy_error("ferry_ep_create: no transport reaches worker %016llx (it offers %u "
                  "interface(s)): %s",
                  (unsigned long long)ra->uuid, ra->niface, why[0] != '\0' ? why : "no candidate");
         goto out;
     }
-    log_plan(ep, ra, plan);
+    fy_wireup_log_plan(ep, ra, plan);
     if (!ep->is_reply) {
         unsigned others = 0;
         for (unsigned k = 0; k < plan->ncand; k++)
@@ -426,7 +190,7 @@ ferry_status_t fy_ep_connect(ferry_ep_t *ep, const void *addr, size_t len)
             wu->blob = blob;
             blob->refs++;
             memcpy(wu->lane_bit, lane_bit, sizeof(lane_bit));
-            wu->hold = !is_loopback_dev(ep->lanes[FY_LANE_AM].iface);
+            wu->hold = !fy_wireup_is_loopback(ep->lanes[FY_LANE_AM].iface);
             /* candidates whose transport endpoint could not be made stay failed */
             if (nfails != 0 && wu_grow(wu))
                 for (unsigned k = 0; k < nfails; k++)
@@ -544,7 +308,7 @@ static void fail_all(ferry_ep_t *ep)
     list[0] = '\0';
     for (unsigned k = 0; k < wu->nfails && o < sizeof(list); k++) {
         char name[160];
-        cand_label(ep->worker, wu->ra, wu->fails[k].bit, name, sizeof(name));
+        fy_wireup_cand_label(ep->worker, wu->ra, wu->fails[k].bit, name, sizeof(name));
         int n = snprintf(list + o, sizeof(list) - o, "%s%s: %s", k != 0 ? "; " : "", name,
                          wu->fails[k].why);
         o += n > 0 ? (size_t)n : 0;
@@ -567,22 +331,23 @@ static void switch_lane(ferry_ep_t *ep)
         return;
     }
     fy_lane_plan_t *plan = malloc(sizeof(*plan));
-    ferry_status_t st = plan != NULL
-                            ? choose(ep, wu->ra, wu->fails, &wu->nfails, -1, plan, wu->lane_bit, 0)
-                            : FERRY_ERR_NO_MEMORY;
+    ferry_status_t st = plan != NULL ? fy_wireup_choose(ep, wu->ra, wu->fails, &wu->nfails, -1,
+                                                        plan, wu->lane_bit, 0)
+                                     : FERRY_ERR_NO_MEMORY;
     if (st != FERRY_OK) {
         free(plan);
         fail_all(ep);
         return;
     }
     char name[160], old[160] = "a lane";
-    cand_label(ep->worker, wu->ra, (unsigned)wu->lane_bit[FY_LANE_AM], name, sizeof(name));
+    fy_wireup_cand_label(ep->worker, wu->ra, (unsigned)wu->lane_bit[FY_LANE_AM], name,
+                         sizeof(name));
     if (wu->nfails != 0)
-        cand_label(ep->worker, wu->ra, wu->fails[wu->nfails - 1].bit, old, sizeof(old));
+        fy_wireup_cand_label(ep->worker, wu->ra, wu->fails[wu->nfails - 1].bit, old, sizeof(old));
     fy_info("endpoint %u to worker %016llx: %s failed (%s); trying %s", ep->id,
             (unsigned long long)ep->remote_uuid, old,
             wu->nfails != 0 ? wu->fails[wu->nfails - 1].why : "", name);
-    log_plan(ep, wu->ra, plan);
+    fy_wireup_log_plan(ep, wu->ra, plan);
     free(plan);
     fy_tag_ep_init(ep);
     wu->deadline = fy_time_ns() + ep->worker->ctx->opts.wireup_timeout_ns;
@@ -607,7 +372,7 @@ ferry_status_t fy_wireup_hold(fy_op_t *op)
         wu_fail(wu, (unsigned)wu->lane_bit[FY_LANE_AM], why);
         wu->switch_pending = 1;
     }
-    for (int tries = 0; wu->switch_pending && tries < MAX_FAILS; tries++) {
+    for (int tries = 0; wu->switch_pending && tries < FY_WIREUP_MAX_FAILS; tries++) {
         wu->switch_pending = 0;
         switch_lane(ep);
         if (ep->state != FY_EP_WIREUP || ep->wu == NULL)
@@ -660,7 +425,7 @@ static void follow_iface(ferry_ep_t *ep, fy_iface_t *fi, const void *addr, size_
         return;
     fy_remote_addr_t *ra = malloc(sizeof(*ra));
     fy_lane_plan_t *plan = malloc(sizeof(*plan));
-    fy_lane_fail_t fails[MAX_FAILS];
+    fy_lane_fail_t fails[FY_WIREUP_MAX_FAILS];
     unsigned nfails = 0;
     int lane_bit[FY_LANE_COUNT];
     if (ra != NULL && plan != NULL && fy_address_unpack(addr, len, ra) == FERRY_OK) {
@@ -668,15 +433,17 @@ static void follow_iface(ferry_ep_t *ep, fy_iface_t *fi, const void *addr, size_
          * one it came in on and found it failing: those are failed here too, for every lane
          * (an RMA lane left on one of them would never connect).  Not on loopback, where
          * nothing is held and nothing falls back. */
-        while (!is_loopback_dev(fi)) {
+        while (!fy_wireup_is_loopback(fi)) {
             fy_lanes_plan(ep->worker, ra, fails, nfails, -1, plan);
-            if (plan->am < 0 || plan->cand[plan->am].local == (int)fi->index || nfails == MAX_FAILS)
+            if (plan->am < 0 || plan->cand[plan->am].local == (int)fi->index ||
+                nfails == FY_WIREUP_MAX_FAILS)
                 break;
             const fy_lane_cand_t *c = &plan->cand[plan->am];
-            add_fail(fails, &nfails, fy_lane_pair_bit(c->local, c->remote),
-                     "the peer came in on another lane");
+            fy_wireup_add_fail(fails, &nfails, fy_lane_pair_bit(c->local, c->remote),
+                               "the peer came in on another lane");
         }
-        if (choose(ep, ra, fails, &nfails, (int)fi->index, plan, lane_bit, 0) == FERRY_OK) {
+        if (fy_wireup_choose(ep, ra, fails, &nfails, (int)fi->index, plan, lane_bit, 0) ==
+            FERRY_OK) {
             fy_info("endpoint %u to worker %016llx: the peer came in on %s %s; answering there",
                     ep->id, (unsigned long long)ep->remote_uuid, fi->tl->name,
                     fi->tl_iface->dev_name);

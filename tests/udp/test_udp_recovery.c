@@ -16,6 +16,15 @@
  *                previous answer; that ACK's processing is deferred to the next pass
  *                (fy_udp_ack_settle) and must be timed at the request's arrival (dack_ns):
  *                the answering side's RTT samples stay far below the 80 ms it computed.
+ * The early rule (udp_sack.c, udp_rx.c) and the scoreboard, case by case (the flow of
+ * tests/faults/test_netfault's net_dup_queue shows them together):
+ *   early_flow       fy_udp_arrival_sooner on made-up arrivals: a copy that overtook a queue
+ *                    is early; the flow behind it, the arrivals after a loss, a flow come
+ *                    sooner after a pause (and its next segment) are not
+ *   dup_first_send   a network duplicate of a first send (no F_RESENT) is counted, but asks
+ *                    for no ACK at once and is no DSACK
+ *   sack_scoreboard  after an ACK that SACKs s2..s9 (s1 lost, resent), an older ACK that
+ *                    knew only of s9 must not call s2..s8 lost: the scoreboard holds them
  */
 #include <time.h>
 
@@ -246,4 +255,149 @@ static void dack_rtt(void)
     side_close(&sb);
 }
 
-FYTEST_MAIN(FYTEST_CASE(rack_burst), FYTEST_CASE(dack_rtt), )
+/* ---- the early rule, on the receiver (udp_sack.c, udp_rx.c) ----------------------------- */
+
+/* fy_udp_arrival_sooner on a made-up flow of arrivals (seq, delay in us). */
+static void early_flow(void)
+{
+    fy_udp_arrival_t a;
+    memset(&a, 0, sizeof(a));
+    /* a queue fills: each arrival waits 20 us longer than the one before */
+    for (uint32_t i = 0; i < 50; i++)
+        FY_ASSERT_EQ(fy_udp_arrival_sooner(&a, i, 1000 + 20 * i), 0);
+    /* a copy of 70 that went round the queue: 1 ms sooner than the flow, 21 above it */
+    FY_ASSERT_EQ(fy_udp_arrival_sooner(&a, 70, 980), 1);
+    /* the flow goes on behind it; after a loss (51..55) too: no arrival is sooner */
+    FY_ASSERT_EQ(fy_udp_arrival_sooner(&a, 50, 2000), 0);
+    FY_ASSERT_EQ(fy_udp_arrival_sooner(&a, 56, 2020), 0);
+    /* sooner by a drained queue but only a few above the flow's highest: no overtaker */
+    FY_ASSERT_EQ(fy_udp_arrival_sooner(&a, 60, 1020), 0);
+    /* 1 ms sooner and 30 above: early; the next one continues it (the next seq, about the
+     * same delay): that is the flow, come sooner (a new batch, a drained queue) */
+    FY_ASSERT_EQ(fy_udp_arrival_sooner(&a, 90, 20), 1);
+    FY_ASSERT_EQ(fy_udp_arrival_sooner(&a, 91, 30), 0);
+    FY_ASSERT_EQ(fy_udp_arrival_sooner(&a, 92, 40), 0);
+}
+
+/* Connect a to b, an ep each way on the one connection, and learn the round trip. */
+static void pair_open(void)
+{
+    side_open(&sa, 41);
+    side_open(&sb, 42);
+    FY_ASSERT_OK(ops->ep_create(sa.iface, sb.dev, sb.ifa, &sa.ep));
+    send_short(&sa);
+    both_until(&sb.ams, 1);
+    FY_ASSERT_OK(ops->ep_create(sb.iface, sa.dev, sa.ifa, &sb.ep));
+    FY_ASSERT_EQ(fy_udp_conn(sb.ep)->peer_id, fy_udp_conn(sa.ep)->id);
+    send_short(&sb);
+    both_until(&sa.ams, 1);
+    for (int i = 0; i < 4; i++) {
+        send_bcopy(&sa, BURST_SZ);
+        both_until(&sb.ams, i + 2);
+        both_until_acked();
+    }
+}
+
+/* A network duplicate of a first send (no F_RESENT) is counted, but asks for no ACK at
+ * once and is no DSACK: with 5% duplicates those ACKs were a sixth of all ACKs. */
+static void dup_first_send(void)
+{
+    setenv("FERRY_UDP_IF_INCLUDE", "lo", 1);
+    setenv("FERRY_UDP_AF", "inet", 1);
+    /* (an ACK with nothing to report waits far longer than this case) */
+    setenv("FERRY_UDP_ACK_DELAY", "5s", 1);
+    setenv("FERRY_UDP_ACK_PASSES", "1000000", 1);
+    pair_open();
+    fy_udp_iface_t *ia = fy_udp_iface(sa.iface);
+    fy_udp_conn_t *cb = fy_udp_conn(sb.ep);
+    both_until_acked();
+    uint64_t dups = cb->stats.drops_duplicate;
+    int want = sb.ams + 1;
+
+    ia->fault.chan_mask = 1u << FY_UDP_CH_DATA;
+    ia->fault.dup = 100;
+    ia->fault.enabled = 1;
+    send_bcopy(&sa, BURST_SZ);
+    ia->fault.enabled = 0;
+    ia->fault.dup = 0;
+    FY_ASSERT_EQ(ia->fault.n_dup, 1);
+    /* b reads both copies (only b runs: nothing else reaches it) */
+    uint64_t t0 = fy_time_ns();
+    while (sb.ams < want || cb->stats.drops_duplicate == dups) {
+        ops->iface_progress(sb.iface);
+        FY_ASSERT_MSG(fy_time_ns() - t0 < 10 * FY_NSEC_PER_SEC, "b got nothing in 10 s");
+    }
+    FY_ASSERT_EQ(cb->stats.drops_duplicate - dups, 1);
+    FY_ASSERT_EQ(cb->dsack_pending, 0);
+    FY_ASSERT_EQ(cb->ack_now, 0);
+    FY_ASSERT_EQ(cb->ack_pending, 1); /* the original's ACK waits; the copy sent none */
+    FY_ASSERT_EQ(sa.errs + sb.errs, 0);
+    side_close(&sa);
+    side_close(&sb);
+}
+
+/* ---- the scoreboard (udp_retx.c): what the peer said it holds is never lost ------------- */
+
+static fy_udp_seg_t *seg_at(fy_udp_conn_t *c, uint32_t seq)
+{
+    return c->win[seq & (c->iface->wsize - 1)];
+}
+
+/* An ACK as the peer would send it (explicit: pure), processed by a at this moment. */
+static void give_ack(fy_udp_conn_t *c, uint32_t ack, uint32_t sack, uint32_t tsecr)
+{
+    fy_udp_hdr_t h;
+    memset(&h, 0, sizeof(h));
+    h.flags = FY_UDP_F_ACK | FY_UDP_F_ECHO_DATA;
+    h.ack = ack;
+    h.sack = sack;
+    h.tsecr = tsecr;
+    c->iface->now = fy_time_ns();
+    fy_udp_process_ack(c, &h, 1, NULL);
+}
+
+/* a sends s0..s9; the peer's newest ACK: s0 arrived, s1 missing, s2..s9 held (s1 is lost, the
+ * others are on the scoreboard); then an older ACK, overtaken by it, that knew of s9 only.
+ * The older ACK must not call s2..s8 lost: the scoreboard knows them held. */
+static void sack_scoreboard(void)
+{
+    setenv("FERRY_UDP_IF_INCLUDE", "lo", 1);
+    setenv("FERRY_UDP_AF", "inet", 1);
+    pair_open();
+    fy_udp_iface_t *ia = fy_udp_iface(sa.iface);
+    fy_udp_conn_t *c = fy_udp_conn(sa.ep);
+    both_until_acked();
+    fy_udp_ack_settle(ia);
+    int want = sb.ams + 10;
+    uint32_t s0 = c->snd_nxt;
+    for (int i = 0; i < 10; i++)
+        send_bcopy(&sa, BURST_SZ); /* (b does not read them yet) */
+    FY_ASSERT_EQ(c->snd_nxt - s0, 10);
+    fy_udp_seg_t *s9 = seg_at(c, s0 + 9);
+    uint32_t ts9;
+    memcpy(&ts9, s9->hdr + FY_UDP_D_TSVAL, sizeof(ts9));
+    /* Long enough that RACK calls lost any hole below s9, by either rule. */
+    uint64_t wait = (uint64_t)(2 * FY_MAX(c->srtt, c->last_rtt) + c->min_rtt) + FY_NSEC_PER_MSEC;
+    while (fy_time_ns() < s9->tx_ns + wait) {
+    }
+    uint64_t fast0 = c->stats.fast_retransmits;
+    give_ack(c, s0 + 1, 0xffu, ts9);                    /* s2..s9 held */
+    FY_ASSERT_EQ(c->stats.fast_retransmits - fast0, 1); /* s1 */
+    FY_ASSERT(fy_list_is_linked(&seg_at(c, s0 + 1)->rlink));
+    for (uint32_t s = s0 + 2; s <= s0 + 9; s++)
+        FY_ASSERT(seg_at(c, s)->sacked);
+    give_ack(c, s0 + 1, 0x80u, 0); /* the older one: s9 held */
+    FY_ASSERT_EQ(c->stats.fast_retransmits - fast0, 1);
+    for (uint32_t s = s0 + 2; s <= s0 + 9; s++)
+        FY_ASSERT_MSG(!fy_list_is_linked(&seg_at(c, s)->rlink), "s%u, held, queued for resend",
+                      s - s0);
+    /* the stream ends as it should: b gets all ten, a's window empties */
+    both_until(&sb.ams, want);
+    both_until_acked();
+    FY_ASSERT_EQ(sa.errs + sb.errs, 0);
+    side_close(&sa);
+    side_close(&sb);
+}
+
+FYTEST_MAIN(FYTEST_CASE(rack_burst), FYTEST_CASE(dack_rtt), FYTEST_CASE(early_flow),
+            FYTEST_CASE(dup_first_send), FYTEST_CASE(sack_scoreboard), )

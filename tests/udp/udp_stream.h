@@ -27,6 +27,8 @@ static unsigned stream_stall_every; /* then again every this many messages (0: o
 static void (*stream_rx_after)(ut_node_t *n);
 static void (*stream_on_stall)(ut_node_t *n, unsigned k);
 static ut_node_t *stream_rx_node;
+/* Set by a case: the sender's own check after the stream (nonzero: the sender fails). */
+static int (*stream_tx_check)(ut_node_t *n);
 static unsigned stream_nstalls;
 
 typedef struct ut_comp {
@@ -172,6 +174,8 @@ static int sender(int rfd, int wfd, const size_t *sizes, unsigned nsizes, unsign
         if (es.retransmits > stream_max_resends)
             return 16;
     }
+    if (stream_tx_check != NULL && stream_tx_check(&n) != 0)
+        return 17;
     ut_close(&n);
     return 0;
 }

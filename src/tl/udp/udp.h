@@ -625,6 +625,12 @@ void fy_udp_tx_flush_all(fy_udp_iface_t *iface);
 /* udp_ack.c */
 uint64_t fy_udp_send_acks(fy_udp_iface_t *iface, int force);
 void fy_udp_ack_schedule(fy_udp_conn_t *conn, int now, size_t bytes);
+/* Schedule the ACK for an out-of-order arrival d segments above rcv_nxt (early: it overtook
+ * a queue): at once if it is news for the sender's loss detection. */
+void fy_udp_ack_ooo(fy_udp_conn_t *conn, const fy_udp_hdr_t *h, uint32_t d, int early);
+/* An explicit ACK whose control header checked out; p: its payload.  Returns 0. */
+int fy_udp_rx_ack(fy_udp_iface_t *iface, const fy_udp_hdr_t *h, const uint8_t *p);
+void fy_udp_ack_settle_now(fy_udp_iface_t *iface);
 size_t fy_udp_chunk_payload(const fy_udp_conn_t *conn, uint8_t type, int first);
 /* Where a segment's type header goes in its header space. */
 static inline uint8_t *fy_udp_seg_xhdr(struct fy_udp_seg *seg)
@@ -644,7 +650,6 @@ static inline int fy_udp_win_ready(fy_udp_conn_t *conn)
 
 /* udp_rx.c */
 unsigned fy_udp_rx_progress(fy_udp_iface_t *iface, uint8_t chan);
-void fy_udp_ack_settle_now(fy_udp_iface_t *iface);
 /* Process the ACK an in-order AM carried if it still waits: before anything reads or changes
  * the send window outside the receive path (flush, close, failure, sleep, statistics). */
 static inline void fy_udp_ack_settle(fy_udp_iface_t *iface)

@@ -15,9 +15,9 @@
  * Ordering: a segment with the expected sequence number is processed at once; one held
  * already is a duplicate (a resend: its ACK was lost, ACK at once; a copy of a first send
  * the network made asks nothing); a newer one within the window is kept in the connection's
- * stash - the receive buffer itself, no copy - and ACKed at once with the SACK bits, which
- * tells the sender about the hole (one that only extends the run above a known hole every
- * 4th; one that came early, having overtaken the ones before it, not at all: udp_sack.c).
+ * stash - the receive buffer itself, no copy - and ACKed with the SACK bits, which tells the
+ * sender about the hole (at once when it opens one; udp_ack.c, fy_udp_ack_ooo, says when
+ * else; one that came early, having overtaken the ones before it, not at all: udp_sack.c).
  * Each ACK echoes the send time (tsval) of the segment it answers, never of a duplicate; a
  * resend held already sets F_DSACK on the next ACK.  When the hole is filled the stash
  * drains in order.  Because processing is in order, the chunks of one fragment arrive one
@@ -445,34 +445,11 @@ static void drain(fy_udp_iface_t *iface, fy_udp_conn_t *c)
         fy_udp_ack_schedule(c, 1, 0);
 }
 
-/* The ACK of an in-order AM: its processing (freeing what it ACKs, the RTT sample, the
- * window) is kept for the start of the next progress pass.  A busy-polling application
- * answers between two passes - the answer's send no longer waits for ~320 instructions of
- * bookkeeping (callgrind, 8 B ping-pong), which then run while the worker waits for the
- * next datagram.  Anything else that reads the window first settles it (fy_udp_ack_settle),
- * as does the next datagram received, so ACKs are still processed in order.  It is processed
- * as of its arrival time: the application's time between two passes (seconds, for one that
- * computes without a progress thread) never enters the RTT sample. */
-void fy_udp_ack_settle_now(fy_udp_iface_t *iface)
-{
-    fy_udp_conn_t *c = iface->dack_conn;
-    iface->dack_conn = NULL;
-    if (fy_udp_conn_alive(c)) {
-        /* (processed as of its arrival: an application that computes between two passes
-         * must not reach the RTT sample, nor the times ACKs stamp) */
-        uint64_t now = iface->now;
-        iface->now = iface->dack_ns;
-        fy_udp_process_ack(c, &iface->dack_hdr, 0, NULL);
-        iface->now = now;
-    }
-}
-
 /* A control message (the long header).  Returns 0: its buffer is never kept. */
 static int rx_ctrl(fy_udp_iface_t *iface, uint8_t chan, fy_udp_rxbuf_t *b, size_t len,
                    const struct sockaddr_storage *from)
 {
     fy_udp_hdr_t h;
-    fy_udp_conn_t *c;
     const uint8_t *p = b->data + FY_UDP_HDR_LEN;
 
     if (len < FY_UDP_HDR_LEN) {
@@ -500,28 +477,7 @@ static int rx_ctrl(fy_udp_iface_t *iface, uint8_t chan, fy_udp_rxbuf_t *b, size_
         fy_udp_conn_rx_ctrl(iface, &h, p, h.len, from, chan);
         return 0;
     }
-    c = fy_udp_conn_lookup(iface, h.dst_id);
-    if (c == NULL || c->peer_id != h.src_id || c->peer_id == 0 || !fy_udp_conn_alive(c)) {
-        iface->drops_unknown_ep++;
-        return 0;
-    }
-    c->last_rx_ns = c->last_seg_ns = iface->now;
-    fy_udp_sack_ext_t ext;
-    const fy_udp_sack_ext_t *e = NULL;
-    if (h.len >= sizeof(ext.nbits)) {
-        memcpy(&ext.nbits, p, sizeof(ext.nbits));
-        if (ext.nbits <= FY_UDP_SACK_EXT_BITS && ext.nbits % 8 == 0 &&
-            h.len == sizeof(ext.nbits) + ext.nbits / 8) {
-            memcpy(ext.bits, p + sizeof(ext.nbits), ext.nbits / 8);
-            e = &ext;
-        } else {
-            iface->drops_malformed++;
-            return 0;
-        }
-    }
-    if (h.flags & FY_UDP_F_ACK)
-        fy_udp_process_ack(c, &h, 1, e);
-    return 0;
+    return fy_udp_rx_ack(iface, &h, p);
 }
 
 /* Check and process one datagram.  Returns 1 when the buffer was kept (stashed).  placed:
@@ -637,17 +593,7 @@ static int rx_dgram(fy_udp_iface_t *iface, uint8_t chan, fy_udp_rxbuf_t *b, size
      * lost: resends of what is queued, whose DSACKs then grow the reorder window to its
      * cap), and no ACK leaves for it at once. */
     int early = sooner && (uint32_t)d < iface->wsize;
-    /* A new hole: tell the sender now (dup ACK + SACK).  A segment that only extends
-     * the run above a known hole is ACKed every 4th, so a loss does not turn the ACK
-     * stream into one datagram per segment (the sender's loss detection is by time, and
-     * needs the news of an arrival, not every arrival). */
-    if (early)
-        fy_udp_ack_schedule(c, 0, 0);
-    else if ((uint32_t)d < iface->wsize && c->nstash != 0 && h.seq == c->stash_top + 1 &&
-             !c->dsack_pending && c->stash != NULL)
-        fy_udp_ack_schedule(c, c->ack_unsent >= 3, 0);
-    else
-        fy_udp_ack_schedule(c, 1, 0);
+    fy_udp_ack_ooo(c, &h, (uint32_t)d, early);
     if ((uint32_t)d >= iface->wsize) {
         iface->drops_window++;
         return 0;

@@ -2,7 +2,10 @@
  * floor_shm.c - the floors of shared-memory communication on this host, which no library can
  * beat: what bench/run.sh reports ferry's distance to.
  *
- *   floor_shm [-C cpu0,cpu1] [-n iters]
+ *   floor_shm [-C cpu0,cpu1] [-n iters] [-m cacheline,copies,rma] [-s sizes]
+ *
+ * -m picks the groups of rows (default cacheline,copies: what bench/run.sh reads); -s the
+ * sizes of the rma rows (default 8,64).
  *
  *   cacheline_lat  two processes ping-pong one cache line in shared memory (each spins on
  *                  the line until the other's sequence number appears, then writes its own);
@@ -13,12 +16,27 @@
  *                  MB/s (10^6 bytes), median of 5 timed runs.
  *   memcpy_1m      memcpy of 1 MiB within one process, MB/s: the copy bandwidth of one core.
  *   memcpy_16m     the same for 16 MiB: a working set past this host's share of the L3, so
- *                  from memory (what the outbox's largest messages cost one core).
+ *                  from memory (what the outbox's largest messages cost one core);
+ *                  memcpy_4m, 4 MiB, inside it.
  *   nt_16m         16 MiB copied with streamed (non-temporal) stores, as the outbox does from
- *                  8 MiB: one core's best copy out of memory.
+ *                  8 MiB: one core's best copy out of memory (nt_4m: 4 MiB the same way).
  *   split_16m      16 MiB into shared memory by two processes at once: one copies the first
  *                  half with streamed stores, the other pulls the second half from the first
  *                  one's memory with process_vm_readv (the outbox's split messages).
+ *   put_lat_<size>  (rma) ferry_perf's put_lat with nothing of a library in it: each process
+ *                  owns a page of shared memory and polls the last byte of it; the initiator
+ *                  copies <size> bytes, the flag in the last one, into the peer's page and
+ *                  waits for the peer's copy into its own.  One-way = round trip / 2.
+ *   get_lat_<size>  (rma) ferry_perf's get_lat loop around a plain copy of <size> bytes out of a
+ *                  shared page nobody writes (as a get of mapped memory is): what one whole
+ *                  get costs with the timing loop around it and no library.
+ *   clock_step     (rma) the same loop with nothing in it: the cost of reading the clock.
+ * Each rma row is timed as ferry_perf times it (the TSC read once per iteration) and printed
+ * four ways: _p50_us, the median of the per-iteration samples (what bench/run.sh reports for
+ * ferry_perf and ucx_perftest; it moves in the steps the clock advances by); _avg_us, the
+ * mean (exact: the samples add up to the whole run); _b64_us, the median of the means of
+ * batches of 64 iterations (the resolution of the mean, and a preempted batch drops out);
+ * and _min_us.  -n is their iteration count too.
  *
  * Output: CSV lines "floor,<name>,<value>".
  */
@@ -45,6 +63,31 @@ static double now_ns(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
+}
+
+/* The clock ferry_perf reads: the TSC, calibrated against CLOCK_MONOTONIC. */
+static inline uint64_t ticks(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    uint32_t lo, hi;
+    __asm__ __volatile__("rdtsc" : "=a"(lo), "=d"(hi));
+    return (uint64_t)hi << 32 | lo;
+#else
+    return (uint64_t)now_ns();
+#endif
+}
+
+static double ns_per_tick(void)
+{
+    static double r;
+    if (r == 0) {
+        double n0 = now_ns();
+        uint64_t c0 = ticks();
+        while (now_ns() - n0 < 50e6)
+            ;
+        r = (now_ns() - n0) / (double)(ticks() - c0);
+    }
+    return r;
 }
 
 static int cmp_double(const void *a, const void *b)
@@ -111,6 +154,124 @@ static void cacheline(const char *cpus, long iters)
     munmap((void *)line, 4096);
 }
 
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* The four figures of one rma row, from per-iteration tick samples (divided by div: 2 for a
+ * ping-pong's one-way time). */
+static void rma_row(const char *name, uint64_t *t, long n, double div)
+{
+    enum { B = 64 };
+    long nb = n / B;
+    double tick = ns_per_tick() / div / 1e3, sum = 0,
+           *batch = malloc(sizeof(double) * (size_t)(nb + 1));
+    if (batch == NULL)
+        return;
+    for (long b = 0; b < nb; b++) {
+        double bs = 0;
+        for (long i = b * B; i < (b + 1) * B; i++)
+            bs += (double)t[i];
+        batch[b] = bs / B;
+    }
+    for (long i = 0; i < n; i++)
+        sum += (double)t[i];
+    qsort(t, (size_t)n, sizeof(*t), cmp_u64);
+    qsort(batch, (size_t)nb, sizeof(double), cmp_double);
+    printf("floor,%s_p50_us,%.4f\n", name, (double)t[(n - 1) / 2] * tick);
+    printf("floor,%s_avg_us,%.4f\n", name, sum / (double)n * tick);
+    if (nb > 0)
+        printf("floor,%s_b64_us,%.4f\n", name, batch[(nb - 1) / 2] * tick);
+    printf("floor,%s_min_us,%.4f\n", name, (double)t[0] * tick);
+    free(batch);
+}
+
+/* put_lat without a library: each side polls the last byte of its own page and copies size
+ * bytes, the flag last, into the peer's, as ferry_perf's put_lat and ucx_perftest's
+ * ucp_put_lat do with a put into memory the peer mapped. */
+static void put_floor(const char *cpus, long iters, size_t size)
+{
+    long warmup = iters / 10 > 10 ? iters / 10 : 10;
+    uint8_t *pages =
+        mmap(NULL, 2 * 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    uint64_t *t = malloc(sizeof(uint64_t) * (size_t)iters);
+    uint8_t src[4096];
+    if (pages == MAP_FAILED || t == NULL || size == 0 || size > 4096)
+        return;
+    memset(pages, 0, 2 * 4096);
+    memset(src, 7, sizeof(src));
+    (void)ns_per_tick(); /* calibrated before the child exists */
+    pid_t child = fork();
+    if (child == 0) {
+        uint8_t *mine = pages + 4096, *peer = pages;
+        pin(cpus, 1);
+        for (long i = 0; i < warmup + iters; i++) {
+            uint8_t flag = (uint8_t)(i % 255 + 1);
+            while (__atomic_load_n(&mine[size - 1], __ATOMIC_ACQUIRE) != flag)
+                ;
+            src[size - 1] = flag;
+            memcpy(peer, src, size);
+            __asm__ __volatile__("" ::: "memory");
+        }
+        _exit(0);
+    }
+    uint8_t *mine = pages, *peer = pages + 4096;
+    pin(cpus, 0);
+    uint64_t t_prev = ticks();
+    for (long i = 0; i < warmup + iters; i++) {
+        uint8_t flag = (uint8_t)(i % 255 + 1);
+        src[size - 1] = flag;
+        memcpy(peer, src, size);
+        __asm__ __volatile__("" ::: "memory");
+        while (__atomic_load_n(&mine[size - 1], __ATOMIC_ACQUIRE) != flag)
+            ;
+        uint64_t now = ticks();
+        if (i >= warmup)
+            t[i - warmup] = now - t_prev;
+        t_prev = now;
+    }
+    waitpid(child, NULL, 0);
+    char name[32];
+    snprintf(name, sizeof(name), "put_lat_%zu", size);
+    rma_row(name, t, iters, 2.0);
+    free(t);
+    munmap(pages, 2 * 4096);
+}
+
+/* get_lat's loop around a plain copy out of a shared page that nobody writes (size 0: the
+ * loop and the clock alone). */
+static void get_floor(const char *cpus, long iters, size_t size)
+{
+    long warmup = iters / 10 > 10 ? iters / 10 : 10;
+    uint8_t *page = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    uint64_t *t = malloc(sizeof(uint64_t) * (size_t)iters);
+    uint8_t dst[4096];
+    if (page == MAP_FAILED || t == NULL || size > 4096)
+        return;
+    memset(page, 5, 4096);
+    pin(cpus, 0);
+    (void)ns_per_tick();
+    uint64_t t_prev = ticks();
+    for (long i = 0; i < warmup + iters; i++) {
+        memcpy(dst, page, size);
+        __asm__ __volatile__("" ::"r"(dst) : "memory");
+        uint64_t now = ticks();
+        if (i >= warmup)
+            t[i - warmup] = now - t_prev;
+        t_prev = now;
+    }
+    char name[32];
+    if (size == 0)
+        snprintf(name, sizeof(name), "clock_step");
+    else
+        snprintf(name, sizeof(name), "get_lat_%zu", size);
+    rma_row(name, t, iters, 1.0);
+    free(t);
+    munmap(page, 4096);
+}
+
 static double median5(double *v)
 {
     qsort(v, 5, sizeof(double), cmp_double);
@@ -150,19 +311,23 @@ static void copies_16m(const char *cpus)
     memset(src, 1, n);
     memset(dst, 2, n);
     pin(cpus, 0);
-    for (int nt = 0; nt < 2; nt++) {
-        for (int r = 0; r < 5; r++) {
-            double t0 = now_ns();
-            for (int i = 0; i < reps; i++) {
-                if (nt)
-                    copy_nt(dst, src, n);
-                else
-                    memcpy(dst, src, n);
-                __asm__ __volatile__("" ::"r"(dst) : "memory");
+    for (size_t m = 4; m <= 16; m *= 4) { /* 4 MiB (inside the L3) and 16 MiB */
+        size_t len = m * MIB;
+        int k = reps * (int)(16 / m);
+        for (int nt = 0; nt < 2; nt++) {
+            for (int r = 0; r < 5; r++) {
+                double t0 = now_ns();
+                for (int i = 0; i < k; i++) {
+                    if (nt)
+                        copy_nt(dst, src, len);
+                    else
+                        memcpy(dst, src, len);
+                    __asm__ __volatile__("" ::"r"(dst) : "memory");
+                }
+                runs[r] = (double)len * k / (now_ns() - t0) * 1e3;
             }
-            runs[r] = (double)n * reps / (now_ns() - t0) * 1e3;
+            printf("floor,%s_%zum_MBps,%.0f\n", nt ? "nt" : "memcpy", m, median5(runs));
         }
-        printf("floor,%s_16m_MBps,%.0f\n", nt ? "nt" : "memcpy", median5(runs));
     }
 
     /* Two processes: we copy the first half, the child pulls the second from our src. */
@@ -258,22 +423,41 @@ static void copies(const char *cpus)
 
 int main(int argc, char **argv)
 {
-    const char *cpus = NULL;
+    const char *cpus = NULL, *modes = "cacheline,copies", *sizes = "8,64";
     long iters = 200000;
     int c;
-    while ((c = getopt(argc, argv, "C:n:")) != -1) {
+    while ((c = getopt(argc, argv, "C:n:m:s:")) != -1) {
         if (c == 'C')
             cpus = optarg;
         else if (c == 'n')
             iters = atol(optarg) > 0 ? atol(optarg) : iters;
+        else if (c == 'm')
+            modes = optarg;
+        else if (c == 's')
+            sizes = optarg;
         else {
-            fprintf(stderr, "usage: floor_shm [-C cpu0,cpu1] [-n iters]\n");
+            fprintf(stderr, "usage: floor_shm [-C cpu0,cpu1] [-n iters] [-m cacheline,copies,rma] "
+                            "[-s sizes]\n");
             return 2;
         }
     }
     setvbuf(stdout, NULL, _IOLBF, 0);
-    cacheline(cpus, iters);
-    copies(cpus);
-    copies_16m(cpus);
+    char m[256];
+    snprintf(m, sizeof(m), ",%s,", modes);
+    if (strstr(m, ",cacheline,"))
+        cacheline(cpus, iters);
+    if (strstr(m, ",copies,")) {
+        copies(cpus);
+        copies_16m(cpus);
+    }
+    if (strstr(m, ",rma,")) {
+        char *copy = strdup(sizes), *save = NULL;
+        get_floor(cpus, iters, 0);
+        for (char *tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+            put_floor(cpus, iters, (size_t)atol(tok));
+            get_floor(cpus, iters, (size_t)atol(tok));
+        }
+        free(copy);
+    }
     return 0;
 }

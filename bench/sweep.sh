@@ -4,11 +4,13 @@
 # one.  issue 15's claim, measured rather than assumed.
 #
 #   bench/sweep.sh [--tests LIST] [--sizes LIST] [--reps N] [--tol PCT] [--tls shm]
-#                  [--cpus 0,1] [--build DIR] [--iters N] [--env VAR=VALUE]...
+#                  [--abs US] [--cpus 0,1] [--build DIR] [--iters N] [--env VAR=VALUE]...
 #
 #   --tests  ferry_perf tests (default am_lat,am_bw,tag_lat,tag_bw,put_lat,put_bw,get_lat,get_bw)
-#   --sizes  sizes in bytes or with k/m (default: powers of two 2k..16m, and each threshold
-#            of the shm path with its neighbours: 8112-8114 (tag eager: a cell buffer up to
+#   --sizes  sizes in bytes or with k/m (default: powers of two 8..16m, and each threshold
+#            of the shm path with its neighbours: 48-49 (AM data past the cell's first cache
+#            line), 96-97 and 104-105 (tag and AM data inline in a cell up to 96 and 104: its
+#            112 bytes less ferry's headers, a cell buffer above), 8112-8114 (tag eager: a cell buffer up to
 #            8113, the outbox above), 8120-8122 (AM data through a cell buffer up to 8121, the
 #            outbox above), 32767-32769 (tag rendezvous, automatic: above 32k),
 #            8m-1 (streamed stores from 8 MiB), 16m+1 (the outbox's largest message is 16m:
@@ -16,6 +18,9 @@
 #   --reps   repetitions, interleaved test by test (default 3); each figure is their median
 #   --tol    allowed excess of a size's time over the next larger size's, in % (default 5:
 #            the run-to-run spread of these figures on a quiet machine)
+#   --abs    and in us, for latency tests (default 0.01): a median of per-iteration samples
+#            moves in steps of the clock (~10 ns on the reference VM: 5 ns one-way), so at
+#            0.05-0.2 us one step is 5-20 %; a difference within it is not flagged
 #   --iters  iterations per size (default: ferry_perf's own choice by size)
 #   --env    an extra environment variable for every ferry_perf run (repeatable)
 #
@@ -39,6 +44,7 @@ TESTS="am_lat,am_bw,tag_lat,tag_bw,put_lat,put_bw,get_lat,get_bw"
 SIZES=""
 REPS=3
 TOL=5
+ABS=0.01
 TLS=shm
 CPUS="0,1"
 ITERS=""
@@ -52,6 +58,7 @@ while [ $# -gt 0 ]; do
     --sizes) SIZES=$2; shift ;;
     --reps) REPS=$2; shift ;;
     --tol) TOL=$2; shift ;;
+    --abs) ABS=$2; shift ;;
     --tls) TLS=$2; shift ;;
     --cpus) CPUS=$2; shift ;;
     --build) BUILD=$2; shift ;;
@@ -64,6 +71,7 @@ while [ $# -gt 0 ]; do
 done
 case "$REPS" in ''|*[!0-9]*|0) echo "bench/sweep.sh: --reps wants a positive number" >&2; exit 2 ;; esac
 case "$TOL" in ''|*[!0-9.]*) echo "bench/sweep.sh: --tol wants a percentage" >&2; exit 2 ;; esac
+case "$ABS" in ''|*[!0-9.]*) echo "bench/sweep.sh: --abs wants microseconds" >&2; exit 2 ;; esac
 
 PERF=$BUILD/tools/ferry_perf
 FRUN=$BUILD/tools/ferryrun
@@ -73,7 +81,8 @@ if [ ! -x "$PERF" ] || [ ! -x "$FRUN" ]; then
 fi
 
 if [ -z "$SIZES" ]; then
-    SIZES=2048,4096,8112,8113,8114,8120,8121,8122,8192,16384,32767,32768,32769,65536,131072,262144
+    SIZES=8,16,32,48,49,64,96,97,104,105,128,256,512,1024
+    SIZES=$SIZES,2048,4096,8112,8113,8114,8120,8121,8122,8192,16384,32767,32768,32769,65536,131072,262144
     SIZES=$SIZES,524288,1048576,2097152,4194304,8388607,8388608,16777216,16777217
 fi
 # ferry_perf's sizes, in bytes, sorted and unique (k/m suffixes expanded)
@@ -89,7 +98,7 @@ RAW=$OUT/raw.txt # "test size figure" per repetition
 : > "$RAW"
 
 load() { cut -d' ' -f1-3 /proc/loadavg; }
-echo "# bench/sweep.sh: FERRY_TLS=$TLS ${ENVS[*]:-}, $REPS repetitions, tolerance $TOL %, $(date -u '+%Y-%m-%d %H:%M UTC')"
+echo "# bench/sweep.sh: FERRY_TLS=$TLS ${ENVS[*]:-}, $REPS repetitions, tolerance $TOL % (latency: and $ABS us), $(date -u '+%Y-%m-%d %H:%M UTC')"
 echo "# load at start: $(load)"
 echo "# command per test: FERRY_TLS=$TLS ferryrun -n 2 ferry_perf -t TEST -s $SIZES ${ITERS:+-n $ITERS }-C $CPUS -f csv"
 
@@ -108,7 +117,7 @@ for ((r = 1; r <= REPS; r++)); do
 done
 
 # The median per (test, size); per-message time and rate; each size against the next larger.
-sort -k1,1 -k2,2n -k3,3g "$RAW" | awk -v tol="$TOL" -v tests="$TESTS" '
+sort -k1,1 -k2,2n -k3,3g "$RAW" | awk -v tol="$TOL" -v abs="$ABS" -v tests="$TESTS" '
     { key = $1 SUBSEP $2; n[key]++; v[key, n[key]] = $3; kind[$1] = $4
       if (!((key) in seen)) { seen[key] = 1; sizes[$1] = sizes[$1] " " $2 } }
     function median(key,   c) { c = n[key]; return c % 2 ? v[key, (c + 1) / 2] : (v[key, c / 2] + v[key, c / 2 + 1]) / 2 }
@@ -129,11 +138,14 @@ sort -k1,1 -k2,2n -k3,3g "$RAW" | awk -v tol="$TOL" -v tests="$TESTS" '
             bt = 0; bb = 0; lt = ""; lb = ""
             for (j = 1; j <= ns; j++) {
                 flag = ""
-                if (j < ns && us[j] > us[j + 1] * (1 + tol / 100)) {
+                # latency: also more than the clock step (--abs) apart
+                lat = kind[t] == "lat"
+                if (j < ns && us[j] > us[j + 1] * (1 + tol / 100) && (!lat || us[j] - us[j + 1] > abs)) {
                     flag = sprintf("T: %.0f%% longer than %d", (us[j] / us[j + 1] - 1) * 100, sz[j + 1])
                     bt++; lt = lt " " sz[j]
                 }
-                if (j < ns && rate[j + 1] < rate[j] * (1 - tol / 100)) {
+                if (j < ns && rate[j + 1] < rate[j] * (1 - tol / 100) &&
+                    (!lat || sz[j + 1] / rate[j + 1] - sz[j + 1] / rate[j] > abs)) {
                     flag = flag (flag == "" ? "" : "; ") sprintf("B: %d moves %.0f%% fewer bytes/s", sz[j + 1], (1 - rate[j + 1] / rate[j]) * 100)
                     bb++; lb = lb " " sz[j]
                 }

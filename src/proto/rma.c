@@ -261,23 +261,14 @@ ferry_status_t ferry_put(ferry_ep_t *ep, const void *buf, size_t len, uint64_t r
     return put(ep, buf, len, remote_addr, rkey, req);
 }
 
-ferry_status_t ferry_get(ferry_ep_t *ep, void *buf, size_t len, uint64_t remote_addr,
-                         ferry_rkey_t *rkey, ferry_request_t *req)
+/* A get that is no short one: an operation on the native lane (pieces above max_rma), or the
+ * emulation; without a request, waited for here.  Out of line, so the short path keeps no
+ * frame for it (nor for the local request). */
+static __attribute__((noinline)) ferry_status_t get_op(ferry_ep_t *ep, void *buf, size_t len,
+                                                       uint64_t remote_addr, ferry_rkey_t *rkey,
+                                                       ferry_request_t *req)
 {
-    FY_EP_GUARD(ep);
     ferry_status_t st;
-    if (!rma_begin(ep, buf, len, rkey, remote_addr, FERRY_MEM_REMOTE_READ, &st))
-        return st;
-    if (ep->rma_native && rkey->tl_rkey != NULL) {
-        fy_lane_t *lane = &ep->lanes[FY_LANE_RMA];
-        const fy_tl_ops_t *ops = lane->iface->tl->ops;
-        if (len <= lane->iface->attr.max_get_short && ops->get_short != NULL &&
-            fy_queue_is_empty(&ep->pending)) {
-            st = ops->get_short(lane->tl_ep, buf, len, remote_addr, rkey->tl_rkey);
-            if (st != FERRY_ERR_NO_RESOURCE)
-                return st;
-        }
-    }
     ferry_request_t local;
     ferry_request_t *r = req;
     if (r == NULL) {
@@ -305,6 +296,47 @@ ferry_status_t ferry_get(ferry_ep_t *ep, void *buf, size_t len, uint64_t remote_
     if (st == FERRY_INPROGRESS && req == NULL)
         st = wait_done(ep->worker, r);
     return st;
+}
+
+/* The checks, then a small get from memory the lane reaches at once is its get_short. */
+static inline ferry_status_t get(ferry_ep_t *ep, void *buf, size_t len, uint64_t remote_addr,
+                                 ferry_rkey_t *rkey, ferry_request_t *req)
+{
+    ferry_status_t st;
+    if (!rma_begin(ep, buf, len, rkey, remote_addr, FERRY_MEM_REMOTE_READ, &st))
+        return st;
+    if (FY_LIKELY(ep->rma_native && rkey->tl_rkey != NULL)) {
+        const fy_lane_t *lane = &ep->lanes[FY_LANE_RMA];
+        const fy_tl_ops_t *ops = lane->iface->tl->ops;
+        if (FY_LIKELY(len <= lane->iface->attr.max_get_short && ops->get_short != NULL &&
+                      fy_queue_is_empty(&ep->pending))) {
+            st = ops->get_short(lane->tl_ep, buf, len, remote_addr, rkey->tl_rkey);
+            if (FY_LIKELY(st != FERRY_ERR_NO_RESOURCE))
+                return st;
+        }
+    }
+    return get_op(ep, buf, len, remote_addr, rkey, req);
+}
+
+static __attribute__((noinline)) ferry_status_t get_locked(ferry_ep_t *ep, void *buf, size_t len,
+                                                           uint64_t remote_addr, ferry_rkey_t *rkey,
+                                                           ferry_request_t *req)
+{
+    FY_WORKER_LOCK(ep->worker);
+    ferry_status_t st = get(ep, buf, len, remote_addr, rkey, req);
+    FY_WORKER_UNLOCK(ep->worker);
+    return st;
+}
+
+/* As ferry_put: the lock out of line, so a single-threaded short get keeps no frame. */
+ferry_status_t ferry_get(ferry_ep_t *ep, void *buf, size_t len, uint64_t remote_addr,
+                         ferry_rkey_t *rkey, ferry_request_t *req)
+{
+    if (FY_UNLIKELY(ep == NULL))
+        return FERRY_ERR_INVALID_PARAM;
+    if (FY_UNLIKELY(FY_WORKER_MT(ep->worker)))
+        return get_locked(ep, buf, len, remote_addr, rkey, req);
+    return get(ep, buf, len, remote_addr, rkey, req);
 }
 
 ferry_status_t ferry_atomic(ferry_ep_t *ep, ferry_atomic_op_t aop, size_t size, uint64_t operand,

@@ -701,12 +701,21 @@ ferry_status_t fy_shm_am_short(fy_tl_ep_t *ep, uint8_t id, const struct iovec *i
 ferry_status_t fy_shm_am_bcopy(fy_tl_ep_t *ep, uint8_t id, const struct iovec *iov, size_t iovcnt);
 ferry_status_t fy_shm_am_zcopy(fy_tl_ep_t *ep, uint8_t id, const void *hdr, size_t hdr_len,
                                const struct iovec *iov, size_t iovcnt, fy_tl_comp_t *comp);
+void fy_shm_zdone(shm_iface_t *iface, const shm_reply_t *r);
+unsigned fy_shm_push_progress(shm_iface_t *iface);
+
+/* shm_op.c: outstanding operations, their completion, pull slots */
 shm_op_t *fy_shm_op_new(shm_ep_t *ep, uint8_t type, fy_tl_comp_t *comp);
 void fy_shm_op_complete(shm_op_t *op, ferry_status_t status);
 void fy_shm_op_drop(shm_op_t *op);
-void fy_shm_zdone(shm_iface_t *iface, const shm_reply_t *r);
-unsigned fy_shm_push_progress(shm_iface_t *iface);
 void fy_shm_ep_fail(shm_ep_t *ep, ferry_status_t status);
+/* Take a free pull slot for op under a new generation (0: none free); give it back. */
+int fy_shm_pull_slot_get(shm_iface_t *iface, shm_op_t *op);
+void fy_shm_pull_slot_put(shm_iface_t *iface, shm_op_t *op);
+/* Move ep's outstanding operations to out, revoking their pulls first; then complete them
+ * all with one status. */
+void fy_shm_ep_detach_ops(shm_ep_t *ep, fy_list_t *out);
+void fy_shm_ops_complete_detached(shm_iface_t *iface, fy_list_t *ops, ferry_status_t status);
 
 /* shm_rma.c */
 ferry_status_t fy_shm_put_short(fy_tl_ep_t *ep, const void *buf, size_t len, uint64_t remote_addr,

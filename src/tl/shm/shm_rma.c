@@ -157,15 +157,22 @@ ferry_status_t fy_shm_put_zcopy(fy_tl_ep_t *ep, const struct iovec *iov, size_t 
     return rma(ep, iov, iovcnt, remote_addr, rkey, 1);
 }
 
-/* Mapped memory only: a small get through CMA is better left to get_zcopy's accounting. */
-ferry_status_t fy_shm_get_short(fy_tl_ep_t *ep, void *buf, size_t len, uint64_t remote_addr,
+/* Mapped memory only (a small get through CMA is better left to get_zcopy's accounting): as
+ * put_short, the key's checks and one copy, with no iov to build and walk (get_lat is this
+ * path). */
+ferry_status_t fy_shm_get_short(fy_tl_ep_t *tl_ep, void *buf, size_t len, uint64_t remote_addr,
                                 const void *rkey)
 {
-    const shm_rkey_t *rk = rkey;
-    if (rk->mapped == NULL)
+    shm_ep_t *ep = (shm_ep_t *)tl_ep;
+    char *local = NULL; /* (set by rkey_check when it succeeds) */
+    if (((const shm_rkey_t *)rkey)->mapped == NULL)
         return FERRY_ERR_NO_RESOURCE;
-    struct iovec v = {buf, len};
-    return rma(ep, &v, 1, remote_addr, rkey, 0);
+    ferry_status_t st = rkey_check(ep, rkey, remote_addr, len, FERRY_MEM_REMOTE_READ, &local);
+    if (FY_UNLIKELY(st != FERRY_OK))
+        return st;
+    fy_copy(buf, local, len);
+    ep->stats.tx_bytes += len;
+    return FERRY_OK;
 }
 
 ferry_status_t fy_shm_get_zcopy(fy_tl_ep_t *ep, const struct iovec *iov, size_t iovcnt,

@@ -456,6 +456,8 @@ typedef struct fy_udp_iface {
     unsigned events; /* counted by this progress call */
     uint64_t now;    /* clock of the current progress pass */
     uint64_t pass;
+    /* The last pass delivered from the priority channel and was not counted (udp_iface.c). */
+    int pass_uncounted;
     int now_fresh; /* now was read at the top of this pass, nothing ran since */
     /* A hotel runs only once its tick is over (the start of the next one): a busy-polling
      * pass finds nothing due nearly every time, and a run costs ~80 instructions. */

@@ -8,9 +8,10 @@
  * fragments are delivered at once), then the data channel, then run the hotel (expired
  * segments go on the resend queue; once per 20 us tick, not every pass), then send: resends
  * first, then the ready endpoints, then the ACKs that found no data to ride on.  An idle data
- * channel is polled only every sixteenth pass, so a ping-pong of tiny messages pays for one
- * receive system call per pass.  A pass starts by processing the ACK the last in-order AM
- * carried (udp_rx.c: kept off the path between a message and its answer).
+ * channel is polled only every sixteenth pass, and never by a pass that just delivered from
+ * the priority channel, so a ping-pong of tiny messages pays for one receive system call per
+ * pass and none between a message and its answer.  A pass starts by processing the ACK the last
+ * in-order AM carried (udp_rx.c: kept off the path between a message and its answer).
  *
  * The event fd is an epoll set of both sockets and a timerfd.  Before sleeping, arm sends
  * every owed ACK (a sleeping peer must not hold ACKs) and sets the timerfd to the
@@ -490,16 +491,23 @@ unsigned fy_udp_iface_progress(fy_tl_iface_t *tl_iface)
     fy_udp_iface_t *iface = fy_udp_iface(tl_iface);
     fy_udp_chan_t *data = &iface->ch[FY_UDP_CH_DATA];
     unsigned events;
+    int counted;
 
     iface->in_progress++;
     iface->events = 0;
-    iface->pass++;
     iface->now = fy_time_ns();
     /* (the receive that finds something first takes this time, unless an ACK ran first) */
     iface->now_fresh = iface->dack_conn == NULL;
     fy_udp_ack_settle(iface);
-    fy_udp_rx_progress(iface, FY_UDP_CH_PRIO);
-    if (data->idle < 16 || (iface->pass & 15) == 0)
+    /* An idle data channel is polled every 16th pass, but not by a pass whose priority poll
+     * delivered: the application's answer waits for this pass to return, and an empty
+     * receive call is the dearest thing a pass does (as dear as the poll that found the
+     * message).  Such a pass is not counted, nor two in a row: a stream of tiny messages
+     * has the data channel polled every 32nd pass at the least. */
+    counted = fy_udp_rx_progress(iface, FY_UDP_CH_PRIO) == 0 || iface->pass_uncounted;
+    iface->pass_uncounted = !counted;
+    iface->pass += (unsigned)counted;
+    if (data->idle < 16 || (counted && (iface->pass & 15) == 0))
         fy_udp_rx_progress(iface, FY_UDP_CH_DATA);
     /* A full batch means more is waiting: with thousands of peers (handshakes, probes,
      * heartbeats at once) one batch per pass lets the socket overflow, the drops bring

@@ -275,16 +275,15 @@ static __attribute__((noinline)) ferry_status_t get_op(ferry_ep_t *ep, void *buf
         fy_request_local_init(&local);
         r = &local;
     }
-    if (ep->rma_native && rkey->tl_rkey != NULL &&
-        FY_UNLIKELY(len > ep->lanes[FY_LANE_RMA].iface->attr.max_rma ||
-                    fy_rails_stripe_rma(ep, rkey, len))) {
+    int native = ep->rma_native && rkey->tl_rkey != NULL;
+    if (native && FY_UNLIKELY(len > ep->lanes[FY_LANE_RMA].iface->attr.max_rma ||
+                              fy_rails_stripe_rma(ep, rkey, len))) {
         st = rma_split(ep, FY_OP_GET, buf, len, remote_addr, rkey, r,
                        ep->lanes[FY_LANE_RMA].iface->attr.max_rma);
         if (st == FERRY_INPROGRESS && req == NULL)
             st = wait_done(ep->worker, r);
         return st;
     }
-    int native = ep->rma_native && rkey->tl_rkey != NULL;
     fy_op_t *op = fy_op_get(ep->worker, ep, native ? FY_OP_GET : FY_OP_GET_EMU, r);
     if (op == NULL)
         return FERRY_ERR_NO_MEMORY;

@@ -32,52 +32,21 @@
 #include "tl/udp/udp.h"
 #include "udp_test.h"
 
-typedef struct side {
-    fy_tl_md_t *md;
-    fy_tl_iface_t *iface;
-    fy_tl_ep_t *ep;
-    uint8_t dev[64], ifa[64];
-    volatile int ams, errs;
-} side_t;
-
 static const fy_tl_ops_t *ops;
-static side_t sa, sb;
-
-static void side_am(void *arg, uint8_t id, const void *data, size_t len)
-{
-    (void)id;
-    (void)data;
-    (void)len;
-    ((side_t *)arg)->ams++;
-}
-
-static void side_err(void *arg, fy_tl_ep_t *ep, ferry_status_t st)
-{
-    (void)ep;
-    (void)st;
-    ((side_t *)arg)->errs++;
-}
+static ut_side_t sa, sb;
 
 /* Open side s (its own md, so each side reads the environment as it is now). */
-static void side_open(side_t *s, uint64_t uuid)
+static void side_open(ut_side_t *s, uint64_t uuid)
 {
     const fy_tl_component_t *tl = fy_tl_find("udp");
     FY_ASSERT(tl != NULL);
     ops = tl->ops;
     memset(s, 0, sizeof(*s));
     FY_ASSERT_OK(ops->md_open(tl, &s->md));
-    fy_tl_iface_params_t p = {.device = "lo",
-                              .am_cb = side_am,
-                              .am_arg = s,
-                              .err_cb = side_err,
-                              .err_arg = s,
-                              .job_key = UT_JOB_KEY,
-                              .worker_uuid = uuid};
-    FY_ASSERT_OK(ops->iface_open(s->md, &p, &s->iface));
-    FY_ASSERT_OK(ops->iface_get_address(s->iface, s->dev, s->ifa));
+    FY_ASSERT_OK(ut_side_open(ops, s, s->md, uuid));
 }
 
-static void side_close(side_t *s)
+static void side_close(ut_side_t *s)
 {
     if (s->ep != NULL)
         ops->ep_destroy(s->ep);
@@ -94,12 +63,8 @@ static void both(void)
 /* Progress both until *flag reaches want (10 s at most). */
 static void both_until(volatile int *flag, int want)
 {
-    uint64_t t0 = fy_time_ns();
-    while (*flag < want) {
-        both();
-        FY_ASSERT_MSG(fy_time_ns() - t0 < 10 * FY_NSEC_PER_SEC, "no progress in 10 s (%d of %d)",
-                      *flag, want);
-    }
+    FY_ASSERT_MSG(ut_sides_until(ops, &sa, &sb, flag, want, 10000) == 0,
+                  "no progress in 10 s (%d of %d)", *flag, want);
 }
 
 /* Progress both until a's window is empty (everything it sent ACKed; 10 s at most). */
@@ -114,17 +79,32 @@ static void both_until_acked(void)
     }
 }
 
-static void send_bcopy(side_t *s, size_t len)
+static void send_bcopy(ut_side_t *s, size_t len)
 {
     static uint8_t buf[4096];
     struct iovec iov = {buf, len};
     FY_ASSERT_OK(ops->am_bcopy(s->ep, 1, &iov, 1));
 }
 
-static void send_short(side_t *s)
+static void send_short(ut_side_t *s)
 {
     struct iovec iov = {"ping", 4};
     FY_ASSERT_OK(ops->am_short(s->ep, 2, &iov, 1));
+}
+
+/* Open a and b, one connection with an ep on each side (b's adopts the one a opened), one
+ * short AM each way. */
+static void pair_connect(uint64_t uuid_a, uint64_t uuid_b)
+{
+    side_open(&sa, uuid_a);
+    side_open(&sb, uuid_b);
+    FY_ASSERT_OK(ops->ep_create(sa.iface, sb.dev, sb.ifa, &sa.ep));
+    send_short(&sa);
+    both_until(&sb.ams, 1);
+    FY_ASSERT_OK(ops->ep_create(sb.iface, sa.dev, sa.ifa, &sb.ep));
+    FY_ASSERT_EQ(fy_udp_conn(sb.ep)->peer_id, fy_udp_conn(sa.ep)->id);
+    send_short(&sb);
+    both_until(&sa.ams, 1);
 }
 
 /* ---- RACK: a hole in a burst ------------------------------------------------------------ */
@@ -213,17 +193,8 @@ static void dack_rtt(void)
 {
     setenv("FERRY_UDP_IF_INCLUDE", "lo", 1);
     setenv("FERRY_UDP_AF", "inet", 1);
-    side_open(&sa, 31);
-    side_open(&sb, 32);
-    /* One connection, an ep on each side (b's adopts the one a opened). */
-    FY_ASSERT_OK(ops->ep_create(sa.iface, sb.dev, sb.ifa, &sa.ep));
-    send_short(&sa);
-    both_until(&sb.ams, 1);
-    FY_ASSERT_OK(ops->ep_create(sb.iface, sa.dev, sa.ifa, &sb.ep));
-    FY_ASSERT_EQ(fy_udp_conn(sb.ep)->peer_id, fy_udp_conn(sa.ep)->id);
+    pair_connect(31, 32);
     fy_udp_conn_t *cb = fy_udp_conn(sb.ep);
-    send_short(&sb);
-    both_until(&sa.ams, 1);
 
     int64_t worst = 0;
     for (int r = 0; r < ROUNDS; r++) {
@@ -282,15 +253,7 @@ static void early_flow(void)
 /* Connect a to b, an ep each way on the one connection, and learn the round trip. */
 static void pair_open(void)
 {
-    side_open(&sa, 41);
-    side_open(&sb, 42);
-    FY_ASSERT_OK(ops->ep_create(sa.iface, sb.dev, sb.ifa, &sa.ep));
-    send_short(&sa);
-    both_until(&sb.ams, 1);
-    FY_ASSERT_OK(ops->ep_create(sb.iface, sa.dev, sa.ifa, &sb.ep));
-    FY_ASSERT_EQ(fy_udp_conn(sb.ep)->peer_id, fy_udp_conn(sa.ep)->id);
-    send_short(&sb);
-    both_until(&sa.ams, 1);
+    pair_connect(41, 42);
     for (int i = 0; i < 4; i++) {
         send_bcopy(&sa, BURST_SZ);
         both_until(&sb.ams, i + 2);

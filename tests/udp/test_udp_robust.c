@@ -327,52 +327,18 @@ static void peer_death(void)
 
 /* ---- closing one end of a shared connection ------------------------------------------- */
 
-typedef struct side {
-    fy_tl_iface_t *iface;
-    fy_tl_ep_t *ep;
-    uint8_t dev[64], ifa[64];
-    int ams, errs;
-} side_t;
-
 static const fy_tl_ops_t *ops;
 static fy_tl_md_t *kmd;
-static side_t sa, sb;
-
-static void side_am(void *arg, uint8_t id, const void *data, size_t len)
-{
-    (void)id;
-    (void)data;
-    (void)len;
-    ((side_t *)arg)->ams++;
-}
-
-static void side_err(void *arg, fy_tl_ep_t *ep, ferry_status_t st)
-{
-    (void)ep;
-    (void)st;
-    ((side_t *)arg)->errs++;
-}
-
-static void both(int n)
-{
-    for (int i = 0; i < n; i++) {
-        ops->iface_progress(sa.iface);
-        ops->iface_progress(sb.iface);
-    }
-}
+static ut_side_t sa, sb;
 
 /* Progress both until *flag reaches want (10 s at most). */
 static void both_until(volatile int *flag, int want)
 {
-    uint64_t t0 = fy_time_ns();
-    while (*flag < want) {
-        both(1);
-        FY_ASSERT_MSG(fy_time_ns() - t0 < 10 * FY_NSEC_PER_SEC, "no progress in 10 s (%d of %d)",
-                      *flag, want);
-    }
+    FY_ASSERT_MSG(ut_sides_until(ops, &sa, &sb, flag, want, 10000) == 0,
+                  "no progress in 10 s (%d of %d)", *flag, want);
 }
 
-static void send_short(side_t *s)
+static void send_short(ut_side_t *s)
 {
     struct iovec iov = {"x", 1};
     FY_ASSERT_OK(ops->am_short(s->ep, 2, &iov, 1));
@@ -389,19 +355,8 @@ static void keep_open(void)
     FY_ASSERT_OK(ops->md_open(tl, &kmd));
     memset(&sa, 0, sizeof(sa));
     memset(&sb, 0, sizeof(sb));
-    fy_tl_iface_params_t p = {.device = "lo",
-                              .am_cb = side_am,
-                              .am_arg = &sa,
-                              .err_cb = side_err,
-                              .err_arg = &sa,
-                              .job_key = UT_JOB_KEY,
-                              .worker_uuid = 11};
-    FY_ASSERT_OK(ops->iface_open(kmd, &p, &sa.iface));
-    p.am_arg = p.err_arg = &sb;
-    p.worker_uuid = 12;
-    FY_ASSERT_OK(ops->iface_open(kmd, &p, &sb.iface));
-    FY_ASSERT_OK(ops->iface_get_address(sa.iface, sa.dev, sa.ifa));
-    FY_ASSERT_OK(ops->iface_get_address(sb.iface, sb.dev, sb.ifa));
+    FY_ASSERT_OK(ut_side_open(ops, &sa, kmd, 11));
+    FY_ASSERT_OK(ut_side_open(ops, &sb, kmd, 12));
     FY_ASSERT_OK(ops->ep_create(sb.iface, sa.dev, sa.ifa, &sb.ep));
     send_short(&sb);
     both_until(&sa.ams, 1);

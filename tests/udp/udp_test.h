@@ -243,4 +243,59 @@ static inline void ut_rx_check(ut_rx_t *rx, const void *data, size_t len)
         rx->done = 1;
 }
 
+/* ---- two interfaces in one process, progressed in turn (no fork, no pipes) ----------- */
+
+typedef struct ut_side {
+    fy_tl_md_t *md; /* its own (tests that set the environment per side), or NULL */
+    fy_tl_iface_t *iface;
+    fy_tl_ep_t *ep;
+    uint8_t dev[64], ifa[64];
+    volatile int ams, errs; /* AMs received, errors reported */
+} ut_side_t;
+
+static inline void ut_side_am(void *arg, uint8_t id, const void *data, size_t len)
+{
+    (void)id;
+    (void)data;
+    (void)len;
+    ((ut_side_t *)arg)->ams++;
+}
+
+static inline void ut_side_err(void *arg, fy_tl_ep_t *ep, ferry_status_t st)
+{
+    (void)ep;
+    (void)st;
+    ((ut_side_t *)arg)->errs++;
+}
+
+/* Open s's interface on the loopback in md, its AMs and errors counted in s, its address in
+ * s->dev and s->ifa. */
+static inline ferry_status_t ut_side_open(const fy_tl_ops_t *ops, ut_side_t *s, fy_tl_md_t *md,
+                                          uint64_t uuid)
+{
+    fy_tl_iface_params_t p = {.device = "lo",
+                              .am_cb = ut_side_am,
+                              .am_arg = s,
+                              .err_cb = ut_side_err,
+                              .err_arg = s,
+                              .job_key = UT_JOB_KEY,
+                              .worker_uuid = uuid};
+    ferry_status_t st = ops->iface_open(md, &p, &s->iface);
+    return st != FERRY_OK ? st : ops->iface_get_address(s->iface, s->dev, s->ifa);
+}
+
+/* Progress a and b in turn until *flag reaches want; 0, or -1 after timeout_ms. */
+static inline int ut_sides_until(const fy_tl_ops_t *ops, ut_side_t *a, ut_side_t *b,
+                                 volatile int *flag, int want, int timeout_ms)
+{
+    uint64_t end = fy_time_ns() + (uint64_t)timeout_ms * FY_NSEC_PER_MSEC;
+    while (*flag < want) {
+        ops->iface_progress(a->iface);
+        ops->iface_progress(b->iface);
+        if (fy_time_ns() > end)
+            return -1;
+    }
+    return 0;
+}
+
 #endif

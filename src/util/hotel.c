@@ -158,6 +158,21 @@ static unsigned hotel_run_tick(fy_hotel_t *h, uint64_t tick, uint64_t now_ns)
     return fired;
 }
 
+uint64_t fy_hotel_next_run(const fy_hotel_t *h, uint64_t now_ns, uint64_t max_ns)
+{
+    uint64_t now_tick = now_ns / h->tick_ns;
+    uint64_t span = FY_MIN(max_ns / h->tick_ns + 1, (uint64_t)h->nslots);
+    if (h->occupancy == 0)
+        return UINT64_MAX;
+    /* Not run for longer than the scan would cover: whatever it holds may be due. */
+    if (now_tick >= h->current_tick + span)
+        return now_ns;
+    for (uint64_t t = h->current_tick; t < now_tick + span; t++)
+        if (!fy_list_is_empty(&h->slots[t & (h->nslots - 1)]))
+            return FY_MAX((t + 1) * h->tick_ns, now_ns);
+    return (now_tick + span) * h->tick_ns;
+}
+
 unsigned fy_hotel_run(fy_hotel_t *h, uint64_t now_ns)
 {
     uint64_t now_tick = now_ns / h->tick_ns;

@@ -53,6 +53,12 @@ static inline int fy_hotel_is_checked_in(const fy_hotel_room_t *r)
 void fy_hotel_checkin(fy_hotel_t *h, fy_hotel_room_t *r, uint64_t stay_ns, uint64_t now_ns);
 /* Check out before expiry (no-op if not checked in). */
 void fy_hotel_checkout(fy_hotel_t *h, fy_hotel_room_t *r);
+/* When to run the hotel next, for a caller about to sleep: the end of the first tick from
+ * the current one whose slot holds a room (rooms fire up to one tick late, as in a
+ * polling loop), at least now_ns; now_ns + about max_ns when no slot within max_ns of now
+ * holds one; UINT64_MAX when the hotel is empty.  Never later than a room's expiry, but it
+ * may be earlier (a slot's room may be due a later turn of the wheel).  O(max_ns / tick). */
+uint64_t fy_hotel_next_run(const fy_hotel_t *h, uint64_t now_ns, uint64_t max_ns);
 /* Expire every room due at now_ns (expiry <= now_ns: never early); returns how many expired. */
 unsigned fy_hotel_run(fy_hotel_t *h, uint64_t now_ns);
 static inline size_t fy_hotel_occupancy(const fy_hotel_t *h)

@@ -472,6 +472,37 @@ static void stale_now(void)
     log_free_state(&s);
 }
 
+/* fy_hotel_next_run: the end of the first occupied tick, never after a room's expiry; the
+ * scan's horizon when nothing is near; now when the hotel has not run for longer. */
+static void next_run(void)
+{
+    fy_hotel_t h;
+    log_state_t s;
+    guest_t a = {0}, b = {0};
+    log_init_state(&s, 4);
+    fy_hotel_room_init(&a.room);
+    fy_hotel_room_init(&b.room);
+    FY_ASSERT_OK(fy_hotel_init(&h, TICK, 64, record_cb, &s, T0));
+    FY_ASSERT_EQ(fy_hotel_next_run(&h, T0, 10 * TICK), UINT64_MAX);
+    fy_hotel_checkin(&h, &a.room, 5 * TICK + 300, T0);
+    fy_hotel_checkin(&h, &b.room, 40 * TICK, T0);
+    uint64_t t = fy_hotel_next_run(&h, T0, 10 * TICK);
+    FY_ASSERT_EQ(t, T0 + 6 * TICK); /* a's tick ends: a fires in the run at t */
+    FY_ASSERT(t >= a.room.expiry);
+    s.now = t;
+    FY_ASSERT_EQ(fy_hotel_run(&h, t), 1);
+    FY_ASSERT_EQ(a.fired, 1);
+    /* b is beyond the horizon: come back at it. */
+    FY_ASSERT_EQ(fy_hotel_next_run(&h, t, 10 * TICK), t + 11 * TICK);
+    FY_ASSERT_EQ(fy_hotel_next_run(&h, t, 100 * TICK), T0 + 41 * TICK);
+    /* A hotel not run for longer than the scan covers: at once. */
+    FY_ASSERT_EQ(fy_hotel_next_run(&h, t + 50 * TICK, 10 * TICK), t + 50 * TICK);
+    fy_hotel_checkout(&h, &b.room);
+    FY_ASSERT_EQ(fy_hotel_next_run(&h, t, 10 * TICK), UINT64_MAX);
+    fy_hotel_destroy(&h);
+    log_free_state(&s);
+}
+
 static void bad_params(void)
 {
     fy_hotel_t h;
@@ -487,4 +518,5 @@ static void bad_params(void)
 FYTEST_MAIN(FYTEST_CASE(expiry_order), FYTEST_CASE(checkout_before_expiry),
             FYTEST_CASE(recheckin_moves), FYTEST_CASE(long_stays),
             FYTEST_CASE(recheckin_from_callback), FYTEST_CASE(same_tick_checkin_order),
-            FYTEST_CASE(many_rooms), FYTEST_CASE(stale_now), FYTEST_CASE(bad_params))
+            FYTEST_CASE(many_rooms), FYTEST_CASE(stale_now), FYTEST_CASE(next_run),
+            FYTEST_CASE(bad_params))

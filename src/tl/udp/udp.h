@@ -336,6 +336,8 @@ typedef struct fy_udp_conn {
     uint8_t passive_counted;   /* counted in iface->npassive */
     uint8_t released;          /* kept passive at its owner's close (udp_conn.c, Close) */
     uint8_t verifying;         /* adopted, asking the peer whether its end still lives */
+    uint8_t hs_slot;           /* its handshake is one of the iface's hs_active */
+    fy_list_t hs_link;         /* in iface->hs_wait: its handshake waits for a slot */
     uint32_t hb_sent;          /* heartbeats unanswered since hb_first */
     uint64_t hb_first;         /* when the first unanswered heartbeat left (0: none) */
     fy_udp_timer_t live_timer; /* in iface->live_hotel */
@@ -479,6 +481,11 @@ typedef struct fy_udp_iface {
     fy_hotel_t live_hotel; /* keepalive timers, coarse ticks */
     uint64_t cookie_secret[2];
     uint32_t npassive; /* passive connections proto has not adopted */
+    /* Handshakes under way (udp_handshake.c): at most FY_UDP_HS_WINDOW at once; the others
+     * wait their turn, first come first served. */
+    uint32_t hs_active;
+    fy_list_t hs_wait;
+    uint64_t hs_waited; /* handshakes that had to wait for a slot */
     uint64_t cookies_sent, half_open_refused, passive_reclaimed, resets_sent, resets_rx;
     uint64_t hb_sent, hb_acked, peers_dead;
     uint64_t pace_due; /* earliest pace timer checked in (0: none), for event_arm */
@@ -564,6 +571,18 @@ ferry_status_t fy_udp_ep_create(fy_tl_iface_t *tl_iface, const void *dev_addr,
 void fy_udp_conn_rx_ctrl(fy_udp_iface_t *iface, const fy_udp_hdr_t *h, const uint8_t *payload,
                          size_t plen, const struct sockaddr_storage *from, uint8_t chan);
 void fy_udp_conn_timer_expired(fy_udp_iface_t *iface, fy_udp_conn_t *conn);
+/* At most this many handshakes of one iface are under way at once (their datagrams and
+ * retries in flight); the rest wait, their deadline not yet running. */
+#define FY_UDP_HS_WINDOW 128
+/* The connection's handshake is over (connected, failed, released): its timer and its slot
+ * or its place in the queue go.  Safe for a connection that has none. */
+void fy_udp_hs_end(fy_udp_conn_t *conn);
+/* Start waiting handshakes while slots are free (from progress: it sends). */
+void fy_udp_hs_admit(fy_udp_iface_t *iface);
+static inline int fy_udp_hs_admissible(const fy_udp_iface_t *iface)
+{
+    return !fy_list_is_empty(&iface->hs_wait) && iface->hs_active < FY_UDP_HS_WINDOW;
+}
 /* A datagram with a key not ours: a RESET or HB_ACK from a stateless responder of a peer
  * carries the key we sent it (the peer's own), and is taken when the connection it names
  * has that peer key. */

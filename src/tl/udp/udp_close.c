@@ -67,7 +67,7 @@ static void release(fy_udp_conn_t *c)
         c->state = FY_UDP_CONN_CONNECTED;
         c->verifying = 0;
         c->got_conn_ack = 1;
-        fy_hotel_checkout(&iface->hotel, &c->conn_timer.room);
+        fy_udp_hs_end(c);
     }
     while ((e = fy_list_pop_head(&c->sendq)) != NULL) {
         fy_udp_pend_t *p = fy_container_of(e, fy_udp_pend_t, link);

@@ -132,6 +132,7 @@ fy_udp_conn_t *fy_udp_conn_new(fy_udp_iface_t *iface, uint64_t peer_uuid)
     fy_list_init(&c->rma_fifo);
     fy_list_init(&c->ack_link);
     fy_list_init(&c->zombie_link);
+    fy_list_init(&c->hs_link);
     fy_hotel_room_init(&c->conn_timer.room);
     c->conn_timer.kind = FY_UDP_TIMER_CONN;
     fy_hotel_room_init(&c->live_timer.room);
@@ -243,7 +244,7 @@ void fy_udp_conn_fail(fy_udp_conn_t *c, ferry_status_t status, int notify)
     if (iface->dack_conn == c)
         iface->dack_conn = NULL; /* (its window is dropped below) */
     c->state = FY_UDP_CONN_FAILED;
-    fy_hotel_checkout(&iface->hotel, &c->conn_timer.room);
+    fy_udp_hs_end(c);
     fy_hotel_checkout(&iface->hotel, &c->pace_timer.room);
     fy_hotel_checkout(&iface->hotel, &c->rack_timer.room);
     c->pace_wait = 0;

@@ -112,6 +112,53 @@ static void send_handshake(fy_udp_iface_t *iface, fy_udp_conn_t *c)
                      fy_time_ns());
 }
 
+/* Handshakes are paced per iface: at most FY_UDP_HS_WINDOW under way, the rest queued in
+ * order.  A process that opens thousands of connections at once (10,000 endpoints in one
+ * process, tests/udp/test_udp_scale.c) otherwise sends a request and a full-size probe to
+ * every peer together, and every answer comes back together: on a loaded machine the
+ * priority socket overflowed (hundreds of thousands of drops), each lost answer brought its
+ * retry, and the retries starved the receive that would have read the answers - handshakes
+ * and heartbeats (whose answers were dropped too) failed after PEER_TIMEOUT.  A queued
+ * handshake's deadline starts when it does. */
+static void hs_begin(fy_udp_iface_t *iface, fy_udp_conn_t *c)
+{
+    if (!c->hs_slot) {
+        if (iface->hs_active >= FY_UDP_HS_WINDOW || !fy_list_is_empty(&iface->hs_wait)) {
+            if (!fy_list_is_linked(&c->hs_link)) {
+                fy_list_add_tail(&iface->hs_wait, &c->hs_link);
+                iface->hs_waited++;
+            }
+            return;
+        }
+        c->hs_slot = 1;
+        iface->hs_active++;
+    }
+    send_handshake(iface, c);
+}
+
+void fy_udp_hs_end(fy_udp_conn_t *c)
+{
+    fy_hotel_checkout(&c->iface->hotel, &c->conn_timer.room);
+    fy_list_del(&c->hs_link);
+    if (c->hs_slot) {
+        c->hs_slot = 0;
+        c->iface->hs_active--;
+    }
+}
+
+void fy_udp_hs_admit(fy_udp_iface_t *iface)
+{
+    fy_list_t *e;
+    while (iface->hs_active < FY_UDP_HS_WINDOW && (e = fy_list_pop_head(&iface->hs_wait)) != NULL) {
+        fy_udp_conn_t *c = fy_container_of(e, fy_udp_conn_t, hs_link);
+        c->hs_slot = 1;
+        iface->hs_active++;
+        c->conn_start = fy_time_ns(); /* (its wait was no silence of the peer's) */
+        c->conn_tries = 0;
+        send_handshake(iface, c);
+    }
+}
+
 /* An adopted connection whose peer end is not known to live: its sends wait (state
  * CONNECTING) while a CONN_REQ under the connection's own ids asks the peer.  The peer's end
  * answers CONN_ACK (it lives: go on where the stream is); a peer without that end answers
@@ -128,7 +175,7 @@ static void verify_start(fy_udp_iface_t *iface, fy_udp_conn_t *c)
     c->conn_start = fy_time_ns();
     fy_list_del(&c->ready_link);
     new_token(iface, c);
-    send_handshake(iface, c);
+    hs_begin(iface, c);
 }
 
 /* The peer's end of the stream is gone: what was in flight in either direction is void.
@@ -225,7 +272,7 @@ ferry_status_t fy_udp_ep_create(fy_tl_iface_t *tl_iface, const void *dev_addr,
     if (a.seg_size >= 576 && a.seg_size < c->seg_size)
         c->seg_size = a.seg_size;
     c->probe_size = c->probe_max = c->seg_size;
-    send_handshake(iface, c);
+    hs_begin(iface, c);
     *ep_p = &c->super;
     return FERRY_OK;
 }
@@ -234,11 +281,18 @@ static void maybe_connected(fy_udp_iface_t *iface, fy_udp_conn_t *c)
 {
     if (c->state != FY_UDP_CONN_CONNECTING || !c->got_conn_ack || !c->got_probe_ack)
         return;
+    /* No RTT sample yet: the handshake's time (two or three round trips, retries and a
+     * peer's scheduling delay included) bounds the first data's timeout from below, as
+     * TCP's first RTO comes from its SYN.  A peer that took a second to answer on a loaded
+     * machine had each of its first AMs resent ~7 times, at 10, 20, ... 200 ms; each
+     * duplicate asked an ACK of a peer that had no time for it. */
+    if (c->srtt == 0)
+        c->rto = FY_MIN(FY_MAX(c->rto, iface->now - c->conn_start), iface->opts->rto_max);
     c->state = FY_UDP_CONN_CONNECTED;
     c->verifying = 0;
     c->seg_size = c->probe_size;
     c->last_rx_ns = iface->now;
-    fy_hotel_checkout(&iface->hotel, &c->conn_timer.room);
+    fy_udp_hs_end(c);
     fy_udp_live_watch(c);
     fy_udp_ready_add(c);
 }

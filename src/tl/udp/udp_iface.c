@@ -36,6 +36,8 @@
 
 #define HOTEL_TICK_NS (20 * FY_NSEC_PER_USEC)
 #define HOTEL_SLOTS   8192
+/* A worker about to sleep looks this far ahead for the hotel's next room (1,000 slots). */
+#define HOTEL_SCAN_NS (20 * FY_NSEC_PER_MSEC)
 #define RX_MORE       8 /* extra batches a pass drains while they come full */
 
 /* The selected addresses, filtered by FERRY_UDP_AF. */
@@ -260,6 +262,7 @@ ferry_status_t fy_udp_iface_open(fy_tl_md_t *tl_md, const fy_tl_iface_params_t *
     fy_list_init(&iface->acklist);
     fy_list_init(&iface->faillist);
     fy_list_init(&iface->zombies);
+    fy_list_init(&iface->hs_wait);
 
     /* The device's address: the first selected one of that name (IPv4 before IPv6). */
     st = select_addrs(o, &sel, &nsel);
@@ -542,6 +545,8 @@ unsigned fy_udp_iface_progress(fy_tl_iface_t *tl_iface)
     }
     if (!fy_list_is_empty(&iface->faillist)) /* (scheduled by timers, a RESET, ...) */
         fy_udp_conn_run_failures(iface);
+    if (fy_udp_hs_admissible(iface))
+        fy_udp_hs_admit(iface);
     if (!fy_list_is_empty(&iface->resendq) || !fy_list_is_empty(&iface->ready)) {
         fy_udp_ack_settle(iface); /* (sends waiting for the window: it may open) */
         fy_udp_tx_progress(iface);
@@ -570,15 +575,21 @@ ferry_status_t fy_udp_iface_event_arm(fy_tl_iface_t *tl_iface)
     iface->now = now;
     fy_udp_ack_settle(iface);
     if (!fy_list_is_empty(&iface->ready) || !fy_list_is_empty(&iface->resendq) ||
-        !fy_list_is_empty(&iface->faillist))
+        !fy_list_is_empty(&iface->faillist) || fy_udp_hs_admissible(iface))
         return FERRY_ERR_BUSY;
     if (!fy_list_is_empty(&iface->acklist)) {
         deadline = fy_udp_send_acks(iface, 1); /* (mid-message ones wait: ACK_DELAY) */
         fy_udp_tx_flush_all(iface);
     }
-    if (fy_hotel_occupancy(&iface->hotel) != 0)
-        deadline = deadline == 0 ? now + iface->opts->rto_min
-                                 : FY_MIN(deadline, now + iface->opts->rto_min);
+    /* The hotel's first room (a timer, a handshake's retry, a pace or reorder timer), not
+     * every RTO_MIN: a process sleeping on many workers, each with a segment waiting for its
+     * ACK (an RTO of 10 ms before the first RTT sample, 200 ms backed off), woke every 200 us
+     * per worker for nothing - 500 workers of tests/udp/test_udp_scale.c, 2.5 million
+     * wake-ups a second asked of a process that got a tenth of a core. */
+    if (fy_hotel_occupancy(&iface->hotel) != 0) {
+        uint64_t t = fy_hotel_next_run(&iface->hotel, now, HOTEL_SCAN_NS);
+        deadline = deadline == 0 ? t : FY_MIN(deadline, t);
+    }
     if (iface->pace_due != 0) {       /* a paced connection's next send (udp_cc.c) */
         if (iface->pace_due <= now) { /* (once: it may be stale, its timer checked out) */
             iface->pace_due = 0;
@@ -657,23 +668,26 @@ void fy_udp_iface_print(fy_tl_iface_t *tl_iface, FILE *f)
     fprintf(f,
             "udp %s %s ports %u/%u seg %u B window %u: rx %llu tx %llu datagrams, "
             "dropped: bad key %llu, malformed %llu, truncated %llu, bad checksum %llu, "
-            "unknown ep %llu, beyond window %llu, no stash room %llu; tx errors %llu\n",
+            "unknown ep %llu, beyond window %llu, no stash room %llu, socket full %llu; tx "
+            "errors %llu\n",
             iface->super.dev_name, fy_netif_addr_str(&iface->addr, 1, buf, sizeof(buf)),
             iface->ch[0].port, iface->ch[1].port, iface->seg_size, iface->wsize,
             (unsigned long long)iface->rx_dgrams, (unsigned long long)iface->tx_dgrams,
             (unsigned long long)iface->drops_bad_key, (unsigned long long)iface->drops_malformed,
             (unsigned long long)iface->drops_trunc, (unsigned long long)iface->drops_csum,
             (unsigned long long)iface->drops_unknown_ep, (unsigned long long)iface->drops_window,
-            (unsigned long long)iface->drops_stash, (unsigned long long)iface->tx_errors);
+            (unsigned long long)iface->drops_stash, (unsigned long long)iface->drops_sock,
+            (unsigned long long)iface->tx_errors);
     fprintf(f,
             "  liveness port %u: heartbeats sent %llu answered %llu, peers dead %llu; cookies "
             "sent %llu, half-open refused %llu (passive %u), idle reclaimed %llu, resets sent "
-            "%llu received %llu\n",
+            "%llu received %llu; handshakes queued %llu\n",
             iface->live_port, (unsigned long long)iface->hb_sent,
             (unsigned long long)iface->hb_acked, (unsigned long long)iface->peers_dead,
             (unsigned long long)iface->cookies_sent, (unsigned long long)iface->half_open_refused,
             iface->npassive, (unsigned long long)iface->passive_reclaimed,
-            (unsigned long long)iface->resets_sent, (unsigned long long)iface->resets_rx);
+            (unsigned long long)iface->resets_sent, (unsigned long long)iface->resets_rx,
+            (unsigned long long)iface->hs_waited);
     if (ft->enabled)
         fprintf(f,
                 "  fault injector: dropped %llu, duplicated %llu, reordered %llu, delayed "

@@ -327,6 +327,13 @@ typedef struct fy_udp_conn {
     uint64_t rack_due;            /* ... when it is due */
     uint32_t to_kind[4];          /* send: timer resends by kind (FY_UDP_TO_*, FERRY_STATS) */
     uint32_t fast_again;          /* send: RACK resends of a segment resent already */
+    /* Spurious timeouts (udp_retx.c): a timer resend whose original arrived after all. */
+    uint32_t rto_seq;       /* send: the highest seq the timer resent in this episode */
+    uint64_t rto_at;        /* ... the episode's first timer resend (0: none out) */
+    uint64_t rto_orig_ns;   /* ... when the first one's original had left */
+    uint64_t rto_floor;     /* the RTO's floor, raised above RTO_MIN by spurious timeouts */
+    uint64_t rto_floor_ns;  /* ... last raised or halved */
+    uint32_t spurious_rtos; /* timeouts found needless (FERRY_STATS) */
     /* ---- connection management (udp_conn.c, udp_live.c) ---- */
     uint64_t cookie;           /* the responder's cookie, echoed in our CONN_REQ */
     uint64_t conn_last_tx;     /* last handshake send (a gap: we did not progress) */

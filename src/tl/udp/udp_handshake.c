@@ -200,6 +200,7 @@ static void stream_restart(fy_udp_conn_t *c)
     memset(c->rack_ch, 0, sizeof(c->rack_ch));
     c->last_tsecr = 0;
     c->resent_at = 0;
+    c->rto_at = 0;
     fy_udp_cc_init(c);
     fy_udp_rx_unplace(iface, c);
     fy_udp_stash_clear(c);

@@ -640,9 +640,12 @@ void fy_udp_conn_print(const fy_udp_conn_t *c, FILE *f)
             (unsigned long long)c->dsacks, c->cwnd, c->snd_nxt - c->snd_una, c->wnd,
             (unsigned long long)c->inflight, (unsigned long long)c->credit, c->seg_size);
     if (s->timeouts != 0 || s->fast_retransmits != 0)
-        fprintf(f, ", timeouts: %u holes %u resends %u above %u silent; fast: %u again",
+        fprintf(f,
+                ", timeouts: %u holes %u resends %u above %u silent, %u spurious (RTO floor "
+                "%.1f us); fast: %u again",
                 c->to_kind[FY_UDP_TO_HOLE], c->to_kind[FY_UDP_TO_RESENT],
-                c->to_kind[FY_UDP_TO_ABOVE], c->to_kind[FY_UDP_TO_SILENT], c->fast_again);
+                c->to_kind[FY_UDP_TO_ABOVE], c->to_kind[FY_UDP_TO_SILENT], c->spurious_rtos,
+                (double)FY_MAX(c->rto_floor, c->iface->opts->rto_min) / 1e3, c->fast_again);
     if (c->pace_ok)
         fprintf(f,
                 ", model: bw %.1f MB/s%s min rtt %.1f us cwnd %u, pacing %.1f MB/s (%llu waits), "

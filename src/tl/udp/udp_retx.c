@@ -61,6 +61,58 @@ static void plain_cut(fy_udp_conn_t *c)
     c->cwnd_cut_ns = c->iface->now;
 }
 
+/* The RTO's floor: RTO_MIN, or above it after spurious timeouts (see spurious_rto); the
+ * part above RTO_MIN halves every FLOOR_HALF_NS without a new one. */
+#define FLOOR_HALF_NS (1 * FY_NSEC_PER_SEC)
+
+static uint64_t rto_floor(fy_udp_conn_t *c)
+{
+    uint64_t lo = c->iface->opts->rto_min;
+    if (c->rto_floor <= lo)
+        return lo;
+    if (c->iface->now - c->rto_floor_ns >= FLOOR_HALF_NS) {
+        c->rto_floor = lo + (c->rto_floor - lo) / 2;
+        c->rto_floor_ns = c->iface->now;
+        if (c->rto_floor - lo < FY_NSEC_PER_USEC)
+            c->rto_floor = 0;
+    }
+    return FY_MAX(c->rto_floor, lo);
+}
+
+/* A timeout proved needless: the original arrived, the peer only answered late (a peer
+ * descheduled for milliseconds on a loaded machine; the RTT samples between such pauses are
+ * tens of microseconds, so RTTVAR forgets them within a few dozen round trips and the next
+ * pause times out again: 1.5-2% of a loaded ping-pong's messages were resent so).  As TCP's
+ * spurious-RTO detection (Eifel, by the timestamp echo), the delay the timer did not wait for -
+ * from the original's send to the ACK - plus a quarter becomes the RTO's floor for this
+ * connection, halving its excess each second without another: a connection on a loaded
+ * machine waits as long as the scheduler makes it, one on a quiet machine keeps RTO_MIN
+ * (a real loss there is still repaired one RTO after it, and by RACK at once when anything
+ * after it arrives). */
+static void spurious_rto(fy_udp_conn_t *c, uint64_t took)
+{
+    fy_udp_iface_t *iface = c->iface;
+    uint64_t f = FY_MIN(took + took / 4, iface->opts->rto_max);
+    c->spurious_rtos++;
+    if (f > c->rto_floor) {
+        c->rto_floor = f;
+        c->rto_floor_ns = iface->now;
+    }
+    c->rto = FY_MIN(FY_MAX(c->rto, f), iface->opts->rto_max);
+}
+
+/* A timeout that was needed (the original was lost): a floor raised by earlier pauses
+ * made its repair that much later - halve what it adds to RTO_MIN, so a lossy path on a
+ * loaded machine weighs its losses against the peer's pauses. */
+static void needed_rto(fy_udp_conn_t *c)
+{
+    uint64_t lo = c->iface->opts->rto_min;
+    if (c->rto_floor > lo) {
+        c->rto_floor = lo + (c->rto_floor - lo) / 2;
+        c->rto_floor_ns = c->iface->now;
+    }
+}
+
 static void rtt_sample(fy_udp_conn_t *c, int64_t r)
 {
     const fy_udp_opts_t *o = c->iface->opts;
@@ -86,7 +138,7 @@ static void rtt_sample(fy_udp_conn_t *c, int64_t r)
     }
     uint64_t rto = (uint64_t)(c->srtt + FY_MAX(FY_MAX(4 * c->rttvar, c->srtt / 4),
                                                (int64_t)FY_NSEC_PER_USEC * 5));
-    c->rto = FY_MIN(FY_MAX(rto, o->rto_min), o->rto_max);
+    c->rto = FY_MIN(FY_MAX(rto, rto_floor(c)), o->rto_max);
 }
 
 void fy_udp_resend_push(fy_udp_iface_t *iface, fy_udp_seg_t *seg)
@@ -257,10 +309,11 @@ static void process_ack(fy_udp_conn_t *c, const fy_udp_hdr_t *h, int pure,
     } else if (c->peer_rwnd != 0 && (pure || iface->now - c->peer_rwnd_ns > FY_UDP_RWND_LAPSE)) {
         c->peer_rwnd = 0;
     }
+    uint64_t sent = 0;
     if (d >= 0 && h->tsecr != 0 && h->tsecr != c->last_tsecr) {
         /* The echo: the send time of a segment that just arrived - a true round trip
          * (plus the receiver's ACK delay), and the RACK clock. */
-        uint64_t sent = echo_time(iface, h->tsecr);
+        sent = echo_time(iface, h->tsecr);
         c->last_tsecr = h->tsecr;
         if (sent != 0 && iface->now - sent < 60ull * FY_NSEC_PER_SEC) {
             uint8_t ch = (h->flags & FY_UDP_F_ECHO_DATA) ? FY_UDP_CH_DATA : FY_UDP_CH_PRIO;
@@ -270,6 +323,20 @@ static void process_ack(fy_udp_conn_t *c, const fy_udp_hdr_t *h, int pure,
             if (sent > c->rack_ch[ch])
                 c->rack_ch[ch] = sent;
         }
+    }
+    /* A timer episode ends with the ACK that covers what it resent.  Echoing a segment
+     * sent before the first timer resend, that ACK answers an original: the timeout was
+     * spurious (Eifel).  A DSACK alone does not say so: it also answers a resend whose
+     * original arrived but whose ACK was lost - a timeout no longer wait would have spared
+     * (an ACK lost is never echoed again: the ACK the duplicate asks carries no echo).
+     * Taken as spurious, every lost ACK of a ping-pong at 1% loss raised the floor, up to
+     * RTO_MAX. */
+    if (c->rto_at != 0 && d > 0 && fy_udp_seq_diff(ack, c->rto_seq) > 0) {
+        if (sent != 0 && sent < c->rto_at)
+            spurious_rto(c, iface->now - c->rto_orig_ns);
+        else if (sent != 0)
+            needed_rto(c); /* (the echo is the resend's: the original was lost) */
+        c->rto_at = 0;
     }
     if ((h->flags & FY_UDP_F_DSACK) && c->resent_at != 0 &&
         iface->now - c->resent_at < 4 * (uint64_t)FY_MAX(c->srtt, c->min_rtt)) {
@@ -443,6 +510,13 @@ void fy_udp_hotel_expired(fy_hotel_t *hotel, fy_hotel_room_t *room, void *arg)
                : seg->tries > 1                             ? FY_UDP_TO_RESENT
                                                             : FY_UDP_TO_HOLE]++;
     fy_udp_cc_lost(c);
+    if (c->rto_at == 0) {
+        c->rto_at = iface->now;
+        c->rto_orig_ns = seg->tx_ns;
+        c->rto_seq = seg->seq;
+    } else if (fy_udp_seq_diff(seg->seq, c->rto_seq) > 0) {
+        c->rto_seq = seg->seq;
+    }
     /* Like TCP's single resend at a timeout: the others above what the peer holds wait
      * one more RTO (the resend's SACKs will show what is really missing). */
     if (fy_udp_seq_diff(seg->seq, c->snd_high) > 0)

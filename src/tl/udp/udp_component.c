@@ -56,8 +56,10 @@ static const fy_config_field_t udp_fields[] = {
       ack_bytes),
     F("RTO_INIT", "10ms", "Retransmission timeout before the first RTT sample.", FY_CFG_TIME,
       rto_init),
-    F("RTO_MIN", "200us", "Floor of the RTT-adaptive retransmission timeout.", FY_CFG_TIME,
-      rto_min),
+    F("RTO_MIN", "200us",
+      "Floor of the RTT-adaptive retransmission timeout (raised per "
+      "connection by spurious timeouts, decaying).",
+      FY_CFG_TIME, rto_min),
     F("RTO_MAX", "200ms", "Ceiling of the retransmission timeout (after backoff).", FY_CFG_TIME,
       rto_max),
     F("PEER_TIMEOUT", "10s",

@@ -25,7 +25,8 @@
 # Fairness: every program gets the same sizes and iteration counts (ferry_perf's defaults:
 # ~256 MiB per latency run, ~1 GiB per bandwidth run, within bounds), the same window of 64
 # for bandwidth and rate, and the same pinning: one process per core, rank/side i on the i-th
-# cpu of --cpus (ferry_perf -C, mpi_pingpong -C, ucx_perftest -c, taskset for the others).
+# cpu of --cpus (ferry_perf -C, mpi_pingpong -C, ucx_perftest -c, udp_raw -C, taskset for
+# the others).
 #
 # Robustness: a reference that is missing or fails gives "n/a" and a line saying why; the run
 # goes on.  Only a ferry that does not build stops it.  The script owns the part of
@@ -227,7 +228,10 @@ run_mpi() {
 raw_out() { # out-text: "lat gbs" from the programs' lines
     local lat gbs
     lat=$(echo "$1" | sed -n 's/.*: *\([0-9.]*\) us one-way.*/\1/p' | head -1)
-    gbs=$(echo "$1" | sed -n 's/.*: *\([0-9.]*\) GB\/s.*/\1/p' | head -1)
+    # (udp_raw bw: the receiver's "delivered" figure, what a reliable stream compares with;
+    # its "sent" one counts datagrams its receiver's socket dropped)
+    gbs=$(echo "$1" | sed -n 's/.* \([0-9.]*\) GB\/s delivered.*/\1/p' | head -1)
+    [ -n "$gbs" ] || gbs=$(echo "$1" | sed -n 's/.*: *\([0-9.]*\) GB\/s.*/\1/p' | head -1)
     [ -n "$lat" ] && put "$2.lat.$3" "$lat"
     [ -n "$gbs" ] && put "$2.bw.$3" "$(awk -v g="$gbs" 'BEGIN { print g * 1000 }')"
     [ -n "$lat$gbs" ]
@@ -246,13 +250,13 @@ run_raw() { # tcp|udp size
     if [ "$size" -gt 65507 ]; then
         note udp_raw "a UDP datagram carries at most 65507 B: no raw latency above that; the raw stream figure for larger sizes is a stream of messages of that size, each sent from one buffer of that size as 65507 B datagrams and received into one such buffer (as ferry's messages are)"
     else
-        cmdrec udp "taskset -c $CPUS udp_raw lat -s $size -n $n"
-        out=$(timeout 120 taskset -c "$CPUS" "$BIN/udp_raw" lat -s "$size" -n "$n" 2>> "$LOG")
+        cmdrec udp "udp_raw lat -s $size -n $n -C $CPUS"
+        out=$(timeout 120 "$BIN/udp_raw" lat -s "$size" -n "$n" -C "$CPUS" 2>> "$LOG")
         raw_out "$out" udp.raw "$size" || note udp_raw "udp_raw lat printed nothing this script understands (see $LOG)"
     fi
     n=$(iters bw "$size")
-    cmdrec udp "taskset -c $CPUS udp_raw bw -s $size -n $n"
-    out=$(timeout 120 taskset -c "$CPUS" "$BIN/udp_raw" bw -s "$size" -n "$n" 2>> "$LOG")
+    cmdrec udp "udp_raw bw -s $size -n $n -C $CPUS"
+    out=$(timeout 120 "$BIN/udp_raw" bw -s "$size" -n "$n" -C "$CPUS" 2>> "$LOG")
     raw_out "$out" udp.raw "$size" || note udp_raw "udp_raw bw printed nothing this script understands (see $LOG)"
 }
 

@@ -2,12 +2,19 @@
  * udp_raw.c - the floor for the udp transport: raw UDP between two processes on loopback
  * with nonblocking sockets and busy polling, no protocol at all.
  *
- *   udp_raw lat [-s size] [-n iters]    ping-pong, one-way latency: the median round trip / 2
- *                                        (as ferry_perf's figure; the average, which a
- *                                        descheduled moment on a busy machine inflates, and
+ *   udp_raw lat [-s size] [-n iters] [-C a,b]   ping-pong, one-way latency: the median round
+ *                                        trip / 2 (as ferry_perf's figure; the average, which
+ *                                        a descheduled moment on a busy machine inflates, and
  *                                        the minimum follow)
- *   udp_raw bw  [-s size] [-n iters]    one-way stream (no flow control, so the receiver
- *                                        counts what arrived: loss is possible)
+ *   udp_raw bw  [-s size] [-n iters] [-C a,b]   one-way stream (no flow control, so the
+ *                                        receiver counts what arrived: loss is possible)
+ *
+ * -C a,b pins the first process (the sender of bw) to cpu a and the other to cpu b, as
+ * ferry_perf -C pins its two ranks.  Pinning both to a set (taskset -c a,b) is not the same
+ * floor: the scheduler may then run both on one cpu by turns, where the datagram a sender
+ * just wrote is still in the cache its receiver reads it from - on the 2-core development
+ * VM under load the 1 MiB stream's sender copied from user space ~1.4x dearer per byte
+ * pinned apart (perf, 3 interleaved pairs), as ferry's ranks always are.
  *
  * bw with a size up to 65507 bytes (the largest UDP datagram) streams datagrams of that size
  * from one buffer of that size.  A larger size is a stream of messages of that size: each is
@@ -33,7 +40,9 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <getopt.h>
+#include <sched.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -75,14 +84,19 @@ int main(int argc, char **argv)
 {
     size_t size = 8;
     unsigned long iters = 0;
+    int cpu[2] = {-1, -1};
     int opt, lat, p[2], q[2];
     if (argc < 2 || (strcmp(argv[1], "lat") && strcmp(argv[1], "bw"))) {
-        fprintf(stderr, "usage: %s lat|bw [-s size] [-n iters]\n", argv[0]);
+        fprintf(stderr, "usage: %s lat|bw [-s size] [-n iters] [-C cpu_a,cpu_b]\n", argv[0]);
         return 2;
     }
     lat = strcmp(argv[1], "lat") == 0;
     optind = 2;
-    while ((opt = getopt(argc, argv, "s:n:")) != -1) {
+    while ((opt = getopt(argc, argv, "s:n:C:")) != -1) {
+        if (opt == 'C' && sscanf(optarg, "%d,%d", &cpu[0], &cpu[1]) != 2) {
+            fprintf(stderr, "udp_raw: -C takes two cpus, a,b\n");
+            return 2;
+        }
         if (opt == 's')
             size = strtoull(optarg, NULL, 0);
         else if (opt == 'n')
@@ -104,6 +118,13 @@ int main(int argc, char **argv)
         return 1;
     pid_t pid = fork();
     int me = pid == 0;
+    if (cpu[me] >= 0) {
+        cpu_set_t set;
+        CPU_ZERO(&set);
+        CPU_SET(cpu[me], &set);
+        if (sched_setaffinity(0, sizeof(set), &set) != 0)
+            perror("udp_raw: sched_setaffinity");
+    }
     int fd = open_sock(&ports[me]);
     /* exchange ports */
     if (write(me ? q[1] : p[1], &ports[me], 2) != 2 || read(me ? p[0] : q[0], &ports[!me], 2) != 2)
@@ -158,8 +179,11 @@ int main(int argc, char **argv)
         }
         buf[0] = 1; /* the end marker: a 1-byte datagram */
         uint64_t t1 = now_ns();
-        for (int k = 0; k < 100; k++)
+        /* again every millisecond until the receiver answers: a full socket drops it */
+        struct pollfd pf = {.fd = q[0], .events = POLLIN};
+        do
             sendto(fd, buf, 1, 0, (struct sockaddr *)&peer, sizeof(peer));
+        while (poll(&pf, 1, 1) == 0);
         /* datagrams arrived, first and last arrival, bytes arrived, the first one's bytes */
         uint64_t rx[5];
         if (read(q[0], rx, sizeof(rx)) != sizeof(rx))

@@ -350,6 +350,7 @@ typedef struct fy_udp_conn {
     fy_udp_timer_t live_timer; /* in iface->live_hotel */
     /* ---- congestion control and pacing (udp_cc.c) ---- */
     uint8_t pace_ok;        /* the model and pacing apply (not a peer at our own address) */
+    uint8_t local;          /* a peer at our own address: no wire, only its socket between */
     uint8_t pace_wait;      /* waiting for its next send time (pace_timer checked in) */
     uint8_t cc_state;       /* FY_UDP_CC_STARTUP, _DRAIN, _PROBE_BW */
     uint8_t cc_cycle;       /* PROBE_BW gain phase */
@@ -429,6 +430,8 @@ typedef struct fy_udp_chan {
     uint8_t thdr[FY_UDP_BATCH][FY_UDP_HDR_LEN + sizeof(fy_udp_sack_ext_t)];
     unsigned idle;       /* empty polls in a row */
     unsigned last_batch; /* datagrams the last poll found (0, 1, or more) */
+    unsigned rx_vlen;    /* slots a batch receive fills: FY_UDP_BATCH, or the placed ones */
+    uint8_t rx_full;     /* the last poll filled them all: more is waiting */
 } fy_udp_chan_t;
 
 typedef struct fy_udp_iface {
@@ -652,6 +655,8 @@ void fy_udp_tx_flush(fy_udp_iface_t *iface, uint8_t chan);
 void fy_udp_tx_flush_all(fy_udp_iface_t *iface);
 /* udp_ack.c */
 uint64_t fy_udp_send_acks(fy_udp_iface_t *iface, int force);
+/* Only the ACKs that must go at once, and flush them (between two batches of a pass). */
+void fy_udp_send_acks_due(fy_udp_iface_t *iface);
 void fy_udp_ack_schedule(fy_udp_conn_t *conn, int now, size_t bytes);
 /* Schedule the ACK for an out-of-order arrival d segments above rcv_nxt (early: it overtook
  * a queue): at once if it is news for the sender's loss detection. */

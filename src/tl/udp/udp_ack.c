@@ -3,7 +3,8 @@
  * what is done with one that comes (an explicit ACK, or the one an in-order AM carried).
  *
  * Most ACKs ride on data going the other way (piggy-backing, udp_tx.c).  A connection owed
- * one is put on the iface's ACK list; at the end of a progress pass the list is walked and an
+ * one is put on the iface's ACK list; at the end of a progress pass (and between two full
+ * receive batches of one, for the ACKs that must go at once) the list is walked and an
  * explicit ACK (an unsequenced datagram with the SACK bitmap extension when segments wait
  * out of order) leaves for each connection whose ACK is due: at once when something must be
  * reported (a hole, a duplicate, ACK_EVERY segments or ACK_BYTES bytes unacknowledged), else
@@ -50,6 +51,31 @@ static inline int ack_may_wait(const fy_udp_conn_t *c)
     return c->rx_active && c->ack_unsent < FY_UDP_ACK_MID && !c->dsack_pending;
 }
 
+/* The explicit ACK of connection c leaves (into the channel's batch). */
+static void ack_send(fy_udp_iface_t *iface, fy_udp_conn_t *c)
+{
+    fy_list_del(&c->ack_link);
+    c->ack_pending = c->ack_now = 0;
+    c->ack_unsent = 0;
+    c->ack_unsent_bytes = 0;
+    if (c->peer_id == 0)
+        return;
+    /* The bitmap reaches the highest segment held; one too large for the priority channel
+     * goes on the data channel (cut to its size if need be). */
+    fy_udp_sack_ext_t ext;
+    size_t elen = c->nstash ? fy_udp_sack_ext(c, &ext) : 0;
+    uint8_t chan = FY_UDP_CH_PRIO;
+    if (FY_UDP_HDR_LEN + elen > c->prio_mtu) {
+        chan = FY_UDP_CH_DATA;
+        if (FY_UDP_HDR_LEN + elen > c->seg_size) {
+            uint32_t nb = (uint32_t)((c->seg_size - FY_UDP_HDR_LEN - 4) * 8);
+            ext.nbits = FY_MIN(ext.nbits, nb);
+            elen = 4 + ext.nbits / 8;
+        }
+    }
+    fy_udp_tx_ctrl(iface, c, chan, FY_UDP_T_ACK, &ext, elen, 0, &c->addr[chan], c->addrlen);
+}
+
 /* Send the explicit ACKs that are due (with force, all but those mid-message, which wait
  * for ACK_DELAY).  Returns when the first ACK left waiting is due, 0 for none. */
 uint64_t fy_udp_send_acks(fy_udp_iface_t *iface, int force)
@@ -70,28 +96,31 @@ uint64_t fy_udp_send_acks(fy_udp_iface_t *iface, int force)
             if (!force && c->ack_passes <= o->ack_passes)
                 continue;
         }
-        fy_list_del(&c->ack_link);
-        c->ack_pending = c->ack_now = 0;
-        c->ack_unsent = 0;
-        c->ack_unsent_bytes = 0;
-        if (c->peer_id != 0) {
-            /* The bitmap reaches the highest segment held; one too large for the priority
-             * channel goes on the data channel (cut to its size if need be). */
-            fy_udp_sack_ext_t ext;
-            size_t elen = c->nstash ? fy_udp_sack_ext(c, &ext) : 0;
-            uint8_t chan = FY_UDP_CH_PRIO;
-            if (FY_UDP_HDR_LEN + elen > c->prio_mtu) {
-                chan = FY_UDP_CH_DATA;
-                if (FY_UDP_HDR_LEN + elen > c->seg_size) {
-                    uint32_t nb = (uint32_t)((c->seg_size - FY_UDP_HDR_LEN - 4) * 8);
-                    ext.nbits = FY_MIN(ext.nbits, nb);
-                    elen = 4 + ext.nbits / 8;
-                }
-            }
-            fy_udp_tx_ctrl(iface, c, chan, FY_UDP_T_ACK, &ext, elen, 0, &c->addr[chan], c->addrlen);
-        }
+        ack_send(iface, c);
     }
     return due;
+}
+
+/* Between two full batches of a pass: a receiver with a backlog (it was descheduled, or is
+ * slower than its sender) drains up to RX_MORE + 1 batches - megabytes on the loopback,
+ * more than the sender's credits - before the pass ends and sends its ACKs; until then the
+ * sender, out of credits, waits, and the two take turns instead of working at once.  The
+ * ACKs that must go at once (ACK_EVERY segments or ACK_BYTES bytes unacknowledged, a hole)
+ * leave here, between the batches; the others keep their delay. */
+void fy_udp_send_acks_due(fy_udp_iface_t *iface)
+{
+    fy_list_t *e, *tmp;
+    int any = 0;
+    fy_list_for_each_safe(e, tmp, &iface->acklist)
+    {
+        fy_udp_conn_t *c = fy_container_of(e, fy_udp_conn_t, ack_link);
+        if (c->ack_now) {
+            ack_send(iface, c);
+            any = 1;
+        }
+    }
+    if (any)
+        fy_udp_tx_flush_all(iface);
 }
 
 /* An out-of-order arrival d segments above rcv_nxt (early: it overtook a queue, udp_sack.c).

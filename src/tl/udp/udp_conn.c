@@ -100,9 +100,10 @@ void fy_udp_conn_set_addrs(fy_udp_conn_t *c, const fy_netif_addr_t *ip, uint16_t
     c->peer_addr.port_be = htons(prio_port);
     /* The model and pacing (udp_cc.c) are for a path with a wire: not for a peer at our
      * own address (loopback, another process on this interface). */
-    c->pace_ok = c->iface->opts->pacing && !c->iface->is_loopback &&
-                 !(ip->family == c->iface->addr.family &&
-                   memcmp(ip->addr, c->iface->addr.addr, sizeof(ip->addr)) == 0);
+    c->local =
+        c->iface->is_loopback || (ip->family == c->iface->addr.family &&
+                                  memcmp(ip->addr, c->iface->addr.addr, sizeof(ip->addr)) == 0);
+    c->pace_ok = c->iface->opts->pacing && !c->local;
 }
 
 fy_udp_conn_t *fy_udp_conn_new(fy_udp_iface_t *iface, uint64_t peer_uuid)

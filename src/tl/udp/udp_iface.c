@@ -515,10 +515,13 @@ unsigned fy_udp_iface_progress(fy_tl_iface_t *tl_iface)
     /* A full batch means more is waiting: with thousands of peers (handshakes, probes,
      * heartbeats at once) one batch per pass lets the socket overflow, the drops bring
      * resends, and the resends more drops.  Drain a few batches more. */
-    for (int i = 0; i < RX_MORE && iface->ch[FY_UDP_CH_PRIO].last_batch >= FY_UDP_BATCH; i++)
+    for (int i = 0; i < RX_MORE && iface->ch[FY_UDP_CH_PRIO].rx_full; i++)
         fy_udp_rx_progress(iface, FY_UDP_CH_PRIO);
-    for (int i = 0; i < RX_MORE && data->last_batch >= FY_UDP_BATCH; i++)
+    for (int i = 0; i < RX_MORE && data->rx_full; i++) {
+        if (!fy_list_is_empty(&iface->acklist)) /* (the sender waits for them: udp_ack.c) */
+            fy_udp_send_acks_due(iface);
         fy_udp_rx_progress(iface, FY_UDP_CH_DATA);
+    }
     /* (a receive that found something took a fresh time already) */
     if (iface->fault.enabled)
         fy_udp_fault_poll(iface, iface->now);

@@ -36,8 +36,11 @@ static const fy_tl_ops_t *ops;
 static ut_side_t sa, sb;
 
 /* Open side s (its own md, so each side reads the environment as it is now). */
+/* A udp interface on the loopback, IPv4 (every case here runs there). */
 static void side_open(ut_side_t *s, uint64_t uuid)
 {
+    setenv("FERRY_UDP_IF_INCLUDE", "lo", 1);
+    setenv("FERRY_UDP_AF", "inet", 1);
     const fy_tl_component_t *tl = fy_tl_find("udp");
     FY_ASSERT(tl != NULL);
     ops = tl->ops;
@@ -115,8 +118,6 @@ static void pair_connect(uint64_t uuid_a, uint64_t uuid_b)
 
 static void rack_burst(void)
 {
-    setenv("FERRY_UDP_IF_INCLUDE", "lo", 1);
-    setenv("FERRY_UDP_AF", "inet", 1);
     /* b: every datagram it sends (its ACKs) held 10 ms - a round trip far longer than the
      * time the burst takes to leave, so a reorder window (a quarter of the min RTT) covers
      * the whole burst and only the time rule can call the hole lost */
@@ -191,8 +192,6 @@ static void rack_burst(void)
 
 static void dack_rtt(void)
 {
-    setenv("FERRY_UDP_IF_INCLUDE", "lo", 1);
-    setenv("FERRY_UDP_AF", "inet", 1);
     pair_connect(31, 32);
     fy_udp_conn_t *cb = fy_udp_conn(sb.ep);
 
@@ -265,8 +264,6 @@ static void pair_open(void)
  * once and is no DSACK: with 5% duplicates those ACKs were a sixth of all ACKs. */
 static void dup_first_send(void)
 {
-    setenv("FERRY_UDP_IF_INCLUDE", "lo", 1);
-    setenv("FERRY_UDP_AF", "inet", 1);
     /* (an ACK with nothing to report waits far longer than this case) */
     setenv("FERRY_UDP_ACK_DELAY", "5s", 1);
     setenv("FERRY_UDP_ACK_PASSES", "1000000", 1);
@@ -324,8 +321,6 @@ static void give_ack(fy_udp_conn_t *c, uint32_t ack, uint32_t sack, uint32_t tse
  * The older ACK must not call s2..s8 lost: the scoreboard knows them held. */
 static void sack_scoreboard(void)
 {
-    setenv("FERRY_UDP_IF_INCLUDE", "lo", 1);
-    setenv("FERRY_UDP_AF", "inet", 1);
     pair_open();
     fy_udp_iface_t *ia = fy_udp_iface(sa.iface);
     fy_udp_conn_t *c = fy_udp_conn(sa.ep);

@@ -25,6 +25,9 @@
  *                    for no ACK at once and is no DSACK
  *   sack_scoreboard  after an ACK that SACKs s2..s9 (s1 lost, resent), an older ACK that
  *                    knew only of s9 must not call s2..s8 lost: the scoreboard holds them
+ *   spurious_rto     the peer's answers held 50 ms: the timer resends once; the ACK of the
+ *                    original shows it needless (udp_retx.c), the RTO floor rises above the
+ *                    delay, and the next answer as late brings no timeout
  */
 #include <time.h>
 
@@ -359,5 +362,50 @@ static void sack_scoreboard(void)
     side_close(&sb);
 }
 
+/* ---- spurious timeouts (udp_retx.c): a peer that answers late is not resent to again ---- */
+
+#define LATE_MS 50
+
+/* b's answers held LATE_MS (a peer descheduled that long): a's timer, at RTO_MIN after a
+ * quick round trip, resends; the ACK of the original then shows the resend was needless,
+ * and the connection's RTO floor rises above the delay - the next late answer is waited for. */
+static void spurious_rto(void)
+{
+    pair_connect(51, 52);
+    fy_udp_iface_t *ib = fy_udp_iface(sb.iface);
+    fy_udp_conn_t *c = fy_udp_conn(sa.ep);
+    int want = sb.ams;
+    for (int i = 0; i < 8; i++) { /* a quick round trip learned */
+        send_bcopy(&sa, BURST_SZ);
+        both_until(&sb.ams, ++want);
+        both_until_acked();
+    }
+    FY_ASSERT_LT(c->rto, LATE_MS * FY_NSEC_PER_MSEC / 2);
+    FY_ASSERT_EQ(c->spurious_rtos, 0);
+    ib->fault.chan_mask = (1u << FY_UDP_CH_PRIO) | (1u << FY_UDP_CH_DATA);
+    ib->fault.delay = 100;
+    ib->fault.delay_ns = LATE_MS * FY_NSEC_PER_MSEC;
+    ib->fault.enabled = 1;
+    ferry_ep_stats_t s0, s1, s2;
+    FY_ASSERT_OK(ops->ep_get_stats(sa.ep, &s0));
+    send_bcopy(&sa, BURST_SZ);
+    both_until(&sb.ams, ++want);
+    both_until_acked();
+    FY_ASSERT_OK(ops->ep_get_stats(sa.ep, &s1));
+    FY_ASSERT_GE(s1.timeouts - s0.timeouts, 1); /* the timer did not wait */
+    FY_ASSERT_EQ(c->spurious_rtos, 1);
+    FY_ASSERT_GT(c->rto_floor, LATE_MS * FY_NSEC_PER_MSEC);
+    /* the next answer as late: no timeout now */
+    send_bcopy(&sa, BURST_SZ);
+    both_until(&sb.ams, ++want);
+    both_until_acked();
+    FY_ASSERT_OK(ops->ep_get_stats(sa.ep, &s2));
+    FY_ASSERT_EQ(s2.timeouts - s1.timeouts, 0);
+    ib->fault.enabled = 0;
+    FY_ASSERT_EQ(sa.errs + sb.errs, 0);
+    side_close(&sa);
+    side_close(&sb);
+}
+
 FYTEST_MAIN(FYTEST_CASE(rack_burst), FYTEST_CASE(dack_rtt), FYTEST_CASE(early_flow),
-            FYTEST_CASE(dup_first_send), FYTEST_CASE(sack_scoreboard), )
+            FYTEST_CASE(dup_first_send), FYTEST_CASE(sack_scoreboard), FYTEST_CASE(spurious_rto), )

@@ -223,6 +223,26 @@ void fyproc_kill(fyproc_t *p, int sig)
     }
 }
 
+int fyproc_stop(fyproc_t *p)
+{
+    if (p->pid <= 0 || p->reaped)
+        return -1;
+    kill(p->pid, SIGSTOP);
+    for (;;) {
+        int st;
+        pid_t r = waitpid(p->pid, &st, WUNTRACED);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r != p->pid)
+            return -1;
+        if (WIFSTOPPED(st))
+            return 0;
+        p->status = st; /* it exited before the stop reached it */
+        p->reaped = 1;
+        return -1;
+    }
+}
+
 void fyproc_release(fyproc_t *p)
 {
     if (!fyproc_exited(p))

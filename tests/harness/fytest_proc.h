@@ -56,6 +56,9 @@ int fyproc_fork(fyproc_t *p, fyproc_body_t fn, void *arg, unsigned timeout_s);
 int fyproc_wait(fyproc_t *p, int timeout_ms);
 /* Kill the child's process group with sig (SIGKILL: also reaps it). */
 void fyproc_kill(fyproc_t *p, int sig);
+/* Stop the child (SIGSTOP: every thread, a provider's own progress thread included) and wait
+ * until it is stopped.  0, or -1 when it had exited. */
+int fyproc_stop(fyproc_t *p);
 /* Has the child exited?  (Non-blocking; collects the status.) */
 int fyproc_exited(fyproc_t *p);
 /* Close the pipes; kill and reap the child if it still runs. */

@@ -178,6 +178,21 @@ ferry_status_t fy_shmem_reserve(void *addr, size_t off, size_t len)
                                                           : fy_status_from_errno(err);
 }
 
+ferry_status_t fy_shmem_release(void *addr, size_t off, size_t len)
+{
+    size_t i;
+    pthread_mutex_lock(&shmem_lock);
+    shmem_entry_t *e = table_by_addr(addr, &i);
+    int fd = e != NULL && e->owned ? e->ref.fd : -1;
+    size_t size = e != NULL ? e->size : 0;
+    pthread_mutex_unlock(&shmem_lock);
+    if (fd < 0 || off > size || len > size - off)
+        return FERRY_ERR_INVALID_PARAM;
+    if (fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)off, (off_t)len) != 0)
+        return fy_status_from_errno(errno);
+    return FERRY_OK;
+}
+
 void fy_shmem_free(void *addr)
 {
     if (addr == NULL)

@@ -40,6 +40,10 @@ ferry_status_t fy_shmem_alloc_part(size_t len, size_t reserve, const char *name,
 /* Reserve [off, off + len) of a segment allocated here (posix_fallocate on its memfd).  OK,
  * or FERRY_ERR_NO_MEMORY where the memory is not there (nothing is logged). */
 ferry_status_t fy_shmem_reserve(void *addr, size_t off, size_t len);
+/* Give the memory of [off, off + len) of a segment allocated here back to the system (a hole
+ * punched in its memfd: every mapping of it, here and in peers, reads zeros there until it is
+ * written or reserved again; the size stays).  OK, or the error (the memory is then kept). */
+ferry_status_t fy_shmem_release(void *addr, size_t off, size_t len);
 /* Free a segment from fy_shmem_alloc (addr is its start).  NULL is accepted.  Mappings that
  * peers hold stay valid until they detach. */
 void fy_shmem_free(void *addr);

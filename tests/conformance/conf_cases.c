@@ -1260,8 +1260,8 @@ static void peer_death(int stage)
     }
     n.user = ep;
     n.on_err = destroy_in_err; /* the contract allows ep_destroy inside err_cb */
-    /* large enough to need the peer (shm copies up to 16 MiB into its outbox at once) */
-    size_t zlen = 17u << 20;
+    /* large enough to need the peer (shm copies up to 64 MiB into its outbox at once) */
+    size_t zlen = 65u << 20;
     if (zlen > n.attr.max_zcopy)
         zlen = n.attr.max_zcopy;
     char *big = calloc(1, zlen);

@@ -10,9 +10,11 @@
 #ifndef SHM_TEST_H
 #define SHM_TEST_H
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <stdint.h>
+#include <sys/stat.h>
 #include <sys/uio.h>
 
 #include "fytest.h"
@@ -263,6 +265,51 @@ static inline long pat_check(const void *buf, size_t len, uint64_t seed)
 static inline shm_iface_t *tp_shm(tproc_t *p)
 {
     return (shm_iface_t *)p->iface;
+}
+
+/* ---- what holds a segment ---- */
+
+/* How many fds and mappings of any process on the host still hold the memfd segment with
+ * this inode (0: the kernel has freed it). */
+static inline unsigned segment_holders(uint64_t ino)
+{
+    unsigned n = 0;
+    DIR *proc = opendir("/proc");
+    FY_ASSERT(proc != NULL);
+    struct dirent *p;
+    while ((p = readdir(proc)) != NULL) {
+        if (p->d_name[0] < '0' || p->d_name[0] > '9')
+            continue;
+        static const char *const kinds[] = {"fd", "map_files"};
+        for (int k = 0; k < 2; k++) {
+            char dir[300];
+            snprintf(dir, sizeof(dir), "/proc/%s/%s", p->d_name, kinds[k]);
+            DIR *d = opendir(dir);
+            if (d == NULL)
+                continue;
+            struct dirent *e;
+            while ((e = readdir(d)) != NULL) {
+                char path[600], link[256];
+                snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
+                ssize_t len = readlink(path, link, sizeof(link) - 1);
+                if (len <= 0)
+                    continue;
+                link[len] = '\0';
+                struct stat sb;
+                if (strstr(link, "memfd:ferry") != NULL && stat(path, &sb) == 0 &&
+                    (uint64_t)sb.st_ino == ino)
+                    n++;
+            }
+            closedir(d);
+        }
+    }
+    closedir(proc);
+    return n;
+}
+
+static inline uint64_t addr_ino(const taddr_t *a)
+{
+    return ((const shm_iface_addr_t *)a->iface)->ino;
 }
 
 #endif

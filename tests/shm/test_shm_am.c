@@ -1,6 +1,6 @@
 /*
  * test_shm_am.c - active messages over the shm transport, driven through the tl ops table
- * between forked processes: every size from 0 B to 64 MiB delivered once, intact and in
+ * between forked processes: every size from 0 B to 64 MiB + 4 KiB delivered once, intact and in
  * order (with cross-memory attach, with FERRY_SHM_CMA=n, and with CMA refused at run time by
  * a seccomp filter), the outbox growing for large messages, pipelined zero-copy mixed with small
  * messages, many senders under pressure, a slow receiver (back-pressure, nothing lost), and
@@ -121,9 +121,11 @@ static const size_t sweep[] = {0,
                                (2 << 20) + 1,
                                4 << 20,
                                12345679, /* outbox, streamed stores, pieces off line bounds */
-                               16 << 20, /* the largest through the outbox */
+                               16 << 20, /* the largest in the outbox's first 40 MiB */
                                (16 << 20) + 1,
-                               64 << 20};
+                               (17 << 20) + 13,    /* the outbox beyond its first 40 MiB */
+                               64 << 20,           /* the largest through the outbox */
+                               (64 << 20) + 4097}; /* past it: pulled (or pushed) */
 
 static uint64_t last_split; /* messages the last sweep or mixed run sent split */
 
@@ -141,7 +143,7 @@ static uint64_t run_sweep(int deny)
     taddr_t addr;
     tc_read(c.rfd, &addr, sizeof(addr));
     fy_tl_ep_t *ep = tp_ep(&p, &addr);
-    char *buf = malloc(64 << 20);
+    char *buf = malloc((64 << 20) + 4097);
     FY_ASSERT(buf != NULL);
     for (unsigned long k = 0; k < 2 * n; k++) {
         size_t len = sweep[k % n];
@@ -180,7 +182,7 @@ static uint64_t run_sweep(int deny)
     return chunks;
 }
 
-/* 0 B .. 64 MiB with cross-memory attach: zero-copy messages are pulled (no chunks). */
+/* 0 B .. 64 MiB + 4097 B with cross-memory attach: zero-copy messages are pulled (no chunks). */
 static void sweep_cma(void)
 {
     FY_ASSERT_EQ(run_sweep(0), 0);
@@ -190,7 +192,7 @@ static void sweep_cma(void)
 static void sweep_no_cma(void)
 {
     setenv("FERRY_SHM_CMA", "n", 1);
-    FY_ASSERT_GT(run_sweep(0), 8192); /* 64 MiB alone is 8192 chunks of 8 KiB */
+    FY_ASSERT_GT(run_sweep(0), 8192); /* 64 MiB + 4097 B alone is 8193 chunks of 8 KiB */
 }
 
 /* CMA refused at run time (seccomp in the receiver): the first pull is refused, the sender
@@ -232,7 +234,7 @@ static void outbox_grows(void)
     tproc_t p;
     tp_open(&p, ev_cb, NULL);
     shm_iface_t *si = tp_shm(&p);
-    FY_ASSERT_EQ(si->obox_size, 40u << 20);
+    FY_ASSERT_EQ(si->obox_size, 160u << 20);
     FY_ASSERT_EQ(si->obox_reserved, SHM_OBOX_BASE);
     taddr_t addr;
     tc_read(c.rfd, &addr, sizeof(addr));

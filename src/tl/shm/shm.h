@@ -309,6 +309,7 @@ typedef struct shm_opts {
     size_t obox_size;
     size_t obox_max;
     size_t obox_split;
+    uint64_t obox_idle_ns;
 } shm_opts_t;
 
 typedef struct shm_md {
@@ -426,6 +427,11 @@ struct shm_ep {
 #define SHM_OBOX_BASE    (8u << 20)
 #define SHM_OBOX_SMALL   ((2u << 20) + 4096u)
 #define SHM_OBOX_RESERVE (2u << 20) /* reserved at a time beyond the base */
+/* Slots of messages up to 16 MiB stay in the outbox's first SHM_OBOX_MID_END bytes (what the
+ * whole outbox was before it grew for larger messages), so that a stream of them keeps
+ * rewriting the same memory; only larger ones spread over the rest (shm_obox.c). */
+#define SHM_OBOX_MID     ((16u << 20) + 8192u)
+#define SHM_OBOX_MID_END (40u << 20)
 /* Slots of up to this size (the eager sizes of tagged messages) for a message the receiver
  * copies out (FY_TL_COMP_F_RX_COPIES), taken when nothing is out, move on through the outbox's
  * first SHM_OBOX_ROTATE bytes instead of starting over at 0 (shm_obox.c). */
@@ -485,6 +491,7 @@ struct shm_iface {
     uint64_t obox_base;     /* min(obox_size, SHM_OBOX_BASE): where small slots stay */
     uint64_t obox_reserved; /* bytes of the outbox reserved so far (posix_fallocate) */
     uint64_t obox_next;     /* where the last slot taken ends (shm_obox.c: rotation) */
+    uint64_t obox_big_ns;   /* when a slot last reached beyond the base (giving memory back) */
     unsigned obox_first, obox_count, obox_nowait;
     shm_obox_entry_t obox_q[SHM_OBOX_QMAX];
     /* pull slots (sender side): the table in our segment, the free ones */
@@ -505,7 +512,7 @@ struct shm_iface {
     struct {
         uint64_t rx_msgs, rx_bytes, rx_pull, rx_frag, rx_amo, rx_obox, drops_malformed, drops_dead;
         uint64_t drops_revoked, revoke_waits;
-        uint64_t tx_obox, obox_full, tx_split, rx_split;
+        uint64_t tx_obox, obox_full, tx_split, rx_split, obox_shrunk;
         uint64_t wakeups_sent, full, skipped_dead;
     } stats;
 };
@@ -669,6 +676,9 @@ void fy_shm_peers_reap(shm_iface_t *iface);
 int fy_shm_peer_check(shm_iface_t *iface, shm_peer_t *peer);
 /* Give back outbox slots their receivers are done with (shm_obox.c). */
 void fy_shm_obox_reclaim(shm_iface_t *iface);
+/* Give the memory of the outbox beyond its base back to the system once nothing has used it
+ * for FERRY_SHM_OUTBOX_IDLE (from the liveness check). */
+void fy_shm_obox_idle(shm_iface_t *iface, uint64_t now);
 /* shm_obox.c: a slot of `need` bytes (header included, a multiple of 64) for a message to
  * peer, NULL when the outbox is full; the message's pieces gathered into it */
 shm_obox_entry_t *fy_shm_obox_alloc(shm_iface_t *iface, uint64_t need, shm_peer_t *peer,

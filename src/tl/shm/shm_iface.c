@@ -576,9 +576,10 @@ void fy_shm_iface_print(fy_tl_iface_t *tl_iface, FILE *f)
     const shm_opts_t *o = &iface->md->opts;
     fprintf(f,
             "shm/%s id %016llx pid %d: ring %lu x %zu B cells + %zu B buffers, outbox %zu B "
-            "(messages up to %zu B), cma %s\n",
+            "(messages up to %zu B; %llu B reserved now, given back %llu times), cma %s\n",
             iface->super.dev_name, (unsigned long long)iface->id, (int)getpid(), o->ring_size,
             o->cell_size, o->bcopy_size, o->obox_size, (size_t)iface->obox_max,
+            (unsigned long long)iface->obox_reserved, (unsigned long long)iface->stats.obox_shrunk,
             iface->cma_ok ? "on" : "off");
     fprintf(
         f,

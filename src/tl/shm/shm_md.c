@@ -58,25 +58,30 @@ const fy_config_table_t fy_shm_config_table = {
                         "A receive buffer for pulled zero-copy messages up to this size is "
                         "kept for reuse (larger ones are freed after delivery).",
                         FY_CFG_SIZE, shm_opts_t, rx_keep),
-        FY_CONFIG_FIELD("OUTBOX_SIZE", "40m",
+        FY_CONFIG_FIELD("OUTBOX_SIZE", "160m",
                         "Bytes of each interface's outbox (0: none): zero-copy messages above "
                         "BCOPY_SIZE and up to OUTBOX_MAX are copied once by the sender into it "
                         "and read in place by the receiver, with no round trip.  The first 8 MiB "
                         "are reserved when the interface opens (messages up to 2 MiB stay in "
-                        "them); the rest only when a larger message first needs it.",
+                        "them, up to 16 MiB in the first 40 MiB); the rest only when a larger "
+                        "message needs it, and given back after OUTBOX_IDLE without use.",
                         FY_CFG_SIZE, shm_opts_t, obox_size),
-        FY_CONFIG_FIELD("OUTBOX_MAX", "16m",
+        FY_CONFIG_FIELD("OUTBOX_MAX", "64m",
                         "The largest zero-copy message (its data, headers aside) sent through "
                         "the outbox; larger ones, and any that find the outbox full, are "
                         "pulled by the receiver with cross-memory attach.",
                         FY_CFG_SIZE, shm_opts_t, obox_max),
+        FY_CONFIG_FIELD("OUTBOX_IDLE", "1s",
+                        "The outbox beyond its 8 MiB base (reserved for messages above 2 MiB) "
+                        "is given back to the system once no message has used it this long.",
+                        FY_CFG_TIME, shm_opts_t, obox_idle_ns),
         FY_CONFIG_FIELD("OUTBOX_SPLIT", "inf",
                         "An outbox message with this much data or more is copied by both "
                         "processes at once: the sender copies its first part while the "
                         "receiver pulls the rest with cross-memory attach (inf: never).",
                         FY_CFG_SIZE, shm_opts_t, obox_split),
     },
-    10,
+    11,
 };
 
 /* One region table for every shm md of the process (atomic requests name a region). */

@@ -7,7 +7,8 @@
  * cache-warm bytes, and given back in order when each receiver marks its slot done (or
  * died).  Only the outbox's base is reserved at open; room for the largest messages is
  * reserved when one first needs it, and a message that finds no memory there is pulled
- * instead.  The copies of the largest messages use streamed stores (copy_nt below).
+ * instead; that room is given back after OUTBOX_IDLE without use (fy_shm_obox_idle).  The
+ * copies of the largest messages use streamed stores (copy_nt below).
  */
 #include <string.h>
 #if defined(__SSE2__)
@@ -117,7 +118,9 @@ shm_obox_entry_t *fy_shm_obox_alloc(shm_iface_t *iface, uint64_t need, shm_peer_
     /* Nothing outstanding: start over at the beginning, where the bytes are still in our
      * cache; except a small slot, which moves on (below). */
     uint64_t start = 0;
-    uint64_t limit = need <= SHM_OBOX_SMALL ? iface->obox_base : iface->obox_size;
+    uint64_t limit = need <= SHM_OBOX_SMALL ? iface->obox_base
+                     : need <= SHM_OBOX_MID ? FY_MIN(iface->obox_size, (uint64_t)SHM_OBOX_MID_END)
+                                            : iface->obox_size;
     if (rotate && iface->obox_count == 0 && need <= SHM_OBOX_ROTATE_MAX &&
         iface->obox_next + need <= FY_MIN((uint64_t)SHM_OBOX_ROTATE, limit))
         start = iface->obox_next;
@@ -150,6 +153,8 @@ shm_obox_entry_t *fy_shm_obox_alloc(shm_iface_t *iface, uint64_t need, shm_peer_
     }
     if (start + need > limit || !obox_reserve(iface, start + need))
         return NULL;
+    if (start + need > iface->obox_base)
+        iface->obox_big_ns = fy_time_ns(); /* (a message above 2 MiB: the call costs nothing) */
     shm_obox_entry_t *e = &iface->obox_q[(iface->obox_first + iface->obox_count) % SHM_OBOX_QMAX];
     e->off = start;
     iface->obox_next = start + need;
@@ -161,6 +166,40 @@ shm_obox_entry_t *fy_shm_obox_alloc(shm_iface_t *iface, uint64_t need, shm_peer_
     /* Stale bytes must never read as this generation's `done`. */
     __atomic_store_n(&obox_slot(iface, start)->done, 0, __ATOMIC_RELAXED);
     return e;
+}
+
+/*
+ * Give the outbox beyond its base back once no slot has reached there for OUTBOX_IDLE: the
+ * largest messages may have grown the reserved outbox to OUTBOX_SIZE (160 MiB by default), and
+ * a process that sent a few of them once should not hold that for the rest of its life.  The
+ * memory is released only while every slot still out lies in the base, so no receiver reads
+ * a released page; the next large message reserves it again (posix_fallocate, then its first
+ * touches fault the pages in: a few ms for 64 MiB, against a copy of 5 or more).
+ */
+void fy_shm_obox_idle(shm_iface_t *iface, uint64_t now)
+{
+    if (FY_LIKELY(iface->obox_reserved <= iface->obox_base) ||
+        now - iface->obox_big_ns < iface->md->opts.obox_idle_ns)
+        return;
+    fy_shm_obox_reclaim(iface);
+    for (unsigned i = 0; i < iface->obox_count; i++) {
+        const shm_obox_entry_t *e = &iface->obox_q[(iface->obox_first + i) % SHM_OBOX_QMAX];
+        if (e->off + e->size > iface->obox_base)
+            return; /* a receiver still reads there */
+    }
+    ferry_status_t st = fy_shmem_release(iface->seg, iface->obox_off + iface->obox_base,
+                                         iface->obox_reserved - iface->obox_base);
+    if (st != FERRY_OK) {
+        fy_info("shm: cannot give back %llu bytes of outbox (%s): kept",
+                (unsigned long long)(iface->obox_reserved - iface->obox_base),
+                ferry_status_string(st));
+        iface->obox_big_ns = now; /* try again after another idle time */
+        return;
+    }
+    iface->obox_reserved = iface->obox_base;
+    if (iface->obox_next > iface->obox_base)
+        iface->obox_next = 0;
+    iface->stats.obox_shrunk++;
 }
 
 /*

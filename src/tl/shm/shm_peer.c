@@ -30,6 +30,7 @@
 #include <unistd.h>
 
 #include "tl/shm/shm.h"
+#include "util/clock.h"
 #include "util/log.h"
 
 void fy_shm_sock_name(uint64_t id, int path, struct sockaddr_un *sun, socklen_t *len)
@@ -411,6 +412,8 @@ void fy_shm_check_liveness(shm_iface_t *iface)
     fy_shm_check_stuck(iface);
     if (FY_UNLIKELY(fy_hash_count(&iface->frags) != 0))
         drop_dead_frags(iface);
+    if (FY_UNLIKELY(iface->obox_reserved > iface->obox_base))
+        fy_shm_obox_idle(iface, fy_time_ns());
 }
 
 /* Fail the eps of failed peers: err_cb, then their operations. */

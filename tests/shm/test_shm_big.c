@@ -3,11 +3,11 @@
  * (grown on demand up to FERRY_SHM_OUTBOX_SIZE, given back after FERRY_SHM_OUTBOX_IDLE): 17 to
  * 64 MiB and odd sizes, every byte checked, in order with small messages between, one at a
  * time (each through the outbox, complete on return) and in a burst (the outbox fills, some
- * are pulled, the order holds); the outbox's memory given back when idle and reserved again
- * for the next large message; a receiver killed while it holds a 64 MiB slot (the sender
- * fails the ep, gets the slot and then the memory back, and the next receiver is served
- * through the outbox); a sender killed while the receiver reads its slot (the message is
- * read whole, the ring keeps moving, the dead sender's segment is freed).
+ * are pulled, the order holds); the outbox's memory given back when idle (also by a sender
+ * asleep on its event fd) and reserved again for the next large message; a receiver killed while it
+ * holds a 64 MiB slot (the sender fails the ep, gets the slot and then the memory back, and the
+ * next receiver is served through the outbox); a sender killed while the receiver reads its slot
+ * (the message is read whole, the ring keeps moving, the dead sender's segment is freed).
  */
 #include <signal.h>
 #include <sys/wait.h>
@@ -230,6 +230,56 @@ static void outbox_gives_back(void)
     free(buf);
 }
 
+/* A sender that sleeps on its event fd after a large message: the event fd wakes it when the
+ * grown outbox falls due, and it gives the memory back (without the wake-up it would hold it
+ * for as long as it sleeps: the poll below would time out). */
+static void sleeper_gives_back(void)
+{
+    setenv("FERRY_SHM_OUTBOX_IDLE", "500ms", 1);
+    static const size_t one[] = {32 * MiB};
+    static rx_args_t a;
+    a = (rx_args_t){.check = {.sizes = one, .n = 1, .expected = 1}};
+    tchild_t c = tc_spawn(rx_main, &a);
+    tproc_t p;
+    tp_open(&p, ev_cb, NULL);
+    shm_iface_t *si = tp_shm(&p);
+    taddr_t addr;
+    tc_read(c.rfd, &addr, sizeof(addr));
+    fy_tl_ep_t *ep = tp_ep(&p, &addr);
+    char *buf = malloc(32 * MiB);
+    FY_ASSERT(buf != NULL);
+    tcomp_t comp;
+    FY_ASSERT_STATUS(send_k(&p, ep, buf, 32 * MiB, 0, &comp), FERRY_OK);
+    wait_slots(&p);
+    FY_ASSERT(si->obox_reserved > SHM_OBOX_BASE);
+    unsigned sleeps = 0;
+    uint64_t t0 = fy_time_ns(); /* (under load it may be due already: then no sleep needed) */
+    int due_at_first_arm = t0 >= si->obox_big_ns + si->md->opts.obox_idle_ns;
+    for (;;) {
+        ferry_status_t st = p.ops->iface_event_arm(p.iface);
+        if (si->obox_reserved == SHM_OBOX_BASE)
+            break; /* (the arm's own liveness check gave it back) */
+        if (st == FERRY_OK) {
+            struct pollfd pf = {.fd = p.ops->iface_event_fd(p.iface), .events = POLLIN};
+            FY_ASSERT_MSG(poll(&pf, 1, 10000) == 1, "asleep with %llu B of outbox reserved",
+                          (unsigned long long)si->obox_reserved);
+            sleeps++;
+        }
+        p.ops->iface_progress(p.iface);
+        FY_ASSERT(fy_time_ns() - t0 < DEADLINE_NS);
+    }
+    printf("  given back after %.0f ms, %u sleeps\n", (double)(fy_time_ns() - t0) / 1e6, sleeps);
+    FY_ASSERT(sleeps >= 1 || due_at_first_arm);
+    FY_ASSERT_LE(sleeps, 20); /* woken for it, not in a loop */
+    FY_ASSERT_EQ(tc_get_u64(c.rfd), 1);
+    FY_ASSERT_EQ(tc_get_u64(c.rfd), 0);
+    tc_put_u64(c.wfd, 1);
+    tc_join(&c);
+    p.ops->ep_destroy(ep);
+    tp_close(&p);
+    free(buf);
+}
+
 /* ---- a receiver killed while it holds a 64 MiB slot ---- */
 
 static int stuck_wfd;
@@ -367,4 +417,5 @@ static void big_sender_killed(void)
 }
 
 FYTEST_MAIN(FYTEST_CASE(large_in_order), FYTEST_CASE(outbox_gives_back),
-            FYTEST_CASE(big_receiver_killed), FYTEST_CASE(big_sender_killed))
+            FYTEST_CASE(sleeper_gives_back), FYTEST_CASE(big_receiver_killed),
+            FYTEST_CASE(big_sender_killed))

@@ -47,8 +47,10 @@
  * the copy runs at memcpy speed instead of process_vm_readv's.  Slots are taken in FIFO order
  * from a byte ring; the sender reclaims a slot once `done` matches (or its receiver is dead)
  * and restarts at offset 0 whenever all slots are back, so a stream of messages keeps writing
- * the same cache-warm bytes.  When the outbox is full, or the message is larger, the send
- * falls back to PULL.  A receiver trusts nothing in a descriptor: the slot must lie inside the
+ * the same cache-warm bytes.  Only its first 8 MiB are reserved at open; the rest (up to 160
+ * MiB, for messages up to 64 MiB) is reserved as large messages need it and given back after
+ * FERRY_SHM_OUTBOX_IDLE without them.  When the outbox is full, or the message is larger, the
+ * send falls back to PULL.  A receiver trusts nothing in a descriptor: the slot must lie inside the
  * outbox of the mapped segment.
  *
  * PULL SLOTS (revocation).  A PULL names the sender's memory, which belongs to the sender's
@@ -492,6 +494,7 @@ struct shm_iface {
     uint64_t obox_reserved; /* bytes of the outbox reserved so far (posix_fallocate) */
     uint64_t obox_next;     /* where the last slot taken ends (shm_obox.c: rotation) */
     uint64_t obox_big_ns;   /* when a slot last reached beyond the base (giving memory back) */
+    int obox_timer;         /* a timerfd in the event fd's set: a sleeper wakes to give it back */
     unsigned obox_first, obox_count, obox_nowait;
     shm_obox_entry_t obox_q[SHM_OBOX_QMAX];
     /* pull slots (sender side): the table in our segment, the free ones */
@@ -679,6 +682,8 @@ void fy_shm_obox_reclaim(shm_iface_t *iface);
 /* Give the memory of the outbox beyond its base back to the system once nothing has used it
  * for FERRY_SHM_OUTBOX_IDLE (from the liveness check). */
 void fy_shm_obox_idle(shm_iface_t *iface, uint64_t now);
+/* Before the worker sleeps: have the event fd wake it when the grown outbox is due back. */
+void fy_shm_obox_arm(shm_iface_t *iface);
 /* shm_obox.c: a slot of `need` bytes (header included, a multiple of 64) for a message to
  * peer, NULL when the outbox is full; the message's pieces gathered into it */
 shm_obox_entry_t *fy_shm_obox_alloc(shm_iface_t *iface, uint64_t need, shm_peer_t *peer,

@@ -93,7 +93,7 @@ ferry_status_t fy_shm_iface_open(fy_tl_md_t *tl_md, const fy_tl_iface_params_t *
     memset(iface, 0, sizeof(*iface));
     fy_tl_iface_base_init(&iface->super, &fy_tl_shm_component, tl_md, params);
     iface->md = md;
-    iface->sock = iface->txsock = iface->epfd = -1;
+    iface->sock = iface->txsock = iface->epfd = iface->obox_timer = -1;
     fy_list_init(&iface->push_eps);
     fy_list_init(&iface->peer_list);
     fy_list_init(&iface->full_peers);
@@ -245,6 +245,8 @@ void fy_shm_iface_close(fy_tl_iface_t *tl_iface)
     fy_hash_destroy(&iface->ops);
     fy_mpool_destroy(&iface->op_mp);
     fy_shm_rx_free(iface);
+    if (iface->obox_timer >= 0)
+        close(iface->obox_timer);
     close(iface->epfd);
     close(iface->sock);
     close(iface->txsock);
@@ -546,6 +548,7 @@ ferry_status_t fy_shm_iface_event_arm(fy_tl_iface_t *tl_iface)
     fy_shm_check_liveness(iface);
     if (iface->pending_fail)
         return FERRY_ERR_BUSY;
+    fy_shm_obox_arm(iface); /* wake up to give the grown outbox back */
     if ((iface->nreplies != 0 || !fy_list_is_empty(&iface->push_eps)) && slow_progress(iface) != 0)
         return FERRY_ERR_BUSY;
     /* Sends that found a ring full: ask its owner to wake us when it drains. */

@@ -11,6 +11,9 @@
  * copies of the largest messages use streamed stores (copy_nt below).
  */
 #include <string.h>
+#include <unistd.h>
+#include <sys/epoll.h>
+#include <sys/timerfd.h>
 #if defined(__SSE2__)
 #include <emmintrin.h>
 #endif
@@ -200,6 +203,43 @@ void fy_shm_obox_idle(shm_iface_t *iface, uint64_t now)
     if (iface->obox_next > iface->obox_base)
         iface->obox_next = 0;
     iface->stats.obox_shrunk++;
+}
+
+/*
+ * A worker that sleeps on its event fd runs no liveness check, and one that sent a few large
+ * messages and then waits for events would hold the grown outbox for as long as it sleeps.  So
+ * before it sleeps, while the outbox is grown, a timerfd in the event fd's set (made on first
+ * need) is set to when the outbox falls due: the worker wakes, finds nothing, arms again, and
+ * that arm's liveness check gives the memory back.  Without a timerfd (it could not be made)
+ * the memory is given back at the first check after the worker wakes for other reasons.
+ */
+void fy_shm_obox_arm(shm_iface_t *iface)
+{
+    if (iface->obox_timer >= 0) {
+        uint64_t expirations;
+        while (read(iface->obox_timer, &expirations, sizeof(expirations)) > 0) {
+        }
+    }
+    uint64_t idle = iface->md->opts.obox_idle_ns;
+    if (FY_LIKELY(iface->obox_reserved <= iface->obox_base) || idle == UINT64_MAX)
+        return;
+    if (iface->obox_timer < 0) {
+        int fd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+        struct epoll_event ev = {.events = EPOLLIN, .data.ptr = NULL};
+        if (fd < 0 || epoll_ctl(iface->epfd, EPOLL_CTL_ADD, fd, &ev) != 0) {
+            if (fd >= 0)
+                close(fd);
+            return;
+        }
+        iface->obox_timer = fd;
+    }
+    /* Past due and still grown: a receiver holds a slot out there; look again an idle time
+     * later (at least 10 ms apart), not in a loop of wake-ups. */
+    uint64_t now = fy_time_ns(), due = iface->obox_big_ns + idle;
+    uint64_t in = due > now ? due - now : FY_MAX(idle, (uint64_t)10000000);
+    struct itimerspec t = {
+        .it_value = {(time_t)(in / FY_NSEC_PER_SEC), (long)(in % FY_NSEC_PER_SEC)}};
+    (void)timerfd_settime(iface->obox_timer, 0, &t, NULL);
 }
 
 /*

@@ -235,7 +235,7 @@ static void outbox_gives_back(void)
  * for as long as it sleeps: the poll below would time out). */
 static void sleeper_gives_back(void)
 {
-    setenv("FERRY_SHM_OUTBOX_IDLE", "500ms", 1);
+    setenv("FERRY_SHM_OUTBOX_IDLE", "3s", 1);
     static const size_t one[] = {32 * MiB};
     static rx_args_t a;
     a = (rx_args_t){.check = {.sizes = one, .n = 1, .expected = 1}};

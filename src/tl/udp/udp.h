@@ -448,7 +448,7 @@ typedef struct fy_udp_iface {
     int csum;          /* compute and require checksums */
     int gso;           /* merge data segments with UDP_SEGMENT */
     fy_udp_chan_t ch[FY_UDP_NCH];
-    int epfd, tfd;
+    int epfd, tfd, ev_socks; /* ev_socks: the sockets are in epfd (armed_ns: udp_iface.c) */
     fy_hotel_t hotel;
     fy_mpool_t seg_pool[FY_UDP_NPOOL];
     size_t seg_pool_size[FY_UDP_NPOOL];
@@ -473,7 +473,7 @@ typedef struct fy_udp_iface {
     int now_fresh; /* now was read at the top of this pass, nothing ran since */
     /* A hotel runs only once its tick is over (the start of the next one): a busy-polling
      * pass finds nothing due nearly every time, and a run costs ~80 instructions. */
-    uint64_t hotel_gate, live_gate;
+    uint64_t hotel_gate, live_gate, armed_ns;
     /* The ACK an in-order AM carried, processed at the start of the next pass or before
      * anything else reads the send window (fy_udp_ack_settle: udp_rx.c). */
     struct fy_udp_conn *dack_conn;

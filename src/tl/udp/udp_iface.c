@@ -13,9 +13,11 @@
  * pass and none between a message and its answer.  A pass starts by processing the ACK the last
  * in-order AM carried (udp_rx.c: kept off the path between a message and its answer).
  *
- * The event fd is an epoll set of both sockets and a timerfd.  Before sleeping, arm sends
- * every owed ACK (a sleeping peer must not hold ACKs) and sets the timerfd to the
- * retransmission floor when segments wait for ACKs, so a lost datagram wakes the sleeper.
+ * The event fd is an epoll set of a timerfd and, while a worker may sleep on it, both
+ * sockets.  Before sleeping, arm sends every owed ACK (a sleeping peer must not hold ACKs) and
+ * sets the timerfd to the retransmission floor when segments wait for ACKs, so a lost datagram
+ * wakes the sleeper.  A socket in an epoll set costs every datagram the kernel's wake-up chain
+ * (ev_socks below), so a worker that polls and does not arm leaves them out.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -39,6 +41,8 @@
 /* A worker about to sleep looks this far ahead for the hotel's next room (1,000 slots). */
 #define HOTEL_SCAN_NS (20 * FY_NSEC_PER_MSEC)
 #define RX_MORE       8 /* extra batches a pass drains while they come full */
+/* The sockets leave the event fd's epoll set after this long without an arm (ev_socks). */
+#define EV_SOCKS_KEEP_NS (10 * FY_NSEC_PER_MSEC)
 
 /* The selected addresses, filtered by FERRY_UDP_AF. */
 /*
@@ -229,12 +233,7 @@ static ferry_status_t events_init(fy_udp_iface_t *iface)
         fy_error("udp: epoll/timerfd: %s", strerror(errno));
         return fy_status_from_errno(errno);
     }
-    for (int c = 0; c < FY_UDP_NCH; c++) {
-        ev.data.u32 = (uint32_t)c;
-        if (epoll_ctl(iface->epfd, EPOLL_CTL_ADD, iface->ch[c].fd, &ev) != 0)
-            return fy_status_from_errno(errno);
-    }
-    ev.data.u32 = FY_UDP_NCH;
+    ev.data.u32 = FY_UDP_NCH; /* (the sockets join at the first arm: ev_socks) */
     if (epoll_ctl(iface->epfd, EPOLL_CTL_ADD, iface->tfd, &ev) != 0)
         return fy_status_from_errno(errno);
     return FERRY_OK;
@@ -489,6 +488,37 @@ void fy_udp_addr_str(const void *dev_addr, const void *iface_addr, char *buf, si
     fy_netif_addr_str(&d.ip, 0, buf, len);
 }
 
+/* The sockets in the event fd's epoll set, or out of it.  While a socket is in an epoll set,
+ * every datagram it gets runs the kernel's wake-up chain in the sender's send call (the
+ * socket's wait queue, this set's callback, the worker's set this one is nested in) and every
+ * datagram it sent runs its write-space wake-up in the receiver's receive call: on the
+ * development VM an 8 B ping-pong's one-way time 0.4-1.3 us more (raw UDP with and without its
+ * socket in a set, and ferry, interleaved: docs/perf.md).  A worker that busy-polls never
+ * sleeps on the fd, so the sockets are in the set only from an arm (a worker about to sleep)
+ * until EV_SOCKS_KEEP_NS pass without one; an arm puts them back.  Adding a socket that holds a
+ * datagram makes the set readable at once (epoll looks at the socket as it adds it), so
+ * nothing that arrived before the arm is slept through.  A thread may sleep on the fd while
+ * another progresses the worker (a progress thread, FERRY_THREAD_MODE_MULTI): taking the
+ * sockets out fires the timerfd, so such a sleeper wakes, arms again and puts them back. */
+static ferry_status_t ev_socks(fy_udp_iface_t *iface, int on)
+{
+    struct epoll_event ev = {.events = EPOLLIN};
+    for (int c = 0; c < FY_UDP_NCH; c++) {
+        ev.data.u32 = (uint32_t)c;
+        if (epoll_ctl(iface->epfd, on ? EPOLL_CTL_ADD : EPOLL_CTL_DEL, iface->ch[c].fd, &ev) != 0 &&
+            on && errno != EEXIST) {
+            fy_warn("udp: epoll_ctl: %s", strerror(errno));
+            return fy_status_from_errno(errno);
+        }
+    }
+    iface->ev_socks = on;
+    if (!on) {
+        struct itimerspec its = {{0, 0}, {0, 1}};
+        timerfd_settime(iface->tfd, 0, &its, NULL);
+    }
+    return FERRY_OK;
+}
+
 unsigned fy_udp_iface_progress(fy_tl_iface_t *tl_iface)
 {
     fy_udp_iface_t *iface = fy_udp_iface(tl_iface);
@@ -545,6 +575,8 @@ unsigned fy_udp_iface_progress(fy_tl_iface_t *tl_iface)
     if (iface->now >= iface->live_gate) {
         fy_udp_ack_settle(iface);
         fy_udp_live_progress(iface);
+        if (iface->ev_socks && iface->now - iface->armed_ns >= EV_SOCKS_KEEP_NS)
+            ev_socks(iface, 0); /* (no arm for a while: a polling worker) */
     }
     if (!fy_list_is_empty(&iface->faillist)) /* (scheduled by timers, a RESET, ...) */
         fy_udp_conn_run_failures(iface);
@@ -576,6 +608,10 @@ ferry_status_t fy_udp_iface_event_arm(fy_tl_iface_t *tl_iface)
     uint64_t now = fy_time_ns(), deadline = 0;
 
     iface->now = now;
+    /* (first: a worker that arms means to sleep, even if this arm finds work) */
+    iface->armed_ns = now;
+    if (!iface->ev_socks && ev_socks(iface, 1) != FERRY_OK)
+        return FERRY_ERR_BUSY; /* (it cannot wake: it polls) */
     fy_udp_ack_settle(iface);
     if (!fy_list_is_empty(&iface->ready) || !fy_list_is_empty(&iface->resendq) ||
         !fy_list_is_empty(&iface->faillist) || fy_udp_hs_admissible(iface))

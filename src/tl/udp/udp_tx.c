@@ -267,7 +267,8 @@ static void piggyback(fy_udp_conn_t *c, uint8_t *hdr)
 /* A segment leaves now: the peer's id and token as they are now (a resend after the peer drew
  * a new token), the ACK owed when the datagram has room for it (returns whether it rides), the
  * timestamp, the count of tries, the controller's and the timer's share. */
-static int seg_stamp(fy_udp_iface_t *iface, fy_udp_conn_t *c, fy_udp_seg_t *seg, uint8_t chan)
+static inline int seg_stamp_hdr(fy_udp_iface_t *iface, fy_udp_conn_t *c, fy_udp_seg_t *seg,
+                                uint8_t chan)
 {
     uint32_t ts;
     seg->hdr[offsetof(fy_udp_dhdr_t, flags)] = seg->tries != 0 ? FY_UDP_F_RESENT : 0;
@@ -284,6 +285,12 @@ static int seg_stamp(fy_udp_iface_t *iface, fy_udp_conn_t *c, fy_udp_seg_t *seg,
     seg->chan = chan;
     ts = fy_udp_ts(iface->now);
     memcpy(seg->hdr + FY_UDP_D_TSVAL, &ts, sizeof(ts));
+    return ack;
+}
+
+/* (what seg_stamp does once the header is written: nothing of it goes into the datagram) */
+static inline void seg_stamp_books(fy_udp_iface_t *iface, fy_udp_conn_t *c, fy_udp_seg_t *seg)
+{
     seg->tries++;
     fy_udp_cc_sent(c, seg);
     if (seg->tries > 1) {
@@ -291,6 +298,12 @@ static int seg_stamp(fy_udp_iface_t *iface, fy_udp_conn_t *c, fy_udp_seg_t *seg,
         c->resent_at = iface->now;
     }
     fy_hotel_checkin(&iface->hotel, &seg->timer.room, fy_udp_seg_stay(c, seg), iface->now);
+}
+
+static int seg_stamp(fy_udp_iface_t *iface, fy_udp_conn_t *c, fy_udp_seg_t *seg, uint8_t chan)
+{
+    int ack = seg_stamp_hdr(iface, c, seg, chan);
+    seg_stamp_books(iface, c, seg);
     return ack;
 }
 
@@ -528,7 +541,7 @@ static void seg_send_now(fy_udp_iface_t *iface, fy_udp_conn_t *c, fy_udp_seg_t *
     size_t xl = seg->hlen - FY_UDP_DHDR_LEN;
     ssize_t r;
 
-    size_t hl = seg_stamp(iface, c, seg, chan) ? FY_UDP_SEG_XHDR : FY_UDP_DHDR_LEN;
+    size_t hl = seg_stamp_hdr(iface, c, seg, chan) ? FY_UDP_SEG_XHDR : FY_UDP_DHDR_LEN;
     /* [data header (+ ACK block)] [type header] [data] */
     memcpy(buf, seg->hdr, FY_UDP_SEG_XHDR);
     memcpy(buf + hl, fy_udp_seg_xhdr(seg), FY_UDP_SEG_HDR_MAX - FY_UDP_SEG_XHDR);
@@ -537,9 +550,13 @@ static void seg_send_now(fy_udp_iface_t *iface, fy_udp_conn_t *c, fy_udp_seg_t *
         r = sendto(iface->ch[chan].fd, buf, hl + xl + seg->dlen, 0,
                    (const struct sockaddr *)&c->addr[chan], c->addrlen);
     while (r < 0 && errno == EINTR);
+    /* The timer and the controller's share after the datagram left, not before: off the
+     * path of a ping-pong's answer (the stamp's time is the one read before the send). */
+    int err = r < 0 ? errno : 0;
+    seg_stamp_books(iface, c, seg);
     if (r >= 0) {
         iface->tx_dgrams++;
-    } else if (errno == EAGAIN || errno == EWOULDBLOCK || errno == ENOBUFS) {
+    } else if (err == EAGAIN || err == EWOULDBLOCK || err == ENOBUFS) {
         fy_udp_seg_unsent(iface, seg); /* first in line for the next pass */
     } else {
         iface->tx_errors++; /* dropped: its timer resends it */

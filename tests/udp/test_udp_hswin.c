@@ -17,6 +17,10 @@
  *
  * Without the window both fail at once (N handshakes under way); with the deadline taken
  * from ep_create, dead fails (a waiting handshake fails at its first retry).
+ *
+ *   slow_peer  handshakes one after another to a peer that answers 40 ms late: the first
+ *              retry waits 1.5 x what the iface's recent handshakes took (hs_time), so a
+ *              later handshake is asked again at most once where the first was 2-3 times.
  */
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -226,4 +230,55 @@ static void dead(void)
     close(hole);
 }
 
-FYTEST_MAIN(FYTEST_CASE(live), FYTEST_CASE(dead), )
+/* Handshakes one after another to a peer whose answers come 40 ms late (its fault injector
+ * holds what it sends; the COOKIE and PROBE_ACK, sent directly, come at once, the CONN_ACK
+ * late): the first, with no history, is asked again at 5, 15 (and 35) ms; once the iface
+ * knows its handshakes take ~40 ms, the first retry waits 1.5 times that - one at most. */
+#define SLOW_MS 40
+#define SLOW_N  5
+
+static void slow_peer(void)
+{
+    setenv("FERRY_UDP_FAULT_DELAY", "100", 1);
+    setenv("FERRY_UDP_FAULT_DELAY_TIME", "40ms", 1);
+    side_open(&sb, 0xb0b);
+    unsetenv("FERRY_UDP_FAULT_DELAY");
+    unsetenv("FERRY_UDP_FAULT_DELAY_TIME");
+    side_open(&sa, 0xa11ce);
+    fy_udp_iface_t *ia = fy_udp_iface(sa.iface);
+    uint64_t tx[SLOW_N], first_retry[SLOW_N];
+    for (int i = 0; i < SLOW_N; i++) {
+        uint64_t tx0 = ia->tx_dgrams, t0 = fy_time_ns();
+        FY_ASSERT_OK(ops->ep_create(sa.iface, sb.dev, sb.ifa, &eps[i]));
+        fy_udp_conn_t *c = fy_udp_conn(eps[i]);
+        /* when the first retry is due (the request left in ep_create) */
+        first_retry[i] = c->conn_timer.room.expiry - c->conn_last_tx;
+        while (c->state != FY_UDP_CONN_CONNECTED) {
+            ops->iface_progress(sa.iface);
+            ops->iface_progress(sb.iface);
+            FY_ASSERT_MSG(fy_time_ns() - t0 < 10 * FY_NSEC_PER_SEC, "handshake %d: 10 s", i);
+        }
+        tx[i] = ia->tx_dgrams - tx0; /* (a sends nothing but the handshake) */
+        if (getenv("FYTEST_VERBOSE"))
+            fprintf(stderr,
+                    "slow_peer: handshake %d in %.1f ms, first retry due at %.1f ms, %llu "
+                    "datagrams sent\n",
+                    i, (fy_time_ns() - t0) / 1e6, first_retry[i] / 1e6, (unsigned long long)tx[i]);
+    }
+    FY_ASSERT_GE(ia->hs_time, (uint64_t)SLOW_MS * NS_PER_MS);
+    /* The first, with no history, is asked again after 5 ms; the last after 1.5 x the
+     * handshakes' time (>= 60 ms) */
+    FY_ASSERT_EQ(first_retry[0], 5 * NS_PER_MS);
+    FY_ASSERT_GE(first_retry[SLOW_N - 1], (uint64_t)SLOW_MS * 3 / 2 * NS_PER_MS);
+    /* request, probe, request with the cookie, and one retry at most (a late answer on a
+     * busy host); the first had its retries at 5 and 15 ms (requests only, once the probe's
+     * answer came) */
+    FY_ASSERT_LE(tx[SLOW_N - 1], 4);
+    FY_ASSERT_EQ(sa.errs + sb.errs, 0);
+    for (int i = 0; i < SLOW_N; i++)
+        ops->ep_destroy(eps[i]);
+    side_close(&sa);
+    side_close(&sb);
+}
+
+FYTEST_MAIN(FYTEST_CASE(live), FYTEST_CASE(dead), FYTEST_CASE(slow_peer), )

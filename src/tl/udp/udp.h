@@ -498,6 +498,7 @@ typedef struct fy_udp_iface {
     uint32_t hs_active;
     fy_list_t hs_wait;
     uint64_t hs_waited; /* handshakes that had to wait for a slot */
+    uint64_t hs_time;   /* recent handshakes' time, admission to connected (average) */
     uint64_t cookies_sent, half_open_refused, passive_reclaimed, resets_sent, resets_rx;
     uint64_t hb_sent, hb_acked, peers_dead;
     uint64_t pace_due; /* earliest pace timer checked in (0: none), for event_arm */

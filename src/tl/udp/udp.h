@@ -377,6 +377,8 @@ typedef struct fy_udp_conn {
     uint64_t next_tx_ns;       /* earliest time of the next send under pacing */
     uint64_t paced_waits;      /* times a send waited for its pacing time */
     uint64_t cong_cuts;        /* periods that cut bw_lo */
+    uint64_t cwnd_cuts;        /* plain window cuts by queueing delay (udp_retx.c) */
+    uint64_t rx_copied;        /* large-AM chunks copied in, not placed (udp_rx.c) */
     fy_udp_timer_t pace_timer; /* in iface->hotel while pace_wait */
 } fy_udp_conn_t;
 
@@ -496,6 +498,7 @@ typedef struct fy_udp_iface {
     uint32_t hs_active;
     fy_list_t hs_wait;
     uint64_t hs_waited; /* handshakes that had to wait for a slot */
+    uint64_t hs_time;   /* recent handshakes' time, admission to connected (average) */
     uint64_t cookies_sent, half_open_refused, passive_reclaimed, resets_sent, resets_rx;
     uint64_t hb_sent, hb_acked, peers_dead;
     uint64_t pace_due; /* earliest pace timer checked in (0: none), for event_arm */

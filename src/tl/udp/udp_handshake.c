@@ -10,7 +10,8 @@
  *            <------------------------------- CONN_ACK (its id, window, credit, sizes)
  *   PROBE (data, full segment size) --------> known sender?
  *            <------------------------------- PROBE_ACK (the size that arrived)
- * Both are resent on a hotel timer until answered.  When CONN_ACK comes back but the full-
+ * Both are resent on a hotel timer until answered (first after 1.5 x the iface's recent
+ * handshake time, 5-100 ms, then doubling).  When CONN_ACK comes back but the full-
  * size PROBE never does, small datagrams pass and large ones die: an MTU mismatch on the
  * path.  That is logged as such and the probe falls back to smaller sizes (9000-, 1500-
  *
@@ -107,9 +108,17 @@ static void send_handshake(fy_udp_iface_t *iface, fy_udp_conn_t *c)
     }
     fy_udp_tx_flush_all(iface);
     c->conn_last_tx = fy_time_ns();
-    uint64_t stay = CONN_RETRY_NS << FY_MIN(c->conn_tries, 5u);
+    /* The first retry waits half as long again as this iface's recent handshakes took (5 ms
+     * at least, 100 ms at most), then twice as long each time, up to 100 ms: a peer that
+     * answers only slowly (busy: 512 handshakes under way at once in
+     * tests/udp/test_udp_scale.c took ~250 ms each on a loaded machine) is not asked 6-7
+     * times over for each, every question costing it a wake-up and two answers; and not
+     * just when its answer is due.  A quiet link keeps 5 ms. */
+    uint64_t base = FY_MIN(FY_MAX((uint64_t)CONN_RETRY_NS, iface->hs_time + iface->hs_time / 2),
+                           (uint64_t)CONN_RETRY_MAX_NS);
+    uint64_t stay = base << FY_MIN(c->conn_tries, 5u);
     fy_hotel_checkin(&iface->hotel, &c->conn_timer.room, FY_MIN(stay, CONN_RETRY_MAX_NS),
-                     fy_time_ns());
+                     c->conn_last_tx);
 }
 
 /* Handshakes are paced per iface: at most FY_UDP_HS_WINDOW under way, the rest queued in
@@ -289,6 +298,11 @@ static void maybe_connected(fy_udp_iface_t *iface, fy_udp_conn_t *c)
      * duplicate asked an ACK of a peer that had no time for it. */
     if (c->srtt == 0)
         c->rto = FY_MIN(FY_MAX(c->rto, iface->now - c->conn_start), iface->opts->rto_max);
+    /* (a path that needed a smaller probe took its fallback's retries: not a peer's pace) */
+    if (c->probe_size == c->probe_max) {
+        uint64_t t = iface->now - c->conn_start;
+        iface->hs_time = iface->hs_time == 0 ? t : (7 * iface->hs_time + t) / 8;
+    }
     c->state = FY_UDP_CONN_CONNECTED;
     c->verifying = 0;
     c->seg_size = c->probe_size;

@@ -664,7 +664,7 @@ void fy_udp_conn_print(const fy_udp_conn_t *c, FILE *f)
             "  ep %08x -> %s peer %08x %s%s: tx %llu msgs %llu B, rx %llu msgs %llu B, "
             "resent %llu (fast %llu, timeouts %llu), dup acks %llu, dup segs %llu (early %llu), "
             "rtt %.1f us rto %.1f us (min %.1f), reorder window %u/4 min rtt, dsacks %llu, "
-            "cwnd %u, window %u/%u, inflight %llu/%llu B, seg %u B",
+            "cwnd %u (cut %llu), window %u/%u, inflight %llu/%llu B, seg %u B, chunks copied %llu",
             c->id, fy_netif_addr_str(&c->peer_addr, 0, buf, sizeof(buf)), c->peer_id,
             c->owned ? "" : "(passive)",
             c->state == FY_UDP_CONN_CONNECTED    ? ""
@@ -676,8 +676,9 @@ void fy_udp_conn_print(const fy_udp_conn_t *c, FILE *f)
             (unsigned long long)s->timeouts, (unsigned long long)s->dup_acks,
             (unsigned long long)s->drops_duplicate, (unsigned long long)c->rx_early,
             (double)c->srtt / 1e3, (double)c->rto / 1e3, (double)c->min_rtt / 1e3, c->reo_quarters,
-            (unsigned long long)c->dsacks, c->cwnd, c->snd_nxt - c->snd_una, c->wnd,
-            (unsigned long long)c->inflight, (unsigned long long)c->credit, c->seg_size);
+            (unsigned long long)c->dsacks, c->cwnd, (unsigned long long)c->cwnd_cuts,
+            c->snd_nxt - c->snd_una, c->wnd, (unsigned long long)c->inflight,
+            (unsigned long long)c->credit, c->seg_size, (unsigned long long)c->rx_copied);
     if (s->timeouts != 0 || s->fast_retransmits != 0)
         fprintf(f,
                 ", timeouts: %u holes %u resends %u above %u silent, %u spurious (RTO floor "

@@ -66,6 +66,7 @@ static void plain_cut(fy_udp_conn_t *c)
     c->ssthresh = c->cwnd;
     c->cwnd_acc = 0;
     c->cwnd_cut_ns = c->iface->now;
+    c->cwnd_cuts++;
 }
 
 /* The RTO's floor: RTO_MIN, or above it after spurious timeouts (see spurious_rto); the

@@ -334,8 +334,10 @@ static int rx_chunk(fy_udp_conn_t *c, const fy_udp_hdr_t *h, const uint8_t *p, s
     } else if (c->rx_got + dlen < c->rx_total) {
         c->rx_chunk = (uint32_t)dlen; /* (a later chunk but the last: the full size) */
     }
-    if (dlen != 0 && !placed)
+    if (dlen != 0 && !placed) {
         memcpy(c->rx_buf + c->rx_got, p + xl, dlen);
+        c->rx_copied++;
+    }
     c->rx_got += dlen;
     /* Posted slots may point only at space not yet filled.  Within a data batch the
      * slots are laid out anew at its end; a chunk taken elsewhere (the stash drained by a

@@ -161,7 +161,8 @@ err_close:
     return st;
 }
 
-ferry_status_t fy_shmem_reserve(void *addr, size_t off, size_t len)
+/* The fd of the segment we own at addr when [off, off + len) lies inside it, else -1. */
+static int owned_range_fd(void *addr, size_t off, size_t len)
 {
     size_t i;
     pthread_mutex_lock(&shmem_lock);
@@ -169,7 +170,13 @@ ferry_status_t fy_shmem_reserve(void *addr, size_t off, size_t len)
     int fd = e != NULL && e->owned ? e->ref.fd : -1;
     size_t size = e != NULL ? e->size : 0;
     pthread_mutex_unlock(&shmem_lock);
-    if (fd < 0 || off > size || len > size - off)
+    return off > size || len > size - off ? -1 : fd;
+}
+
+ferry_status_t fy_shmem_reserve(void *addr, size_t off, size_t len)
+{
+    int fd = owned_range_fd(addr, off, len);
+    if (fd < 0)
         return FERRY_ERR_INVALID_PARAM;
     int err = posix_fallocate(fd, (off_t)off, (off_t)len);
     if (err == 0 || err == EOPNOTSUPP || err == EINVAL)
@@ -180,13 +187,8 @@ ferry_status_t fy_shmem_reserve(void *addr, size_t off, size_t len)
 
 ferry_status_t fy_shmem_release(void *addr, size_t off, size_t len)
 {
-    size_t i;
-    pthread_mutex_lock(&shmem_lock);
-    shmem_entry_t *e = table_by_addr(addr, &i);
-    int fd = e != NULL && e->owned ? e->ref.fd : -1;
-    size_t size = e != NULL ? e->size : 0;
-    pthread_mutex_unlock(&shmem_lock);
-    if (fd < 0 || off > size || len > size - off)
+    int fd = owned_range_fd(addr, off, len);
+    if (fd < 0)
         return FERRY_ERR_INVALID_PARAM;
     if (fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)off, (off_t)len) != 0)
         return fy_status_from_errno(errno);

@@ -28,22 +28,12 @@ static ut_side_t sa, sb;
 
 static void side_open(ut_side_t *s, uint64_t uuid)
 {
-    setenv("FERRY_UDP_IF_INCLUDE", "lo", 1);
-    setenv("FERRY_UDP_AF", "inet", 1);
-    const fy_tl_component_t *tl = fy_tl_find("udp");
-    FY_ASSERT(tl != NULL);
-    ops = tl->ops;
-    memset(s, 0, sizeof(*s));
-    FY_ASSERT_OK(ops->md_open(tl, &s->md));
-    FY_ASSERT_OK(ut_side_open(ops, s, s->md, uuid));
+    FY_ASSERT_OK(ut_lo_open(&ops, s, uuid));
 }
 
 static void side_close(ut_side_t *s)
 {
-    if (s->ep != NULL)
-        ops->ep_destroy(s->ep);
-    ops->iface_close(s->iface);
-    ops->md_close(s->md);
+    ut_lo_close(ops, s);
 }
 
 static void both(void)

@@ -38,26 +38,15 @@
 static const fy_tl_ops_t *ops;
 static ut_side_t sa, sb;
 
-/* Open side s (its own md, so each side reads the environment as it is now). */
 /* A udp interface on the loopback, IPv4 (every case here runs there). */
 static void side_open(ut_side_t *s, uint64_t uuid)
 {
-    setenv("FERRY_UDP_IF_INCLUDE", "lo", 1);
-    setenv("FERRY_UDP_AF", "inet", 1);
-    const fy_tl_component_t *tl = fy_tl_find("udp");
-    FY_ASSERT(tl != NULL);
-    ops = tl->ops;
-    memset(s, 0, sizeof(*s));
-    FY_ASSERT_OK(ops->md_open(tl, &s->md));
-    FY_ASSERT_OK(ut_side_open(ops, s, s->md, uuid));
+    FY_ASSERT_OK(ut_lo_open(&ops, s, uuid));
 }
 
 static void side_close(ut_side_t *s)
 {
-    if (s->ep != NULL)
-        ops->ep_destroy(s->ep);
-    ops->iface_close(s->iface);
-    ops->md_close(s->md);
+    ut_lo_close(ops, s);
 }
 
 static void both(void)

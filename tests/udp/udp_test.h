@@ -284,6 +284,29 @@ static inline ferry_status_t ut_side_open(const fy_tl_ops_t *ops, ut_side_t *s, 
     return st != FERRY_OK ? st : ops->iface_get_address(s->iface, s->dev, s->ifa);
 }
 
+/* A side on the loopback, IPv4, with an md of its own (so it reads the environment as it is
+ * now); *ops is set to the udp transport's.  ut_lo_close undoes it (and the ep, if any). */
+static inline ferry_status_t ut_lo_open(const fy_tl_ops_t **ops, ut_side_t *s, uint64_t uuid)
+{
+    setenv("FERRY_UDP_IF_INCLUDE", "lo", 1);
+    setenv("FERRY_UDP_AF", "inet", 1);
+    const fy_tl_component_t *tl = fy_tl_find("udp");
+    if (tl == NULL)
+        return FERRY_ERR_UNSUPPORTED;
+    *ops = tl->ops;
+    memset(s, 0, sizeof(*s));
+    ferry_status_t st = tl->ops->md_open(tl, &s->md);
+    return st != FERRY_OK ? st : ut_side_open(tl->ops, s, s->md, uuid);
+}
+
+static inline void ut_lo_close(const fy_tl_ops_t *ops, ut_side_t *s)
+{
+    if (s->ep != NULL)
+        ops->ep_destroy(s->ep);
+    ops->iface_close(s->iface);
+    ops->md_close(s->md);
+}
+
 /* Progress a and b in turn until *flag reaches want; 0, or -1 after timeout_ms. */
 static inline int ut_sides_until(const fy_tl_ops_t *ops, ut_side_t *a, ut_side_t *b,
                                  volatile int *flag, int want, int timeout_ms)

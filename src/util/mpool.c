@@ -76,7 +76,7 @@ void fy_mpool_destroy(fy_mpool_t *mp)
 }
 
 /* Add one chunk (fewer objects if the limit is near) and thread its objects on the free list. */
-static int mpool_grow(fy_mpool_t *mp)
+int fy_mpool_grow(fy_mpool_t *mp)
 {
     size_t n = mp->per_chunk;
     if (mp->max_elems != 0) {
@@ -103,23 +103,4 @@ static int mpool_grow(fy_mpool_t *mp)
     }
     mp->allocated += n;
     return 1;
-}
-
-void *fy_mpool_get(fy_mpool_t *mp)
-{
-    if (FY_UNLIKELY(mp->free_list == NULL) && !mpool_grow(mp))
-        return NULL;
-    void **obj = mp->free_list;
-    mp->free_list = *obj;
-    mp->in_use++;
-    return obj;
-}
-
-void fy_mpool_put(fy_mpool_t *mp, void *obj)
-{
-    if (obj == NULL)
-        return;
-    *(void **)obj = mp->free_list;
-    mp->free_list = obj;
-    mp->in_use--;
 }

@@ -32,8 +32,29 @@ ferry_status_t fy_mpool_init(fy_mpool_t *mp, const char *name, size_t elem_size,
                              size_t per_chunk, size_t max_elems);
 /* Frees every chunk; warns (with the pool name) if objects are still in use. */
 void fy_mpool_destroy(fy_mpool_t *mp);
-/* An object, or NULL when the limit is reached or memory is out. */
-void *fy_mpool_get(fy_mpool_t *mp);
-void fy_mpool_put(fy_mpool_t *mp, void *obj);
+/* Adds a chunk of objects to the free list; 0 at the limit or out of memory (fy_mpool_get's
+ * rare case). */
+int fy_mpool_grow(fy_mpool_t *mp);
+
+/* An object, or NULL when the limit is reached or memory is out.  (get and put are inline:
+ * the fast paths take and return several objects per message.) */
+static inline void *fy_mpool_get(fy_mpool_t *mp)
+{
+    if (__builtin_expect(mp->free_list == NULL, 0) && !fy_mpool_grow(mp))
+        return NULL;
+    void **obj = mp->free_list;
+    mp->free_list = *obj;
+    mp->in_use++;
+    return obj;
+}
+
+static inline void fy_mpool_put(fy_mpool_t *mp, void *obj)
+{
+    if (obj == NULL)
+        return;
+    *(void **)obj = mp->free_list;
+    mp->free_list = obj;
+    mp->in_use--;
+}
 
 #endif

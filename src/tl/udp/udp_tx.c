@@ -291,13 +291,18 @@ static inline int seg_stamp_hdr(fy_udp_iface_t *iface, fy_udp_conn_t *c, fy_udp_
 /* (what seg_stamp does once the header is written: nothing of it goes into the datagram) */
 static inline void seg_stamp_books(fy_udp_iface_t *iface, fy_udp_conn_t *c, fy_udp_seg_t *seg)
 {
+    uint64_t stay;
     seg->tries++;
     fy_udp_cc_sent(c, seg);
-    if (seg->tries > 1) {
+    if (FY_LIKELY(seg->tries == 1)) { /* fy_udp_seg_stay without the backoff shift */
+        uint64_t max = iface->opts->rto_max;
+        stay = c->rto > max ? max : c->rto;
+    } else {
         c->stats.retransmits++;
         c->resent_at = iface->now;
+        stay = fy_udp_seg_stay(c, seg);
     }
-    fy_hotel_checkin(&iface->hotel, &seg->timer.room, fy_udp_seg_stay(c, seg), iface->now);
+    fy_hotel_checkin(&iface->hotel, &seg->timer.room, stay, iface->now);
 }
 
 static int seg_stamp(fy_udp_iface_t *iface, fy_udp_conn_t *c, fy_udp_seg_t *seg, uint8_t chan)
@@ -601,11 +606,26 @@ static ferry_status_t am_copy(fy_udp_conn_t *c, uint8_t id, const struct iovec *
     seg = fy_udp_seg_alloc(iface, len ? len : 1);
     if (seg == NULL)
         return FERRY_ERR_NO_RESOURCE;
-    fy_iov_gather(seg->data, iov, iovcnt);
+    /* (the gather written out here: the pieces are few and small, a call per message less) */
+    uint8_t *p = seg->data;
+    for (size_t i = 0; i < iovcnt; i++) {
+        if (iov[i].iov_len != 0)
+            memcpy(p, iov[i].iov_base, iov[i].iov_len);
+        p += iov[i].iov_len;
+    }
     c->stats.tx_msgs++;
     c->stats.tx_bytes += len;
-    if (FY_UDP_DHDR_LEN + FY_UDP_AM_XLEN + len <= c->seg_size) {
-        fy_udp_seg_init_hdr(c, seg, FY_UDP_T_AM, id, FY_UDP_AM_XLEN, len);
+    if (FY_LIKELY(FY_UDP_DHDR_LEN + FY_UDP_AM_XLEN + len <= c->seg_size)) {
+        /* fy_udp_seg_init_hdr for an AM, in place: a zero data header of this type, the
+         * AM's type header; the rest is written when it takes its number and leaves */
+        fy_udp_dhdr_t h;
+        fy_udp_am_t a = {.am_id = id};
+        memset(&h, 0, sizeof(h));
+        h.type = FY_UDP_T_AM;
+        memcpy(seg->hdr, &h, sizeof(h));
+        memcpy(fy_udp_seg_xhdr(seg), &a, sizeof(a));
+        seg->hlen = FY_UDP_DHDR_LEN + FY_UDP_AM_XLEN;
+        seg->dlen = (uint32_t)len;
         return fy_udp_send_inline(c, seg);
     }
     /* The path's segments are smaller than this iface's (an MTU fallback, or a peer with a

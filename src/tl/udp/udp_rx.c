@@ -55,7 +55,8 @@ static fy_udp_rxbuf_t *rxbuf_get(fy_udp_chan_t *ch, uint8_t chan)
 /* Read a data segment's header into its decoded form (udp_proto.h: src_id = aux, csum =
  * check, len = the bytes from the type header on).  Returns the offset of the type header,
  * or 0 when the datagram is too short for the headers its flags and type announce. */
-static size_t dseg_decode(const uint8_t *d, size_t len, fy_udp_hdr_t *h)
+static inline __attribute__((always_inline)) size_t dseg_decode(const uint8_t *d, size_t len,
+                                                                fy_udp_hdr_t *h)
 {
     fy_udp_dhdr_t dh;
     size_t off = FY_UDP_DHDR_LEN, xl;
@@ -774,7 +775,7 @@ static __attribute__((noinline)) unsigned rx_batch(fy_udp_iface_t *iface, uint8_
             /* The stash keeps a reserve free, so this does not fail but for memory. */
             if (nb == NULL) {
                 fy_udp_conn_t *c = NULL;
-                fy_udp_hdr_t h;
+                fy_udp_hdr_t h = {0};
                 dseg_decode(ch->posted[i]->data, lens[i], &h); /* (checked: it was stashed) */
                 c = fy_udp_conn_lookup(iface, h.dst_id);
                 if (c != NULL && c->stash != NULL) {

@@ -26,11 +26,6 @@
 static const fy_tl_ops_t *ops;
 static ut_side_t sa, sb;
 
-static void side_open(ut_side_t *s, uint64_t uuid)
-{
-    FY_ASSERT_OK(ut_lo_open(&ops, s, uuid));
-}
-
 static void side_close(ut_side_t *s)
 {
     ut_lo_close(ops, s);
@@ -84,16 +79,8 @@ static void send_bcopy(ut_side_t *s, size_t len)
 /* Open a and b, one connection with an ep on each side (b's adopts the one a opened). */
 static void pair_connect(uint64_t uuid_a, uint64_t uuid_b)
 {
-    struct iovec iov = {"ping", 4};
-    side_open(&sa, uuid_a);
-    side_open(&sb, uuid_b);
-    FY_ASSERT_OK(ops->ep_create(sa.iface, sb.dev, sb.ifa, &sa.ep));
-    FY_ASSERT_OK(ops->am_short(sa.ep, 2, &iov, 1));
-    both_until(&sb.ams, 1);
-    FY_ASSERT_OK(ops->ep_create(sb.iface, sa.dev, sa.ifa, &sb.ep));
+    FY_ASSERT_EQ(ut_lo_pair(&ops, &sa, &sb, uuid_a, uuid_b), 0);
     FY_ASSERT_EQ(fy_udp_conn(sb.ep)->peer_id, fy_udp_conn(sa.ep)->id);
-    FY_ASSERT_OK(ops->am_short(sb.ep, 2, &iov, 1));
-    both_until(&sa.ams, 1);
 }
 
 /* ---- the ACKs due leave between two full batches --------------------------------------- */

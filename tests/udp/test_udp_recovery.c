@@ -91,15 +91,8 @@ static void send_short(ut_side_t *s)
  * short AM each way. */
 static void pair_connect(uint64_t uuid_a, uint64_t uuid_b)
 {
-    side_open(&sa, uuid_a);
-    side_open(&sb, uuid_b);
-    FY_ASSERT_OK(ops->ep_create(sa.iface, sb.dev, sb.ifa, &sa.ep));
-    send_short(&sa);
-    both_until(&sb.ams, 1);
-    FY_ASSERT_OK(ops->ep_create(sb.iface, sa.dev, sa.ifa, &sb.ep));
+    FY_ASSERT_EQ(ut_lo_pair(&ops, &sa, &sb, uuid_a, uuid_b), 0);
     FY_ASSERT_EQ(fy_udp_conn(sb.ep)->peer_id, fy_udp_conn(sa.ep)->id);
-    send_short(&sb);
-    both_until(&sa.ams, 1);
 }
 
 /* ---- RACK: a hole in a burst ------------------------------------------------------------ */

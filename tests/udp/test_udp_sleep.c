@@ -25,11 +25,6 @@
 static const fy_tl_ops_t *ops;
 static ut_side_t sa, sb;
 
-static void side_open(ut_side_t *s, uint64_t uuid)
-{
-    FY_ASSERT_OK(ut_lo_open(&ops, s, uuid));
-}
-
 static void side_close(ut_side_t *s)
 {
     ut_lo_close(ops, s);
@@ -44,14 +39,7 @@ static void send_short(ut_side_t *s)
 /* Open a and b with one connection, an ep on each side, one short AM each way (polling). */
 static void pair_connect(uint64_t uuid_a, uint64_t uuid_b)
 {
-    side_open(&sa, uuid_a);
-    side_open(&sb, uuid_b);
-    FY_ASSERT_OK(ops->ep_create(sa.iface, sb.dev, sb.ifa, &sa.ep));
-    send_short(&sa);
-    FY_ASSERT_EQ(ut_sides_until(ops, &sa, &sb, &sb.ams, 1, 10000), 0);
-    FY_ASSERT_OK(ops->ep_create(sb.iface, sa.dev, sa.ifa, &sb.ep));
-    send_short(&sb);
-    FY_ASSERT_EQ(ut_sides_until(ops, &sa, &sb, &sa.ams, 1, 10000), 0);
+    FY_ASSERT_EQ(ut_lo_pair(&ops, &sa, &sb, uuid_a, uuid_b), 0);
 }
 
 /* The descriptors in s's event fd's epoll set, as the kernel lists them; *socks: how many of

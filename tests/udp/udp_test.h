@@ -321,4 +321,23 @@ static inline int ut_sides_until(const fy_tl_ops_t *ops, ut_side_t *a, ut_side_t
     return 0;
 }
 
+/* Open a and b on the loopback with one connection, an ep on each side (b's adopts the one a
+ * opened), and one short AM (id 2, "ping") each way; 0, or -1 with a message. */
+static inline int ut_lo_pair(const fy_tl_ops_t **ops, ut_side_t *a, ut_side_t *b, uint64_t uuid_a,
+                             uint64_t uuid_b)
+{
+    struct iovec iov = {"ping", 4};
+    if (ut_lo_open(ops, a, uuid_a) != FERRY_OK || ut_lo_open(ops, b, uuid_b) != FERRY_OK ||
+        (*ops)->ep_create(a->iface, b->dev, b->ifa, &a->ep) != FERRY_OK ||
+        (*ops)->am_short(a->ep, 2, &iov, 1) != FERRY_OK ||
+        ut_sides_until(*ops, a, b, &b->ams, 1, 10000) != 0 ||
+        (*ops)->ep_create(b->iface, a->dev, a->ifa, &b->ep) != FERRY_OK ||
+        (*ops)->am_short(b->ep, 2, &iov, 1) != FERRY_OK ||
+        ut_sides_until(*ops, a, b, &a->ams, 1, 10000) != 0) {
+        fprintf(stderr, "ut_lo_pair: the loopback pair did not connect\n");
+        return -1;
+    }
+    return 0;
+}
+
 #endif

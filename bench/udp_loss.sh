@@ -11,7 +11,9 @@
 #   ferry: tests/udp/udp_pingpong bw -s 1048576 -T $SECS -c   (1 MiB AMs, every byte checked
 #          by the receiver; the run fails on any difference)
 #   tcp:   a Linux TCP stream of 1 MiB writes for $SECS (python3 socket, the system's
-#          congestion control or TCP_CC's, e.g. TCP_CC=cubic), bytes counted by the receiver
+#          congestion control or TCP_CC's, e.g. TCP_CC=cubic), bytes counted by the receiver;
+#          TCP_CC="cubic bbr" runs one stream per congestion control, each with its column
+#          and ratio, in the same row (the same impairer, the same minute)
 #
 # A row is NAME:impairer-args (commas for spaces), e.g. "loss10:--loss,10".  Prints a markdown
 # table of MB/s and the ratio.  Needs root (ip netns, iptables).  Everything it makes carries
@@ -111,12 +113,12 @@ else:
         pass
 EOF
 
-tcp_run() {
+tcp_run() { # [congestion control]
   local out; out=$(mktemp)
   ip netns exec "$Bn" timeout $((${SECS%.*} * 4 + 90)) python3 "/tmp/fy_tcp_$id.py" server "$SECS" > "$out" &
   local sp=$!
   for _ in $(seq 100); do grep -q ready "$out" && break; sleep 0.05; done
-  ip netns exec "$A" timeout 120 python3 "/tmp/fy_tcp_$id.py" client "$SECS" "${TCP_CC:-}" || true
+  ip netns exec "$A" timeout 120 python3 "/tmp/fy_tcp_$id.py" client "$SECS" "${1:-}" || true
   wait "$sp" || true
   tail -n1 "$out"; rm -f "$out"
 }
@@ -130,18 +132,19 @@ ferry_run() { # [udp_pingpong]
   echo "$r" | awk '/GB\/s/ {printf "%.2f\n", $5 * 1000}'
 }
 
-cc=${TCP_CC:-$(ip netns exec "$A" sysctl -n net.ipv4.tcp_congestion_control 2>/dev/null || echo '?')}
-echo "load before: $(cut -d' ' -f1-3 /proc/loadavg); rate ${RATE}, ${SECS} s per run, TCP $cc, $(date -u +%H:%M)"
+read -r -a CCS <<< "${TCP_CC:-}"
+[ ${#CCS[@]} -gt 0 ] || CCS=("")
+ccname() { echo "${1:-$(ip netns exec "$A" sysctl -n net.ipv4.tcp_congestion_control 2>/dev/null || echo '?')}"; }
+names=(); for c in "${CCS[@]}"; do names+=("$(ccname "$c")"); done
+echo "load before: $(cut -d' ' -f1-3 /proc/loadavg); rate ${RATE}, ${SECS} s per run, TCP ${names[*]}, $(date -u +%H:%M)"
 echo
-if [ -n "$ALT" ]; then
-  echo "ALT: $ALT"
-  echo
-  echo "| row (each way) | impairer | ferry udp MB/s | ALT MB/s | Linux TCP MB/s | ferry / TCP | ALT / TCP |"
-  echo "| --- | --- | ---: | ---: | ---: | ---: | ---: |"
-else
-  echo "| row (each way) | impairer | ferry udp MB/s | Linux TCP MB/s | ferry / TCP |"
-  echo "| --- | --- | ---: | ---: | ---: |"
-fi
+hdr="| row (each way) | impairer | ferry udp MB/s |"; sep="| --- | --- | ---: |"
+[ -z "$ALT" ] || { echo "ALT: $ALT"; echo; hdr+=" ALT MB/s |"; sep+=" ---: |"; }
+for n in "${names[@]}"; do
+  hdr+=" TCP $n MB/s | ferry / $n |"; sep+=" ---: | ---: |"
+  [ -z "$ALT" ] || { hdr+=" ALT / $n |"; sep+=" ---: |"; }
+done
+echo "$hdr"; echo "$sep"
 ratio() { awk -v f="$1" -v t="$2" 'BEGIN { if (t > 0 && f+0 == f) printf "%.2f", f / t; else print "-" }'; }
 for row in "${ROWS[@]}"; do
  for _rep in $(seq "$REPS"); do
@@ -160,13 +163,13 @@ for row in "${ROWS[@]}"; do
   else
     f=$(ferry_run); [ -z "$ALT" ] || a=$(ferry_run "$ALT/tests/udp/udp_pingpong")
   fi
-  t=-; [ "$TCP" = 0 ] || t=$(tcp_run)
+  line="| $name | ${args:-none} | $f |"; [ -z "$ALT" ] || line+=" $a |"
+  for c in "${CCS[@]}"; do
+    t=-; [ "$TCP" = 0 ] || t=$(tcp_run "$c")
+    line+=" $t | $(ratio "$f" "$t") |"; [ -z "$ALT" ] || line+=" $(ratio "$a" "$t") |"
+  done
   kill "$imp_pid" 2>/dev/null; wait "$imp_pid" 2>/dev/null || true; imp_pid=; rm -f "$p"
-  if [ -n "$ALT" ]; then
-    echo "| $name | ${args:-none} | $f | $a | $t | $(ratio "$f" "$t") | $(ratio "$a" "$t") |"
-  else
-    echo "| $name | ${args:-none} | $f | $t | $(ratio "$f" "$t") |"
-  fi
+  echo "$line"
  done
 done
 echo

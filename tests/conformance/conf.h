@@ -31,6 +31,11 @@ typedef struct conf_tl {
      * rxm: docs/ofi.md); the error must still come, without a hang, each on a pair of its own
      * (with rma_unchecked_dereg too: the get only) */
     int rma_dereg_fails_ep;
+    /* the peer-death cases kill the peer only while it is parked outside the transport's
+     * progress call (it has stopped consuming, with messages in flight to it): the provider
+     * keeps a lock in shared memory across its progress that no one can take back from a
+     * process killed holding it (ofi over libfabric 1.17's shm: docs/ofi.md) */
+    int peer_dies_parked;
     const char *const *env;
 } conf_tl_t;
 

@@ -1204,7 +1204,10 @@ static int peer_role(int rfd, int wfd, int argc, char **argv)
         }
         if ((i & 63) == 0 && fyproc_readable(rfd)) {
             char ch;
-            if (read(rfd, &ch, 1) <= 0)
+            if (read(rfd, &ch, 1) <= 0 || ch != 'p')
+                break;
+            /* parked: out of every transport call until killed (or the pipe closes) */
+            if (fyproc_send(wfd, "p", 1) != 0 || read(rfd, &ch, 1) <= 0)
                 break;
         }
     }
@@ -1223,6 +1226,19 @@ static void destroy_in_err(conf_node_t *n, fy_tl_ep_t *ep, ferry_status_t st)
     (void)st;
     n->ops->ep_destroy(ep);
     n->user = NULL; /* the ep is gone */
+}
+
+/* conf_tl.peer_dies_parked: take the peer out of its progress loop before it is killed or
+ * left stopped; told: it has said "r" (10 messages received), which is read first. */
+static void park_peer(fyproc_t *child, int told)
+{
+    char ch;
+    if (told)
+        FY_ASSERT_MSG(fyproc_recv(child->rfd, &ch, 1, CONF_DEADLINE) == 0 && ch == 'r',
+                      "the peer did not say it had messages");
+    FY_ASSERT_EQ(fyproc_send(child->wfd, "p", 1), 0);
+    FY_ASSERT_MSG(fyproc_recv(child->rfd, &ch, 1, CONF_DEADLINE) == 0 && ch == 'p',
+                  "the peer did not park");
 }
 
 static void peer_death(int stage)
@@ -1282,10 +1298,15 @@ static void peer_death(int stage)
             FY_ASSERT(st == FERRY_OK || st == FERRY_ERR_NO_RESOURCE);
             conf_progress(&n);
         }
+        if (conf_tl.peer_dies_parked)
+            park_peer(&child, 1);
         fyproc_kill(&child, SIGKILL);
     } else if (stage == DIE_DURING_FLUSH) {
         /* the peer stops; work and a flush that cannot finish; then the peer dies */
-        fyproc_kill(&child, SIGSTOP);
+        if (conf_tl.peer_dies_parked)
+            park_peer(&child, 0);
+        else
+            fyproc_kill(&child, SIGSTOP);
     }
     /* work on the ep */
     int failed_now = 0;
@@ -1391,6 +1412,8 @@ static void peer_death_idle_flush(void)
             FY_ASSERT(now_ms() < end);
             conf_progress(&n);
         }
+    if (conf_tl.peer_dies_parked)
+        park_peer(&child, 1);
     fyproc_kill(&child, SIGKILL);
     /* idle now, and the peer is gone: a transport that watches its peers (tcp: the socket,
      * shm: the process) says so within a moment; udp learns it from traffic only */

@@ -14,6 +14,11 @@
  * until the process's last shm interface closes (src/tl/ofi/ofi_park.c): shm crashed an
  * endpoint that progressed after such a peer closed (ofi_floor shm close-inflight 64 1;
  * close-park survives).
+ *
+ * A peer is killed only while parked outside its progress call (peer_dies_parked): 1.17's shm
+ * holds the receiving endpoint's region spin lock (in the shared region) through each progress
+ * pass, and a sender takes it with pthread_spin_lock; a peer killed holding it leaves every
+ * sender to it spinning inside fi_send for ever, where ferry cannot reach (docs/ofi.md).
  */
 #include "conf.h"
 
@@ -23,4 +28,5 @@ const conf_tl_t conf_tl = {.name = "ofi",
                            .cross_process = 1,
                            .rma_unchecked_dereg = 1,
                            .rma_dereg_fails_ep = 1,
+                           .peer_dies_parked = 1,
                            .env = env};

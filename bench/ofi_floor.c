@@ -19,6 +19,10 @@
  *   ofi_floor PROVIDER dereg 64 1         a write with a key the target deregistered: what the
  *                                         provider does (docs/ofi.md); dereg-live: key kept;
  *                                         dereg-read, dereg-live-read: the same with a read
+ *   ofi_floor PROVIDER kill-progress SIZE TRIALS  a receiver that only progresses is SIGKILLed
+ *                                         at a random moment of a sender's fi_inject stream;
+ *                                         does the sender's next call return? (shm 1.17: it
+ *                                         can spin for ever on the dead peer's lock, docs/ofi.md)
  *
  * Debian ships no fabtests beyond fi_pingpong, and fi_pingpong has no RMA stream: this is the
  * "fi_write stream" of issue 12's acceptance.  The target only progresses its CQ (the software
@@ -31,7 +35,9 @@
 #include <rdma/fi_endpoint.h>
 #include <rdma/fi_errno.h>
 #include <rdma/fi_rma.h>
+#include <dirent.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -338,14 +344,121 @@ static void send_wait(side_t *s, size_t len)
         die("fi_send", (int)ret);
 }
 
+/* ofi_floor PROVIDER kill-progress SIZE TRIALS: per trial, a receiver process R that only
+ * posts receives and reads its CQ, and a sender S that streams fi_inject to it; R is SIGKILLed
+ * 0-500 us into the stream, then S is told to stop.  S checks its pipe between two calls, so
+ * an S that does not exit within 2 s is stuck inside one call: over libfabric 1.17's shm, in
+ * pthread_spin_lock on the lock of R's region that R held when it died (docs/ofi.md, "a peer
+ * killed inside its progress").  Each trial's processes are forked anew; the regions they
+ * leave in /dev/shm are unlinked after the trial. */
+static void kill_receiver(const char *prov, size_t size, int wfd)
+{
+    side_t r;
+    open_side(&r, prov, size);
+    wire_t w;
+    my_wire(&r, &w);
+    if (write(wfd, &w, sizeof(w)) != sizeof(w))
+        _exit(1);
+    for (;;) { /* killed here */
+        fi_recv(r.ep, r.buf, size, NULL, FI_ADDR_UNSPEC, NULL);
+        reap(&r);
+    }
+}
+
+static void kill_sender(const char *prov, size_t size, int rfd, int wfd)
+{
+    side_t s;
+    open_side(&s, prov, size);
+    wire_t theirs;
+    if (read(rfd, &theirs, sizeof(theirs)) != sizeof(theirs) ||
+        fi_av_insert(s.av, theirs.name, 1, &s.peer, 0, NULL) != 1)
+        _exit(1);
+    fcntl(rfd, F_SETFL, fcntl(rfd, F_GETFL) | O_NONBLOCK);
+    int told = 0;
+    for (char c;;) {
+        ssize_t ret = fi_inject(s.ep, s.buf, size, s.peer);
+        if (ret == 0 && !told)
+            told = write(wfd, "g", 1) == 1;
+        else if (ret == -FI_EAGAIN)
+            reap(&s);
+        if (read(rfd, &c, 1) == 1)
+            _exit(0); /* R is dead and this call returned: not stuck */
+    }
+}
+
+/* shm names a region <pid>:<domain>:<endpoint> in /dev/shm by default (ferry names its own) */
+static void unlink_regions(pid_t pid)
+{
+    char prefix[32], path[300];
+    snprintf(prefix, sizeof(prefix), "%d:", (int)pid);
+    DIR *d = opendir("/dev/shm");
+    for (struct dirent *e; d != NULL && (e = readdir(d)) != NULL;)
+        if (strncmp(e->d_name, prefix, strlen(prefix)) == 0) {
+            snprintf(path, sizeof(path), "/dev/shm/%s", e->d_name);
+            unlink(path);
+        }
+    if (d != NULL)
+        closedir(d);
+}
+
+static int kill_progress(const char *prov, size_t size, long trials)
+{
+    long stuck = 0, run = 0;
+    srand((unsigned)getpid());
+    for (long t = 0; t < trials; t++) {
+        int rp[2], sp[2], sa[2];
+        if (pipe(rp) || pipe(sp) || pipe(sa))
+            return 1;
+        pid_t r = fork();
+        if (r == 0)
+            kill_receiver(prov, size, rp[1]);
+        wire_t w;
+        if (read(rp[0], &w, sizeof(w)) != sizeof(w))
+            return 1;
+        pid_t s = fork();
+        if (s == 0)
+            kill_sender(prov, size, sp[0], sa[1]);
+        char g;
+        if (write(sp[1], &w, sizeof(w)) != sizeof(w) || read(sa[0], &g, 1) != 1)
+            return 1;
+        struct timespec d = {0, (long)(rand() % 500) * 1000};
+        nanosleep(&d, NULL);
+        kill(r, SIGKILL);
+        waitpid(r, NULL, 0);
+        if (write(sp[1], "x", 1) != 1)
+            return 1;
+        int exited = 0;
+        for (double end = now() + 2; !exited && now() < end;) {
+            exited = waitpid(s, NULL, WNOHANG) == s;
+            struct timespec p = {0, 1000000};
+            nanosleep(&p, NULL);
+        }
+        if (!exited) {
+            stuck++;
+            kill(s, SIGKILL);
+            waitpid(s, NULL, 0);
+        }
+        run++;
+        unlink_regions(r); /* R's, left by its death; S's, left by its _exit or death */
+        unlink_regions(s);
+        int fds[] = {rp[0], rp[1], sp[0], sp[1], sa[0], sa[1]};
+        for (int i = 0; i < 6; i++)
+            close(fds[i]);
+    }
+    printf("ofi_floor %s kill-progress size %zu: %ld trials, the receiver SIGKILLed while it "
+           "progressed; the sender stuck inside fi_inject (no return in 2 s) in %ld\n",
+           prov, size, run, stuck);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 5) {
-        fprintf(
-            stderr,
-            "usage: ofi_floor PROVIDER "
-            "write|pingpong|inject|inject-send|close-inflight|close-park|dereg[-live][-read] SIZE "
-            "ITERS\n");
+        fprintf(stderr,
+                "usage: ofi_floor PROVIDER "
+                "write|pingpong|inject|inject-send|close-inflight|close-park|dereg[-live][-read]|"
+                "kill-progress SIZE "
+                "ITERS\n");
         return 2;
     }
     const char *prov = argv[1], *test = argv[2];
@@ -353,6 +466,8 @@ int main(int argc, char **argv)
     long iters = atol(argv[4]);
     if (strcmp(test, "close-inflight") == 0 || strcmp(test, "close-park") == 0)
         return close_inflight(prov, size, iters, strcmp(test, "close-park") == 0);
+    if (strcmp(test, "kill-progress") == 0)
+        return kill_progress(prov, size, iters);
     int up[2], down[2];
     if (pipe(up) || pipe(down))
         return 1;

@@ -330,6 +330,10 @@ ferry_status_t fy_ofi_atomic(fy_tl_ep_t *ep, ferry_atomic_op_t op, size_t size, 
                              uint64_t compare, void *result, uint64_t remote_addr, const void *rkey,
                              fy_tl_comp_t *comp);
 
+/* ofi_shm_name.c: a new name for an shm iface's region (malloc'd; NULL when out of memory);
+ * the process's first call removes the regions of its pid namespace's dead processes */
+char *fy_ofi_shm_name(void);
+
 /* ofi_park.c: an shm endpoint that an endpoint of its own process reached is closed with the
  * process's last shm interface (libfabric 1.17's shm crashes otherwise) */
 void fy_ofi_park_open(fy_ofi_iface_t *iface); /* at the end of a successful iface_open */

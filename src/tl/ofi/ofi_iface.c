@@ -176,24 +176,19 @@ ferry_status_t fy_ofi_iface_open(fy_tl_md_t *super_md, const fy_tl_iface_params_
         what = "fi_av_open";
         goto err;
     }
-    /* shm names an endpoint after its process and a per-process index, and 1.17 crashes
-     * when an endpoint closes and a new one takes its name while a peer still maps the old:
-     * every shm iface gets a name of its own */
+    /* every shm iface's region gets a name of its own, which says whose it is
+     * (ofi_shm_name.c) */
     struct fi_info *epi = md->info;
     if (strcmp(md->info->fabric_attr->prov_name, "shm") == 0) {
-        static unsigned seq;
         epi = fi_dupinfo(md->info);
         if (epi == NULL) {
             ret = -FI_ENOMEM;
             what = "fi_dupinfo";
             goto err;
         }
-        char nm[48];
-        snprintf(nm, sizeof(nm), "fyofi_%d_%u_%llx", (int)getpid(), ++seq,
-                 (unsigned long long)(fy_time_ns() & 0xffffffffull));
         free(epi->src_addr);
-        epi->src_addr = strdup(nm);
-        epi->src_addrlen = epi->src_addr != NULL ? strlen(nm) + 1 : 0;
+        epi->src_addr = fy_ofi_shm_name();
+        epi->src_addrlen = epi->src_addr != NULL ? strlen(epi->src_addr) + 1 : 0;
     }
     ret = fi_endpoint(md->domain, epi, &iface->ep, NULL);
     if (epi != md->info)

@@ -130,6 +130,8 @@ static void print_iface(const fy_tl_component_t *tl, fy_tl_md_t *md, const fy_tl
     print_size("max bcopy", attr.max_bcopy);
     print_size("max zcopy", attr.max_zcopy);
     print_size("max zcopy hdr", attr.max_zcopy_hdr);
+    if (attr.max_zcopy_local != 0)
+        print_size("max zcopy local", attr.max_zcopy_local);
     print_size("max put short", attr.max_put_short);
     print_size("max rma", attr.max_rma);
     print_size("max iov", attr.max_iov);

@@ -65,6 +65,10 @@
  * so every size works through the public API [api_am_beyond_max, api_put_beyond_max]: an AM
  * as fragments gathered at the receiver, a put or get as pieces of at most max_rma.
  * Empty iov entries are allowed anywhere; an AM may have no data at all.
+ * max_zcopy_local is the largest am_zcopy (header + data) that may complete at once (FERRY_OK)
+ * because the transport copied it whole into memory of its own before the peer has any of it
+ * (shm: its outbox, up to FERRY_SHM_OUTBOX_MAX): such a completion says nothing of the peer;
+ * a larger one waits for it [peer_death_*].  0: none does (kernel socket buffers aside).
  *
  * ORDER.  The AMs of one ep, whatever their classes, reach am_cb at the target in the order
  * they were sent, each exactly once, with its id, contiguous (a zcopy's hdr then its data),
@@ -181,6 +185,7 @@ typedef struct fy_tl_iface_attr {
     size_t max_bcopy;       /* am_bcopy */
     size_t max_zcopy;       /* am_zcopy: header + data */
     size_t max_zcopy_hdr;   /* am_zcopy header */
+    size_t max_zcopy_local; /* am_zcopy: largest that may complete locally (LIMITS), or 0 */
     size_t max_put_short;   /* put_short */
     size_t max_get_short;   /* get_short */
     size_t max_rma;         /* put_zcopy / get_zcopy, one call */

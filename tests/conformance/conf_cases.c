@@ -40,6 +40,9 @@
 
 #define CONF_BIG      (8u << 20) /* largest message the suite sends */
 #define CONF_DEADLINE 30000      /* ms: an error must come within this, or it is a hang */
+/* peer_death: an am_zcopy that stays in flight where the transport reports no max_zcopy_local
+ * (more than a kernel's socket buffers take at once) */
+#define CONF_INFLIGHT (65u << 20)
 
 static int64_t now_ms(void)
 {
@@ -1276,8 +1279,9 @@ static void peer_death(int stage)
     }
     n.user = ep;
     n.on_err = destroy_in_err; /* the contract allows ep_destroy inside err_cb */
-    /* large enough to need the peer (shm copies up to 64 MiB into its outbox at once) */
-    size_t zlen = 65u << 20;
+    /* large enough to need the peer: past what the transport completes by copying it (shm's
+     * outbox), or where it copies none, past what kernel socket buffers take at once */
+    size_t zlen = n.attr.max_zcopy_local != 0 ? n.attr.max_zcopy_local + 1 : CONF_INFLIGHT;
     if (zlen > n.attr.max_zcopy)
         zlen = n.attr.max_zcopy;
     char *big = calloc(1, zlen);

@@ -502,8 +502,9 @@ struct shm_iface {
     uint64_t pull_gen;
     unsigned pull_nfree;
     uint16_t pull_free[SHM_PULL_SLOTS];
-    char *rxbuf;
+    char *rxbuf; /* the kept receive buffer of pulls (shm_rx.c) */
     size_t rxbuf_size;
+    uint64_t rxbuf_used_ns; /* when a pull last used it (giving a large one back) */
     uint64_t next_check_ns;
     uint32_t stuck_ticket;
     int stuck_seen;
@@ -515,7 +516,7 @@ struct shm_iface {
     struct {
         uint64_t rx_msgs, rx_bytes, rx_pull, rx_frag, rx_amo, rx_obox, drops_malformed, drops_dead;
         uint64_t drops_revoked, revoke_waits;
-        uint64_t tx_obox, obox_full, tx_split, rx_split, obox_shrunk;
+        uint64_t tx_obox, obox_full, tx_split, rx_split, obox_shrunk, rx_shrunk;
         uint64_t wakeups_sent, full, skipped_dead;
     } stats;
 };
@@ -656,6 +657,9 @@ void fy_shm_check_stuck(shm_iface_t *iface);
 void fy_shm_dispatch(shm_iface_t *iface, shm_cell_t *c, uint32_t ticket);
 /* Free the kept receive buffer / a half-received pushed message. */
 void fy_shm_rx_free(shm_iface_t *iface);
+/* Give the kept receive buffer back when it is large and no pull used it for OUTBOX_IDLE;
+ * when it will be due (UINT64_MAX: never). */
+uint64_t fy_shm_rx_idle(shm_iface_t *iface, uint64_t now);
 void fy_shm_frag_free(shm_frag_rx_t *f);
 
 /* shm_peer.c */

@@ -280,6 +280,8 @@ void fy_shm_iface_query(fy_tl_iface_t *tl_iface, fy_tl_iface_attr_t *attr)
     attr->max_bcopy = o->bcopy_size - SHM_PAD_MASK;
     attr->max_zcopy = (size_t)1 << 40;
     attr->max_zcopy_hdr = SHM_MAX_ZCOPY_HDR;
+    /* a message whose data fits the outbox is complete once copied there (obox_send) */
+    attr->max_zcopy_local = iface->obox_max != 0 ? iface->obox_max + SHM_MAX_ZCOPY_HDR : 0;
     attr->max_put_short = o->bcopy_size;
     attr->max_get_short = o->bcopy_size;
     attr->max_rma = (size_t)1 << 40;
@@ -586,12 +588,13 @@ void fy_shm_iface_print(fy_tl_iface_t *tl_iface, FILE *f)
             iface->cma_ok ? "on" : "off");
     fprintf(
         f,
-        "  rx %llu msgs %llu B (from outboxes %llu, %llu of them split, pulled %llu, chunks "
-        "%llu, atomics %llu), dropped %llu malformed %llu from dead senders %llu revoked, "
-        "%llu dead claims skipped\n",
+        "  rx %llu msgs %llu B (from outboxes %llu, %llu of them split, pulled %llu into a "
+        "%zu B buffer given back %llu times, chunks %llu, atomics %llu), dropped %llu "
+        "malformed %llu from dead senders %llu revoked, %llu dead claims skipped\n",
         (unsigned long long)iface->stats.rx_msgs, (unsigned long long)iface->stats.rx_bytes,
         (unsigned long long)iface->stats.rx_obox, (unsigned long long)iface->stats.rx_split,
-        (unsigned long long)iface->stats.rx_pull, (unsigned long long)iface->stats.rx_frag,
+        (unsigned long long)iface->stats.rx_pull, iface->rxbuf_size,
+        (unsigned long long)iface->stats.rx_shrunk, (unsigned long long)iface->stats.rx_frag,
         (unsigned long long)iface->stats.rx_amo, (unsigned long long)iface->stats.drops_malformed,
         (unsigned long long)iface->stats.drops_dead, (unsigned long long)iface->stats.drops_revoked,
         (unsigned long long)iface->stats.skipped_dead);

@@ -54,9 +54,10 @@ const fy_config_table_t fy_shm_config_table = {
                         "How often progress checks whether peer processes are still alive (a "
                         "peer killed mid-transfer fails its endpoints within about this time).",
                         FY_CFG_TIME, shm_opts_t, liveness_ns),
-        FY_CONFIG_FIELD("RX_CACHE", "64m",
-                        "A receive buffer for pulled zero-copy messages up to this size is "
-                        "kept for reuse (larger ones are freed after delivery).",
+        FY_CONFIG_FIELD("RX_CACHE", "1g",
+                        "A receive buffer for pulled zero-copy messages with up to this much "
+                        "data is kept for reuse (larger ones are freed after delivery); beyond "
+                        "8 MiB it is given back after OUTBOX_IDLE without a pull.",
                         FY_CFG_SIZE, shm_opts_t, rx_keep),
         FY_CONFIG_FIELD("OUTBOX_SIZE", "160m",
                         "Bytes of each interface's outbox (0: none): zero-copy messages above "
@@ -72,8 +73,9 @@ const fy_config_table_t fy_shm_config_table = {
                         "pulled by the receiver with cross-memory attach.",
                         FY_CFG_SIZE, shm_opts_t, obox_max),
         FY_CONFIG_FIELD("OUTBOX_IDLE", "1s",
-                        "The outbox beyond its 8 MiB base (reserved for messages above 2 MiB) "
-                        "is given back to the system once no message has used it this long.",
+                        "The outbox beyond its 8 MiB base (reserved for messages above 2 MiB), "
+                        "and a pull's receive buffer above 8 MiB (RX_CACHE), are given back to "
+                        "the system once no message has used them this long.",
                         FY_CFG_TIME, shm_opts_t, obox_idle_ns),
         FY_CONFIG_FIELD("OUTBOX_SPLIT", "inf",
                         "An outbox message with this much data or more is copied by both "

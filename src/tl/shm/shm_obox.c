@@ -206,12 +206,13 @@ void fy_shm_obox_idle(shm_iface_t *iface, uint64_t now)
 }
 
 /*
- * A worker that sleeps on its event fd runs no liveness check, and one that sent a few large
- * messages and then waits for events would hold the grown outbox for as long as it sleeps.  So
- * before it sleeps, while the outbox is grown, a timerfd in the event fd's set (made on first
- * need) is set to when the outbox falls due: the worker wakes, finds nothing, arms again, and
- * that arm's liveness check gives the memory back.  Without a timerfd (it could not be made)
- * the memory is given back at the first check after the worker wakes for other reasons.
+ * A worker that sleeps on its event fd runs no liveness check, and one that sent (or pulled) a
+ * few large messages and then waits for events would hold the grown outbox (or the large
+ * receive buffer, shm_rx.c) for as long as it sleeps.  So before it sleeps, while either is
+ * held, a timerfd in the event fd's set (made on first need) is set to when the first falls
+ * due: the worker wakes, finds nothing, arms again, and that arm's liveness check gives the
+ * memory back.  Without a timerfd (it could not be made) the memory is given back at the
+ * first check after the worker wakes for other reasons.
  */
 void fy_shm_obox_arm(shm_iface_t *iface)
 {
@@ -221,7 +222,8 @@ void fy_shm_obox_arm(shm_iface_t *iface)
         }
     }
     uint64_t idle = iface->md->opts.obox_idle_ns;
-    if (FY_LIKELY(iface->obox_reserved <= iface->obox_base) || idle == UINT64_MAX)
+    int grown = iface->obox_reserved > iface->obox_base;
+    if (FY_LIKELY(!grown && iface->rxbuf_size <= SHM_OBOX_BASE) || idle == UINT64_MAX)
         return;
     if (iface->obox_timer < 0) {
         int fd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
@@ -235,7 +237,11 @@ void fy_shm_obox_arm(shm_iface_t *iface)
     }
     /* Past due and still grown: a receiver holds a slot out there; look again an idle time
      * later (at least 10 ms apart), not in a loop of wake-ups. */
-    uint64_t now = fy_time_ns(), due = iface->obox_big_ns + idle;
+    uint64_t now = fy_time_ns();
+    uint64_t due =
+        FY_MIN(grown ? iface->obox_big_ns + idle : UINT64_MAX, fy_shm_rx_idle(iface, now));
+    if (due == UINT64_MAX)
+        return; /* the receive buffer just went back and the outbox is not grown */
     uint64_t in = due > now ? due - now : FY_MAX(idle, (uint64_t)10000000);
     struct itimerspec t = {
         .it_value = {(time_t)(in / FY_NSEC_PER_SEC), (long)(in % FY_NSEC_PER_SEC)}};

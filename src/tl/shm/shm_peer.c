@@ -414,6 +414,8 @@ void fy_shm_check_liveness(shm_iface_t *iface)
         drop_dead_frags(iface);
     if (FY_UNLIKELY(iface->obox_reserved > iface->obox_base))
         fy_shm_obox_idle(iface, fy_time_ns());
+    if (FY_UNLIKELY(iface->rxbuf_size > SHM_OBOX_BASE))
+        fy_shm_rx_idle(iface, fy_time_ns());
 }
 
 /* Fail the eps of failed peers: err_cb, then their operations. */

@@ -61,25 +61,50 @@ void fy_shm_frag_free(shm_frag_rx_t *f)
     free(f);
 }
 
+/*
+ * The receive buffer of pulls is kept for the next one: a fresh buffer costs its page faults
+ * and the kernel's zeroing of every page, a pass over memory as long as the copy (64 MiB + 1 B
+ * pulled at 1.7 GB/s into fresh 4 KiB pages, 4 into fresh huge pages, 5.5 into a kept buffer:
+ * docs/shm.md).  One buffer, grown to the largest message up to RX_CACHE; beyond the outbox's
+ * base (8 MiB) it is given back once no pull has used it for OUTBOX_IDLE (fy_shm_rx_idle), as
+ * the outbox gives back its own room.  Larger messages get a buffer of their own.
+ */
 static char *rx_buffer(shm_iface_t *iface, size_t len)
 {
     if (iface->rxbuf != NULL && len <= iface->rxbuf_size)
         return iface->rxbuf;
-    if (len > iface->md->opts.rx_keep)
+    if (len > iface->md->opts.rx_keep + SHM_MAX_ZCOPY_HDR + SHM_PAD_MASK) /* (data: rx_keep) */
         return big_alloc(len);
+    fy_shm_rx_free(iface); /* first: the old and the new buffer are never both held */
     char *b = big_alloc(len);
     if (b == NULL)
         return NULL;
-    fy_shm_rx_free(iface);
     iface->rxbuf = b;
     iface->rxbuf_size = len;
     return b;
+}
+
+uint64_t fy_shm_rx_idle(shm_iface_t *iface, uint64_t now)
+{
+    if (FY_LIKELY(iface->rxbuf_size <= SHM_OBOX_BASE))
+        return UINT64_MAX;
+    uint64_t idle = iface->md->opts.obox_idle_ns;
+    if (idle == UINT64_MAX)
+        return UINT64_MAX;
+    uint64_t due = iface->rxbuf_used_ns + idle;
+    if (now < due)
+        return due;
+    fy_shm_rx_free(iface);
+    iface->stats.rx_shrunk++;
+    return UINT64_MAX;
 }
 
 static void rx_buffer_done(shm_iface_t *iface, char *b, size_t len)
 {
     if (b != iface->rxbuf)
         big_free(b, len);
+    else
+        iface->rxbuf_used_ns = fy_time_ns(); /* (idle from the end of its use) */
 }
 
 /*

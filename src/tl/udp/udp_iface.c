@@ -38,8 +38,6 @@
 
 #define HOTEL_TICK_NS (20 * FY_NSEC_PER_USEC)
 #define HOTEL_SLOTS   8192
-/* A worker about to sleep looks this far ahead for the hotel's next room (1,000 slots). */
-#define HOTEL_SCAN_NS (20 * FY_NSEC_PER_MSEC)
 #define RX_MORE       8 /* extra batches a pass drains while they come full */
 /* The sockets leave the event fd's epoll set after this long without an arm (ev_socks). */
 #define EV_SOCKS_KEEP_NS (10 * FY_NSEC_PER_MSEC)
@@ -626,7 +624,7 @@ ferry_status_t fy_udp_iface_event_arm(fy_tl_iface_t *tl_iface)
      * per worker for nothing - 500 workers of tests/udp/test_udp_scale.c, 2.5 million
      * wake-ups a second asked of a process that got a tenth of a core. */
     if (fy_hotel_occupancy(&iface->hotel) != 0) {
-        uint64_t t = fy_hotel_next_run(&iface->hotel, now, HOTEL_SCAN_NS);
+        uint64_t t = fy_hotel_next_run(&iface->hotel, now);
         deadline = deadline == 0 ? t : FY_MIN(deadline, t);
     }
     if (iface->pace_due != 0) {       /* a paced connection's next send (udp_cc.c) */

@@ -15,9 +15,11 @@
  *
  * The event fd is an epoll set of a timerfd and, while a worker may sleep on it, both
  * sockets.  Before sleeping, arm sends every owed ACK (a sleeping peer must not hold ACKs) and
- * sets the timerfd to the retransmission floor when segments wait for ACKs, so a lost datagram
- * wakes the sleeper.  A socket in an epoll set costs every datagram the kernel's wake-up chain
- * (ev_socks below), so a worker that polls and does not arm leaves them out.
+ * sets the timerfd to the first timer that is really due - a retransmission, a handshake's
+ * retry, a delayed ACK, a pace or reorder timer, a keepalive - so a lost datagram wakes the
+ * sleeper and an idle one sleeps until its next keepalive.  A socket in an epoll set costs every
+ * datagram the kernel's wake-up chain (ev_socks below), so a worker that polls and does not arm
+ * leaves them out.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -610,6 +612,11 @@ ferry_status_t fy_udp_iface_event_arm(fy_tl_iface_t *tl_iface)
     iface->armed_ns = now;
     if (!iface->ev_socks && ev_socks(iface, 1) != FERRY_OK)
         return FERRY_ERR_BUSY; /* (it cannot wake: it polls) */
+    /* The first pass after the sleep reads the data channel, whatever its idle count: a
+     * datagram there (a resend, a large fragment) makes the fd readable, and a worker whose
+     * passes skipped the channel woke at once again, up to 16 times, without reading it. */
+    if (iface->ch[FY_UDP_CH_DATA].idle > 15)
+        iface->ch[FY_UDP_CH_DATA].idle = 15;
     fy_udp_ack_settle(iface);
     if (!fy_list_is_empty(&iface->ready) || !fy_list_is_empty(&iface->resendq) ||
         !fy_list_is_empty(&iface->faillist) || fy_udp_hs_admissible(iface))

@@ -35,7 +35,8 @@
  *
  * Cost: one thread per process (64 KiB stack), one socket per iface; an idle connection
  * costs one heartbeat and its answer (56 bytes each way) per KEEPALIVE when the peer has
- * been silent that long, nothing while traffic flows.
+ * been silent that long, nothing while traffic flows; a sleeping worker wakes for its
+ * connections only when a keepalive timer is due and when the answer comes.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -411,9 +412,12 @@ uint64_t fy_udp_live_deadline(fy_udp_iface_t *iface, uint64_t now)
 {
     if (iface->live_hotel.slots == NULL || fy_hotel_occupancy(&iface->live_hotel) == 0)
         return 0;
-    /* Wake a sleeping worker often enough to probe and to notice a death within one
-     * heartbeat interval. */
-    return now + FY_MIN(hb_interval(iface), 250 * FY_NSEC_PER_MSEC);
+    /* The first connection's keepalive timer: every probe, every judgement of death and
+     * every reclaim of an idle passive connection happens in its timer's expiry, so a worker
+     * whose peers are idle sleeps until one is due (it used to wake at least every 250 ms
+     * as well, for nothing: thousands of idle workers made a steady load). */
+    uint64_t t = fy_hotel_next_run(&iface->live_hotel, now);
+    return t == UINT64_MAX ? 0 : t;
 }
 
 void fy_udp_live_rx_hb_ack(fy_udp_iface_t *iface, const fy_udp_hdr_t *h, const uint8_t *payload,

@@ -85,6 +85,7 @@ ferry_status_t fy_hotel_init(fy_hotel_t *h, uint64_t tick_ns, unsigned nslots,
     for (unsigned i = 0; i < n; i++)
         fy_list_init(&h->slots[i]);
     h->nslots = n;
+    h->wbits = n < 64 ? n : 64;
     h->tick_ns = tick_ns;
     h->current_tick = now_ns / tick_ns;
     h->behind = UINT64_MAX;
@@ -250,7 +251,7 @@ uint64_t fy_hotel_next_run(const fy_hotel_t *h, uint64_t now_ns)
                                                 : FY_MAX((first + 1) * h->tick_ns, now_ns);
 }
 
-unsigned fy_hotel_run(fy_hotel_t *h, uint64_t now_ns)
+unsigned fy_hotel_run_slow(fy_hotel_t *h, uint64_t now_ns)
 {
     uint64_t now_tick = now_ns / h->tick_ns, rejump = 0;
     unsigned mask = h->nslots - 1, fired = 0;

@@ -34,6 +34,7 @@ typedef struct fy_hotel {
     fy_list_t *slots;
     uint64_t *occ;   /* bit per slot: set at check-in, cleared when a run finds it empty */
     unsigned nslots; /* power of two */
+    unsigned wbits;  /* slots per word of occ: min(nslots, 64) */
     uint64_t tick_ns;
     uint64_t current_tick; /* the next tick to process */
     uint64_t behind;       /* a run's check-ins for a tick it had passed: it goes back */
@@ -68,7 +69,24 @@ uint64_t fy_hotel_next_run(const fy_hotel_t *h, uint64_t now_ns);
  * Cost: the rooms that fire and the occupied slots between the last run and now (empty
  * stretches skipped through the bitmap); after more than a turn of the wheel, per turn that
  * holds a due room, one look at every occupied slot. */
-unsigned fy_hotel_run(fy_hotel_t *h, uint64_t now_ns);
+unsigned fy_hotel_run_slow(fy_hotel_t *h, uint64_t now_ns);
+static inline unsigned fy_hotel_run(fy_hotel_t *h, uint64_t now_ns)
+{
+    /* The common case of a busy-polling worker, inline: a run a tick or a few after the
+     * last, whose ticks' slots are all unmarked (and in one word of the bitmap). */
+    uint64_t now_tick = now_ns / h->tick_ns, left = now_tick - h->current_tick;
+    unsigned slot = (unsigned)h->current_tick & (h->nslots - 1), bit = slot % 64;
+    if (now_tick >= h->current_tick && left < h->wbits - bit) {
+        uint64_t w = h->occ[slot / 64] >> bit;
+        if (left < 63)
+            w &= (2ull << left) - 1;
+        if (w == 0) {
+            h->current_tick = now_tick;
+            return 0;
+        }
+    }
+    return fy_hotel_run_slow(h, now_ns);
+}
 static inline size_t fy_hotel_occupancy(const fy_hotel_t *h)
 {
     return h->occupancy;

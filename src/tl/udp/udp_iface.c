@@ -612,11 +612,14 @@ ferry_status_t fy_udp_iface_event_arm(fy_tl_iface_t *tl_iface)
     iface->armed_ns = now;
     if (!iface->ev_socks && ev_socks(iface, 1) != FERRY_OK)
         return FERRY_ERR_BUSY; /* (it cannot wake: it polls) */
-    /* The first pass after the sleep reads the data channel, whatever its idle count: a
-     * datagram there (a resend, a large fragment) makes the fd readable, and a worker whose
-     * passes skipped the channel woke at once again, up to 16 times, without reading it. */
-    if (iface->ch[FY_UDP_CH_DATA].idle > 15)
-        iface->ch[FY_UDP_CH_DATA].idle = 15;
+    /* A sleep that brought nothing (a timer, or a datagram on the data channel that the
+     * passes since skipped: an idle data channel is read every 16th pass) makes the first
+     * counted pass after the next sleep read the data channel: such a datagram kept the fd
+     * readable, and the worker woke at once again, up to 16 times, without reading it.  A
+     * sleep that brought datagrams (a sleeping ping-pong) changes nothing. */
+    if (iface->rx_dgrams == iface->rx_at_arm)
+        iface->pass |= 15;
+    iface->rx_at_arm = iface->rx_dgrams;
     fy_udp_ack_settle(iface);
     if (!fy_list_is_empty(&iface->ready) || !fy_list_is_empty(&iface->resendq) ||
         !fy_list_is_empty(&iface->faillist) || fy_udp_hs_admissible(iface))

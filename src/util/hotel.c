@@ -16,8 +16,18 @@
  * the stack: the callback may check the fired room (or any other) in or out; rooms it checks
  * in land in the real slots, so a room re-checked in for the tick being processed waits for
  * the next run (no endless loop on a zero stay), while one that lands in a later tick this run
- * still has to process fires in this run if it is due by now.  After a long idle period the
- * run jumps over ticks with nothing due instead of visiting each of them.
+ * still has to process fires in this run if it is due by now.
+ *
+ * Why a bitmap: a worker asleep for 250 ms walked 12,500 empty 20 us ticks at its wake-up,
+ * and one that knew only "some slot within 20 ms holds a room" could not sleep longer than
+ * that.  A bit per slot (8192 slots: 128 words) is set at check-in - one OR beside the list
+ * insert - and cleared lazily, when a run or a scan finds the slot's list empty, so check-out
+ * (an unlink, once per ACKed segment) stays as it was.  A run jumps from one occupied slot to
+ * the next; after an idle period longer than a turn of the wheel it first jumps to the
+ * earliest room's tick (every room's tick is at least current_tick, so a slot at distance d
+ * holds rooms of tick current_tick + d or of later turns), and does so again for each turn
+ * it still has to cover.  The next-run query walks the occupied slots in wheel order and stops
+ * at the first room of the current turn: exact, however far ahead the room is.
  */
 #include <stdlib.h>
 
@@ -64,13 +74,21 @@ ferry_status_t fy_hotel_init(fy_hotel_t *h, uint64_t tick_ns, unsigned nslots,
     while (n < nslots)
         n <<= 1;
     h->slots = malloc(n * sizeof(*h->slots));
-    if (h->slots == NULL)
+    h->occ = calloc((n + 63) / 64, sizeof(*h->occ));
+    if (h->slots == NULL || h->occ == NULL) {
+        free(h->slots);
+        free(h->occ);
+        h->slots = NULL;
+        h->occ = NULL;
         return FERRY_ERR_NO_MEMORY;
+    }
     for (unsigned i = 0; i < n; i++)
         fy_list_init(&h->slots[i]);
     h->nslots = n;
+    h->wbits = n < 64 ? n : 64;
     h->tick_ns = tick_ns;
     h->current_tick = now_ns / tick_ns;
+    h->behind = UINT64_MAX;
     h->occupancy = 0;
     h->expire_cb = cb;
     h->arg = arg;
@@ -86,7 +104,9 @@ void fy_hotel_destroy(fy_hotel_t *h)
         while (fy_list_pop_head(&h->slots[i]) != NULL) {
         }
     free(h->slots);
+    free(h->occ);
     h->slots = NULL;
+    h->occ = NULL;
     h->occupancy = 0;
 }
 
@@ -97,9 +117,13 @@ void fy_hotel_checkin(fy_hotel_t *h, fy_hotel_room_t *r, uint64_t stay_ns, uint6
     r->expiry = stay_ns > UINT64_MAX - now_ns ? UINT64_MAX : now_ns + stay_ns;
     uint64_t tick = room_tick(h, r);
     /* Already due (or due in a tick already processed): the tick being processed takes it. */
-    if (tick < h->current_tick)
+    if (tick < h->current_tick) {
         tick = h->current_tick;
-    fy_list_add_tail(&h->slots[tick & (h->nslots - 1)], &r->link);
+        h->behind = FY_MIN(h->behind, tick); /* (a run moving on must come back for it) */
+    }
+    unsigned slot = (unsigned)tick & (h->nslots - 1);
+    fy_list_add_tail(&h->slots[slot], &r->link);
+    h->occ[slot / 64] |= 1ull << (slot % 64);
     h->occupancy++;
 }
 
@@ -111,18 +135,72 @@ void fy_hotel_checkout(fy_hotel_t *h, fy_hotel_room_t *r)
     h->occupancy--;
 }
 
-/* The earliest tick at which some room is due (occupancy must be non-zero). */
+/* The distance from slot `from` to the next slot whose bit is set (itself included), going
+ * round the wheel, if it is at most limit; nslots otherwise.  A bit may be stale (its slot
+ * emptied by check-outs): the caller looks at the slot.  Reads the words up to limit only. */
+static unsigned next_marked(const fy_hotel_t *h, unsigned from, uint64_t limit)
+{
+    unsigned mask = h->nslots - 1, d;
+    if (limit > mask)
+        limit = mask;
+    if (h->nslots <= 64) { /* one word, maybe partly used */
+        uint64_t word = h->occ[0], hi = word >> from;
+        uint64_t lo = from == 0 ? 0 : word & ((1ull << from) - 1);
+        if (hi != 0)
+            d = (unsigned)__builtin_ctzll(hi);
+        else if (lo != 0)
+            d = h->nslots - from + (unsigned)__builtin_ctzll(lo);
+        else
+            return h->nslots;
+        return d <= limit ? d : h->nslots;
+    }
+    /* Whole words; the first is read again last, for the slots below from. */
+    unsigned nwords = h->nslots / 64, w = from / 64;
+    uint64_t bits = h->occ[w] & (~0ull << (from % 64)), next = 64 - from % 64;
+    for (;;) {
+        if (bits != 0) {
+            d = (w * 64 + (unsigned)__builtin_ctzll(bits) - from) & mask;
+            return d <= limit ? d : h->nslots;
+        }
+        if (next > limit)
+            return h->nslots;
+        w = w + 1 == nwords ? 0 : w + 1;
+        bits = h->occ[w];
+        next += 64;
+    }
+}
+
+static inline void unmark(fy_hotel_t *h, unsigned slot)
+{
+    h->occ[slot / 64] &= ~(1ull << (slot % 64));
+}
+
+/* The earliest tick at which some room is due, at least current_tick (occupancy must be
+ * non-zero).  Every room's tick is at least current_tick, so one in the slot at distance d
+ * is of tick current_tick + d (this turn) or later turns: the first slot in wheel order that
+ * holds a room of this turn has the earliest; if none does, the least tick seen. */
 static uint64_t hotel_first_tick(const fy_hotel_t *h)
 {
     uint64_t first = UINT64_MAX;
-    for (unsigned i = 0; i < h->nslots; i++) {
+    unsigned mask = h->nslots - 1, base = (unsigned)h->current_tick & mask, d = 0;
+    while (d < h->nslots) {
+        unsigned step = next_marked(h, (base + d) & mask, mask - d);
+        if (step == h->nslots)
+            break;
+        d += step;
+        if (d >= h->nslots)
+            break;
+        uint64_t turn = h->current_tick + d;
         const fy_list_t *e;
-        fy_list_for_each(e, &h->slots[i])
+        fy_list_for_each(e, &h->slots[(base + d) & mask])
         {
             uint64_t t = room_tick(h, fy_container_of(e, fy_hotel_room_t, link));
+            if (t <= turn)
+                return FY_MAX(t, h->current_tick);
             if (t < first)
                 first = t;
         }
+        d++;
     }
     return first;
 }
@@ -134,8 +212,10 @@ static unsigned hotel_run_tick(fy_hotel_t *h, uint64_t tick, uint64_t now_ns)
     fy_list_t pending, keep;
     unsigned fired = 0;
 
-    if (fy_list_is_empty(slot))
+    if (fy_list_is_empty(slot)) {
+        unmark(h, (unsigned)tick & (h->nslots - 1));
         return 0;
+    }
     fy_list_init(&pending);
     fy_list_init(&keep);
     list_splice_tail(&pending, slot);
@@ -155,51 +235,60 @@ static unsigned hotel_run_tick(fy_hotel_t *h, uint64_t tick, uint64_t now_ns)
     }
     /* The kept rooms were checked in before anything the callbacks added: they go first. */
     list_splice_head(slot, &keep);
+    if (fy_list_is_empty(slot))
+        unmark(h, (unsigned)tick & (h->nslots - 1));
     return fired;
 }
 
-uint64_t fy_hotel_next_run(const fy_hotel_t *h, uint64_t now_ns, uint64_t max_ns)
+uint64_t fy_hotel_next_run(const fy_hotel_t *h, uint64_t now_ns)
 {
-    uint64_t now_tick = now_ns / h->tick_ns;
-    uint64_t span = FY_MIN(max_ns / h->tick_ns + 1, (uint64_t)h->nslots);
     if (h->occupancy == 0)
         return UINT64_MAX;
-    /* Not run for longer than the scan would cover: whatever it holds may be due. */
-    if (now_tick >= h->current_tick + span)
+    uint64_t first = hotel_first_tick(h);
+    if (first == UINT64_MAX) /* (cannot be: occupancy counts the rooms in the slots) */
         return now_ns;
-    for (uint64_t t = h->current_tick; t < now_tick + span; t++)
-        if (!fy_list_is_empty(&h->slots[t & (h->nslots - 1)]))
-            return FY_MAX((t + 1) * h->tick_ns, now_ns);
-    return (now_tick + span) * h->tick_ns;
+    return first >= UINT64_MAX / h->tick_ns - 1 ? UINT64_MAX
+                                                : FY_MAX((first + 1) * h->tick_ns, now_ns);
 }
 
-unsigned fy_hotel_run(fy_hotel_t *h, uint64_t now_ns)
+unsigned fy_hotel_run_slow(fy_hotel_t *h, uint64_t now_ns)
 {
-    uint64_t now_tick = now_ns / h->tick_ns;
-    unsigned fired = 0;
+    uint64_t now_tick = now_ns / h->tick_ns, rejump = 0;
+    unsigned mask = h->nslots - 1, fired = 0;
 
     if (now_tick < h->current_tick)
         return 0;
-    if (h->occupancy == 0) {
-        h->current_tick = now_tick;
-        return 0;
-    }
-    /* Idle for more than a turn of the wheel: skip straight to the first tick with a room. */
-    if (now_tick - h->current_tick >= h->nslots) {
-        uint64_t first = hotel_first_tick(h);
-        if (first > h->current_tick)
-            h->current_tick = FY_MIN(first, now_tick);
-    }
+    h->behind = UINT64_MAX;
     for (;;) {
-        uint64_t t = h->current_tick;
-        fired += hotel_run_tick(h, t, now_ns);
-        if (t == now_tick)
-            break;
-        h->current_tick = t + 1;
         if (h->occupancy == 0) {
             h->current_tick = now_tick;
             break;
         }
+        /* More than a turn still to cover: skip straight to the earliest room's tick, once
+         * per turn (a turn visits every occupied slot). */
+        if (now_tick - h->current_tick >= h->nslots && h->current_tick >= rejump) {
+            uint64_t first = hotel_first_tick(h);
+            if (first > h->current_tick)
+                h->current_tick = FY_MIN(first, now_tick);
+            rejump = h->current_tick + h->nslots;
+        }
+        uint64_t left = now_tick - h->current_tick;
+        unsigned d = next_marked(h, (unsigned)h->current_tick & mask, left);
+        if (d > left) { /* nothing marked up to now's tick */
+            h->current_tick = now_tick;
+            break;
+        }
+        uint64_t t = h->current_tick + d;
+        h->current_tick = t; /* (a room the callbacks check in for an earlier tick lands here) */
+        fired += hotel_run_tick(h, t, now_ns);
+        if (t == now_tick)
+            break;
+        h->current_tick = t + 1;
     }
+    /* A callback checked a room in for a tick this run had passed (a now older than the
+     * run's): the next run starts there, so the room is neither lost for a turn nor fired
+     * again in this run. */
+    if (h->behind < h->current_tick)
+        h->current_tick = h->behind;
     return fired;
 }

@@ -1,8 +1,8 @@
 /*
  * test_hotel.c - the timing-wheel hotel: rooms fire in expiry order (same tick: check-in
  * order), never early and at the first run that reaches their expiry; checked-out rooms never
- * fire; stays far beyond the wheel's span; re-check-in from the expiry callback; and a hundred
- * thousand rooms through one hotel.
+ * fire; stays far beyond the wheel's span; re-check-in from the expiry callback; a hundred
+ * thousand rooms through one hotel; the next-run query; long sleeps with a few rooms far apart.
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -472,35 +472,134 @@ static void stale_now(void)
     log_free_state(&s);
 }
 
-/* fy_hotel_next_run: the end of the first occupied tick, never after a room's expiry; the
- * scan's horizon when nothing is near; now when the hotel has not run for longer. */
+/* fy_hotel_next_run: the end of the tick of the earliest room, never after its expiry,
+ * however far ahead it is (rooms of later turns in earlier slots do not count); now when the
+ * hotel has not run since a room was due. */
 static void next_run(void)
 {
     fy_hotel_t h;
     log_state_t s;
-    guest_t a = {0}, b = {0};
+    guest_t a = {0}, b = {0}, c = {0};
     log_init_state(&s, 4);
     fy_hotel_room_init(&a.room);
     fy_hotel_room_init(&b.room);
+    fy_hotel_room_init(&c.room);
     FY_ASSERT_OK(fy_hotel_init(&h, TICK, 64, record_cb, &s, T0));
-    FY_ASSERT_EQ(fy_hotel_next_run(&h, T0, 10 * TICK), UINT64_MAX);
+    FY_ASSERT_U64_EQ(fy_hotel_next_run(&h, T0), UINT64_MAX);
     fy_hotel_checkin(&h, &a.room, 5 * TICK + 300, T0);
     fy_hotel_checkin(&h, &b.room, 40 * TICK, T0);
-    uint64_t t = fy_hotel_next_run(&h, T0, 10 * TICK);
-    FY_ASSERT_EQ(t, T0 + 6 * TICK); /* a's tick ends: a fires in the run at t */
+    uint64_t t = fy_hotel_next_run(&h, T0);
+    FY_ASSERT_U64_EQ(t, T0 + 6 * TICK); /* a's tick ends: a fires in the run at t */
     FY_ASSERT(t >= a.room.expiry);
     s.now = t;
     FY_ASSERT_EQ(fy_hotel_run(&h, t), 1);
     FY_ASSERT_EQ(a.fired, 1);
-    /* b is beyond the horizon: come back at it. */
-    FY_ASSERT_EQ(fy_hotel_next_run(&h, t, 10 * TICK), t + 11 * TICK);
-    FY_ASSERT_EQ(fy_hotel_next_run(&h, t, 100 * TICK), T0 + 41 * TICK);
-    /* A hotel not run for longer than the scan covers: at once. */
-    FY_ASSERT_EQ(fy_hotel_next_run(&h, t + 50 * TICK, 10 * TICK), t + 50 * TICK);
+    FY_ASSERT_U64_EQ(fy_hotel_next_run(&h, t), T0 + 41 * TICK);
+    /* c, three turns ahead, sits in a slot before b's: b is still first. */
+    fy_hotel_checkin(&h, &c.room, 3 * 64 * TICK + 10 * TICK, t);
+    FY_ASSERT_U64_EQ(fy_hotel_next_run(&h, t), T0 + 41 * TICK);
+    /* A hotel not run since b was due: at once. */
+    FY_ASSERT_U64_EQ(fy_hotel_next_run(&h, T0 + 50 * TICK), T0 + 50 * TICK);
     fy_hotel_checkout(&h, &b.room);
-    FY_ASSERT_EQ(fy_hotel_next_run(&h, t, 10 * TICK), UINT64_MAX);
+    FY_ASSERT_U64_EQ(fy_hotel_next_run(&h, t), c.room.expiry / TICK * TICK + TICK);
+    fy_hotel_checkout(&h, &c.room);
+    FY_ASSERT_U64_EQ(fy_hotel_next_run(&h, t), UINT64_MAX);
+    fy_hotel_destroy(&h);
+
+    /* The same on a wheel of many words (8192 slots), with rooms only far away. */
+    FY_ASSERT_OK(fy_hotel_init(&h, TICK, 8192, record_cb, &s, T0));
+    fy_hotel_checkin(&h, &a.room, 8192ull * 5 * TICK + 7 * TICK, T0); /* five turns ahead */
+    fy_hotel_checkin(&h, &b.room, 8192ull * 2 * TICK + 8000 * TICK, T0);
+    FY_ASSERT_U64_EQ(fy_hotel_next_run(&h, T0), b.room.expiry / TICK * TICK + TICK);
+    fy_hotel_checkout(&h, &b.room);
+    FY_ASSERT_U64_EQ(fy_hotel_next_run(&h, T0), a.room.expiry / TICK * TICK + TICK);
+    fy_hotel_checkout(&h, &a.room);
     fy_hotel_destroy(&h);
     log_free_state(&s);
+}
+
+/* A long sleep (a worker whose timers are far apart): a few rooms, one run after seconds of
+ * 20 us ticks, and rooms a billion ticks apart.  Each run fires exactly what is due, in order,
+ * and the next-run query says when the next is; a run costs the rooms and the occupied slots,
+ * so runs across 10^12 ticks finish at once (walking every tick they would never end). */
+static void long_sleep(void)
+{
+    enum { N = 6 };
+    static const uint64_t stay_ticks[N] = {
+        3, 50000, 50001, 1000000000ull, 1000000000ull + 8192, 1000000000000ull,
+    };
+    guest_t g[N];
+    uint64_t run_now[16];
+    log_state_t s;
+    fy_hotel_t h;
+    log_init_state(&s, N);
+    FY_ASSERT_OK(fy_hotel_init(&h, TICK, 8192, record_cb, &s, T0));
+    for (int i = 0; i < N; i++) {
+        fy_hotel_room_init(&g[i].room);
+        g[i].index = i;
+        g[i].fired = 0;
+        fy_hotel_checkin(&h, &g[i].room, stay_ticks[i] * TICK + TICK / 2, T0);
+    }
+    run_now[0] = T0;
+    /* Sleep from one next-run to the next: each wake-up fires the rooms of one tick. */
+    uint64_t now = T0;
+    unsigned wakeups = 0;
+    while (fy_hotel_occupancy(&h) > 0) {
+        uint64_t next = fy_hotel_next_run(&h, now);
+        FY_ASSERT(next > now);
+        now = next;
+        FY_ASSERT_LT(s.run + 1, 16);
+        FY_ASSERT_GE(run_at(&h, &s, now), 1);
+        run_now[s.run] = now;
+        wakeups++;
+    }
+    FY_ASSERT_EQ(wakeups, N);
+    check_log(&s, run_now, TICK);
+    for (int i = 0; i < N; i++) {
+        FY_ASSERT_EQ(g[i].fired, 1);
+        FY_ASSERT_U64_EQ(s.fired_at[i], T0 + (stay_ticks[i] + 1) * TICK);
+    }
+
+    /* One run after sleeping past all of them (seconds of ticks): all fire, in order. */
+    s.n = 0;
+    s.run = 0;
+    now += 1000 * TICK;
+    run_now[0] = now;
+    for (int i = 0; i < N; i++) {
+        g[i].fired = 0;
+        fy_hotel_checkin(&h, &g[i].room, stay_ticks[i] * TICK, now);
+    }
+    FY_ASSERT_EQ(run_at(&h, &s, now + 100000 * TICK), 3);
+    run_now[1] = now + 100000 * TICK;
+    FY_ASSERT_EQ(run_at(&h, &s, now + 2000000000000ull * TICK), 3);
+    run_now[2] = now + 2000000000000ull * TICK;
+    FY_ASSERT_EQ(s.n, N);
+    check_log(&s, run_now, TICK);
+    FY_ASSERT_EQ(fy_hotel_occupancy(&h), 0);
+    fy_hotel_destroy(&h);
+    log_free_state(&s);
+}
+
+/* A room checked in from a callback with a now older than the tick being processed (its
+ * tick already passed) is not lost for a turn of the wheel: the next run fires it. */
+static void stale_checkin_in_run(void)
+{
+    fy_hotel_t h;
+    recheck_state_t s = {0};
+    guest_t a = {.index = 0};
+    FY_ASSERT_OK(fy_hotel_init(&h, TICK, 64, recheck_cb, &s, T0));
+    fy_hotel_room_init(&a.room);
+    fy_hotel_checkin(&h, &a.room, 2 * TICK, T0);
+    s.restay = 0;
+    s.limit = 1;
+    s.run_now = T0; /* re-check-in for T0: 2 ticks behind the tick being processed */
+    FY_ASSERT_EQ(fy_hotel_run(&h, T0 + 10 * TICK), 1);
+    FY_ASSERT(fy_hotel_is_checked_in(&a.room));
+    FY_ASSERT_U64_EQ(fy_hotel_next_run(&h, T0 + 10 * TICK), T0 + 10 * TICK);
+    FY_ASSERT_EQ(fy_hotel_run(&h, T0 + 10 * TICK), 1);
+    FY_ASSERT_EQ(a.fired, 2);
+    FY_ASSERT_EQ(fy_hotel_occupancy(&h), 0);
+    fy_hotel_destroy(&h);
 }
 
 static void bad_params(void)
@@ -519,4 +618,4 @@ FYTEST_MAIN(FYTEST_CASE(expiry_order), FYTEST_CASE(checkout_before_expiry),
             FYTEST_CASE(recheckin_moves), FYTEST_CASE(long_stays),
             FYTEST_CASE(recheckin_from_callback), FYTEST_CASE(same_tick_checkin_order),
             FYTEST_CASE(many_rooms), FYTEST_CASE(stale_now), FYTEST_CASE(next_run),
-            FYTEST_CASE(bad_params))
+            FYTEST_CASE(long_sleep), FYTEST_CASE(stale_checkin_in_run), FYTEST_CASE(bad_params))

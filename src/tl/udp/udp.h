@@ -451,6 +451,7 @@ typedef struct fy_udp_iface {
     int gso;           /* merge data segments with UDP_SEGMENT */
     fy_udp_chan_t ch[FY_UDP_NCH];
     int epfd, tfd, ev_socks; /* ev_socks: the sockets are in epfd (armed_ns: udp_iface.c) */
+    uint64_t rx_at_arm;      /* rx_dgrams at the last arm (udp_iface.c: event_arm) */
     fy_hotel_t hotel;
     fy_mpool_t seg_pool[FY_UDP_NPOOL];
     size_t seg_pool_size[FY_UDP_NPOOL];

@@ -15,9 +15,11 @@
  *
  * The event fd is an epoll set of a timerfd and, while a worker may sleep on it, both
  * sockets.  Before sleeping, arm sends every owed ACK (a sleeping peer must not hold ACKs) and
- * sets the timerfd to the retransmission floor when segments wait for ACKs, so a lost datagram
- * wakes the sleeper.  A socket in an epoll set costs every datagram the kernel's wake-up chain
- * (ev_socks below), so a worker that polls and does not arm leaves them out.
+ * sets the timerfd to the first timer that is really due - a retransmission, a handshake's
+ * retry, a delayed ACK, a pace or reorder timer, a keepalive - so a lost datagram wakes the
+ * sleeper and an idle one sleeps until its next keepalive.  A socket in an epoll set costs every
+ * datagram the kernel's wake-up chain (ev_socks below), so a worker that polls and does not arm
+ * leaves them out.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -38,8 +40,6 @@
 
 #define HOTEL_TICK_NS (20 * FY_NSEC_PER_USEC)
 #define HOTEL_SLOTS   8192
-/* A worker about to sleep looks this far ahead for the hotel's next room (1,000 slots). */
-#define HOTEL_SCAN_NS (20 * FY_NSEC_PER_MSEC)
 #define RX_MORE       8 /* extra batches a pass drains while they come full */
 /* The sockets leave the event fd's epoll set after this long without an arm (ev_socks). */
 #define EV_SOCKS_KEEP_NS (10 * FY_NSEC_PER_MSEC)
@@ -612,6 +612,14 @@ ferry_status_t fy_udp_iface_event_arm(fy_tl_iface_t *tl_iface)
     iface->armed_ns = now;
     if (!iface->ev_socks && ev_socks(iface, 1) != FERRY_OK)
         return FERRY_ERR_BUSY; /* (it cannot wake: it polls) */
+    /* A sleep that brought nothing (a timer, or a datagram on the data channel that the
+     * passes since skipped: an idle data channel is read every 16th pass) makes the first
+     * counted pass after the next sleep read the data channel: such a datagram kept the fd
+     * readable, and the worker woke at once again, up to 16 times, without reading it.  A
+     * sleep that brought datagrams (a sleeping ping-pong) changes nothing. */
+    if (iface->rx_dgrams == iface->rx_at_arm)
+        iface->pass |= 15;
+    iface->rx_at_arm = iface->rx_dgrams;
     fy_udp_ack_settle(iface);
     if (!fy_list_is_empty(&iface->ready) || !fy_list_is_empty(&iface->resendq) ||
         !fy_list_is_empty(&iface->faillist) || fy_udp_hs_admissible(iface))
@@ -626,7 +634,7 @@ ferry_status_t fy_udp_iface_event_arm(fy_tl_iface_t *tl_iface)
      * per worker for nothing - 500 workers of tests/udp/test_udp_scale.c, 2.5 million
      * wake-ups a second asked of a process that got a tenth of a core. */
     if (fy_hotel_occupancy(&iface->hotel) != 0) {
-        uint64_t t = fy_hotel_next_run(&iface->hotel, now, HOTEL_SCAN_NS);
+        uint64_t t = fy_hotel_next_run(&iface->hotel, now);
         deadline = deadline == 0 ? t : FY_MIN(deadline, t);
     }
     if (iface->pace_due != 0) {       /* a paced connection's next send (udp_cc.c) */

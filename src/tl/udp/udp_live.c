@@ -35,7 +35,8 @@
  *
  * Cost: one thread per process (64 KiB stack), one socket per iface; an idle connection
  * costs one heartbeat and its answer (56 bytes each way) per KEEPALIVE when the peer has
- * been silent that long, nothing while traffic flows.
+ * been silent that long, nothing while traffic flows; a sleeping worker wakes for its
+ * connections only when a keepalive timer is due and when the answer comes.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -411,9 +412,20 @@ uint64_t fy_udp_live_deadline(fy_udp_iface_t *iface, uint64_t now)
 {
     if (iface->live_hotel.slots == NULL || fy_hotel_occupancy(&iface->live_hotel) == 0)
         return 0;
-    /* Wake a sleeping worker often enough to probe and to notice a death within one
-     * heartbeat interval. */
-    return now + FY_MIN(hb_interval(iface), 250 * FY_NSEC_PER_MSEC);
+    /* The first connection's keepalive timer: every probe, every judgement of death and
+     * every reclaim of an idle passive connection happens in its timer's expiry, so a worker
+     * whose peers are idle sleeps until one is due (it used to wake at least every 250 ms
+     * as well, for nothing: thousands of idle workers made a steady load). */
+    uint64_t t = fy_hotel_next_run(&iface->live_hotel, now);
+    if (t == UINT64_MAX)
+        return 0;
+    /* Woken for each connection's timer exactly, a worker with a few connections woke once
+     * per connection per interval, where the cap had gathered their work into its 4 wake-ups
+     * a second.  Rounded up to a grid of a sixteenth of the shorter interval, the timers due
+     * within one grid step share a wake-up (a probe or a verdict at most that much late). */
+    uint64_t g =
+        FY_MAX(FY_MIN(ka_interval(iface), hb_interval(iface)) / 16, (uint64_t)LIVE_TICK_NS);
+    return t > UINT64_MAX - g ? t : (t + g - 1) / g * g;
 }
 
 void fy_udp_live_rx_hb_ack(fy_udp_iface_t *iface, const fy_udp_hdr_t *h, const uint8_t *payload,

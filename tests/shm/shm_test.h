@@ -132,6 +132,18 @@ static inline fy_tl_ep_t *tp_ep(tproc_t *p, const taddr_t *a)
     return ep;
 }
 
+/* A child's side of the address exchange: read the parent's address from rfd, make an ep to
+ * it, and write our own address to wfd (so the parent can make its ep back). */
+static inline fy_tl_ep_t *tp_answer(tproc_t *p, int rfd, int wfd)
+{
+    taddr_t addr;
+    tc_read(rfd, &addr, sizeof(addr));
+    fy_tl_ep_t *ep = tp_ep(p, &addr);
+    taddr_t mine = tp_addr(p);
+    tc_write(wfd, &mine, sizeof(mine));
+    return ep;
+}
+
 /* Sleep on the event fd if the iface agrees that there is nothing to do. */
 static inline void tp_idle(tproc_t *p)
 {

@@ -361,11 +361,7 @@ static void big_sender(int rfd, int wfd, void *arg)
 {
     tproc_t p;
     tp_open(&p, ev_cb, NULL);
-    taddr_t addr;
-    tc_read(rfd, &addr, sizeof(addr));
-    fy_tl_ep_t *ep = tp_ep(&p, &addr);
-    taddr_t mine = tp_addr(&p);
-    tc_write(wfd, &mine, sizeof(mine));
+    fy_tl_ep_t *ep = tp_answer(&p, rfd, wfd);
     static const size_t lens[] = {8, 40 * MiB, 100};
     char *buf = malloc(40 * MiB);
     FY_ASSERT(buf != NULL);

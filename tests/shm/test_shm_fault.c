@@ -134,11 +134,7 @@ static void busy_sender(int rfd, int wfd, void *arg)
     uint8_t id = (uint8_t)(uintptr_t)arg;
     tproc_t p;
     tp_open(&p, count_cb, NULL);
-    taddr_t addr;
-    tc_read(rfd, &addr, sizeof(addr));
-    fy_tl_ep_t *ep = tp_ep(&p, &addr);
-    taddr_t mine = tp_addr(&p);
-    tc_write(wfd, &mine, sizeof(mine));
+    fy_tl_ep_t *ep = tp_answer(&p, rfd, wfd);
     static char buf[200000];
     tcomp_t comp;
     tcomp_init(&comp);

@@ -86,6 +86,8 @@ static void usage(FILE *f)
         "  -a HEX         client mode, with the server's worker address\n"
         "  -C CPUS        pin: rank i takes the i-th cpu of the list (server/client: the first)\n"
         "  -T SECONDS     give up when the peer is silent this long (default 60, 0 = never)\n"
+        "  -M MEMORY      send and receive buffers: malloc (default), or alloc: memory ferry\n"
+        "                 allocates (FERRY_MEM_ALLOCATE), which shm peers read in place\n"
         "  -v             print the worker's interfaces and lanes once connected (stderr)\n"
         "  --demo         a short tour for newcomers: am_lat 8 B..64 KiB, am_bw 8 B..4 MiB\n"
         "  -h, --help     this help\n"
@@ -210,7 +212,7 @@ static int parse_options(int argc, char **argv, perf_opts_t *o)
     o->port = PERF_DEFAULT_PORT;
     o->timeout_s = 60;
     opterr = 0;
-    while ((c = getopt_long(argc, argv, ":t:s:n:w:W:f:clp:a:C:T:vh", longopts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, ":t:s:n:w:W:f:clp:a:C:T:M:vh", longopts, NULL)) != -1) {
         switch (c) {
         case 't':
             if (parse_tests(optarg, tests, &ntests) != 0)
@@ -266,6 +268,12 @@ static int parse_options(int argc, char **argv, perf_opts_t *o)
             if (parse_u64(optarg, &v) != 0)
                 return bad_usage("bad timeout -T '%s' (seconds, 0 = never)", optarg);
             o->timeout_s = (double)v;
+            break;
+        case 'M':
+            if (strcmp(optarg, "alloc") == 0)
+                o->mem_alloc = 1;
+            else if (strcmp(optarg, "malloc") != 0)
+                return bad_usage("unknown memory -M '%s' (malloc or alloc)", optarg);
             break;
         case 'v':
             o->verbose++;

@@ -80,6 +80,7 @@ typedef enum perf_ctrl_type {
 enum perf_flag {
     PERF_FLAG_CHECK = 1u << 0, /* verify every payload */
     PERF_FLAG_RMA = 1u << 1,   /* (HELLO) register memory and exchange keys */
+    PERF_FLAG_ALLOC = 1u << 2, /* (HELLO) send and receive buffers from FERRY_MEM_ALLOCATE */
 };
 
 /*
@@ -158,6 +159,7 @@ typedef struct perf {
 
     /* buffers: send and receive, each buf_len bytes (per-slot in check mode) */
     uint8_t *sbuf, *rbuf;
+    ferry_mem_t *smem, *rmem; /* -M alloc: what sbuf and rbuf are */
     size_t buf_len;
     perf_slot_t *slots;
     unsigned nslots_max;
@@ -222,6 +224,7 @@ typedef struct perf_opts {
     int warmup_set;
     unsigned window;
     int check, server, demo;
+    int mem_alloc; /* -M alloc */
     unsigned verbose;
     perf_format_t fmt;
     unsigned short port;

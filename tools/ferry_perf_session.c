@@ -170,15 +170,41 @@ static ferry_request_t *aux_req(perf_t *p)
     return &p->aux.req;
 }
 
-/* Buffers and, for RMA, a registered region, all of buf_len bytes, touched once so that no
- * page fault lands in a measurement. */
-static ferry_status_t setup_buffers(perf_t *p, size_t buf_len, unsigned nslots, int rma)
+/* len bytes of memory ferry allocates (shareable with peers: FERRY_MEM_ALLOCATE), or NULL. */
+static uint8_t *alloc_mem(perf_t *p, size_t len, ferry_mem_t **mem)
+{
+    ferry_mem_params_t mp;
+    memset(&mp, 0, sizeof(mp));
+    mp.field_mask = FERRY_MEM_FIELD_LENGTH | FERRY_MEM_FIELD_FLAGS;
+    mp.length = len;
+    mp.flags = FERRY_MEM_ALLOCATE;
+    void *addr = NULL;
+    size_t got = 0;
+    if (ferry_mem_map(p->context, &mp, mem) != FERRY_OK)
+        return NULL;
+    if (ferry_mem_query(*mem, &addr, &got) != FERRY_OK || got < len) {
+        ferry_mem_unmap(p->context, *mem);
+        *mem = NULL;
+        return NULL;
+    }
+    return addr;
+}
+
+/* Buffers (malloc'd, or with -M alloc allocated by ferry) and, for RMA, a registered region,
+ * all of buf_len bytes, touched once so that no page fault lands in a measurement. */
+static ferry_status_t setup_buffers(perf_t *p, size_t buf_len, unsigned nslots, int rma,
+                                    int mem_alloc)
 {
     size_t alloc = (buf_len + 4095) / 4096 * 4096;
     p->buf_len = buf_len;
     p->nslots_max = nslots;
-    p->sbuf = aligned_alloc(4096, alloc);
-    p->rbuf = aligned_alloc(4096, alloc);
+    if (mem_alloc) {
+        p->sbuf = alloc_mem(p, alloc, &p->smem);
+        p->rbuf = alloc_mem(p, alloc, &p->rmem);
+    } else {
+        p->sbuf = aligned_alloc(4096, alloc);
+        p->rbuf = aligned_alloc(4096, alloc);
+    }
     p->slots = calloc(nslots, sizeof(*p->slots));
     if (p->sbuf == NULL || p->rbuf == NULL || p->slots == NULL) {
         fprintf(stderr, "ferry_perf: cannot allocate %zu bytes of buffers\n", 2 * alloc);
@@ -314,7 +340,7 @@ static ferry_status_t initiator_hello(perf_t *p, const perf_opts_t *o)
     if (o->check) /* a buffer per slot, within reason */
         buf_len =
             PERF_MAX(max_size, PERF_MIN((size_t)o->window * max_size, (size_t)PERF_CHECK_MEM));
-    if ((st = setup_buffers(p, buf_len, o->window, rma)) != FERRY_OK ||
+    if ((st = setup_buffers(p, buf_len, o->window, rma, o->mem_alloc)) != FERRY_OK ||
         (st = perf_worker_address(p, &addr, &alen)) != FERRY_OK ||
         (st = pack_rkey(p, &rkey, &rlen)) != FERRY_OK)
         goto out;
@@ -324,7 +350,8 @@ static ferry_status_t initiator_hello(perf_t *p, const perf_opts_t *o)
     }
     perf_params_t hp = {.size = buf_len,
                         .window = o->window,
-                        .flags = (rma ? PERF_FLAG_RMA : 0) | (o->check ? PERF_FLAG_CHECK : 0)};
+                        .flags = (rma ? PERF_FLAG_RMA : 0) | (o->check ? PERF_FLAG_CHECK : 0) |
+                                 (o->mem_alloc ? PERF_FLAG_ALLOC : 0)};
     if ((st = perf_ctrl_send(p, PERF_CTRL_HELLO, &hp, PERF_PROTO_VERSION,
                              (uint64_t)(uintptr_t)p->region, data, dlen)) != FERRY_OK ||
         (st = perf_ctrl_expect(p, PERF_CTRL_HELLO_ACK, &m)) != FERRY_OK)
@@ -474,7 +501,8 @@ static ferry_status_t responder_hello(perf_t *p, perf_msg_t *hello)
         }
         p->own_ep = 1;
     }
-    st = setup_buffers(p, h->size, (unsigned)h->window, (h->flags & PERF_FLAG_RMA) != 0);
+    st = setup_buffers(p, h->size, (unsigned)h->window, (h->flags & PERF_FLAG_RMA) != 0,
+                       (h->flags & PERF_FLAG_ALLOC) != 0);
     if (st == FERRY_OK && (h->flags & PERF_FLAG_RMA))
         st = unpack_rkey(p, rkey, rlen, h->arg1);
     if (st == FERRY_OK)
@@ -588,6 +616,13 @@ void perf_cleanup(perf_t *p)
                  "closing the endpoint");
     if (p->mem != NULL)
         ferry_mem_unmap(p->context, p->mem);
+    if (p->smem != NULL || p->rmem != NULL) {
+        if (p->smem != NULL)
+            ferry_mem_unmap(p->context, p->smem);
+        if (p->rmem != NULL)
+            ferry_mem_unmap(p->context, p->rmem);
+        p->sbuf = p->rbuf = NULL;
+    }
     ferry_world_destroy(p->world);
     ferry_worker_destroy(p->worker);
     ferry_context_destroy(p->context);

@@ -485,15 +485,19 @@ void fy_am_cleanup_worker(ferry_worker_t *w)
 /* Receive                                                                                     */
 /* ------------------------------------------------------------------------------------------ */
 
-void fy_am_recv_cb(void *arg, uint8_t am_id, const void *data, size_t len)
+/* One received AM: head (the AM header, then the user header) and its data, which follows
+ * in head itself (data == NULL: a contiguous message) or lies apart (a transport's split
+ * delivery, fy_tl_am_split_cb_t). */
+static inline __attribute__((always_inline)) void am_recv(fy_iface_t *fi, uint8_t am_id,
+                                                          const void *head, size_t len,
+                                                          const void *data, size_t data_len)
 {
-    fy_iface_t *fi = arg;
     ferry_worker_t *w = fi->worker;
     if (FY_UNLIKELY(w->closing))
         return;
     if (FY_UNLIKELY(am_id != FY_TLAM_MSG)) {
-        if (am_id == FY_TLAM_WIREUP_REQ || am_id == FY_TLAM_WIREUP_REP)
-            fy_wireup_am_cb(fi, am_id, data, len);
+        if (data == NULL && (am_id == FY_TLAM_WIREUP_REQ || am_id == FY_TLAM_WIREUP_REP))
+            fy_wireup_am_cb(fi, am_id, head, len);
         else
             w->drops_malformed++;
         return;
@@ -503,8 +507,8 @@ void fy_am_recv_cb(void *arg, uint8_t am_id, const void *data, size_t len)
         w->drops_malformed++;
         return;
     }
-    memcpy(&h, data, sizeof(h));
-    const uint8_t *p = (const uint8_t *)data + sizeof(h);
+    memcpy(&h, head, sizeof(h));
+    const uint8_t *p = (const uint8_t *)head + sizeof(h);
     size_t rest = len - sizeof(h);
     unsigned id = h.id + (h.len_flags & FY_AM_F_INT ? FY_AM_ID_INTERNAL_BASE : 0);
     unsigned header_len = h.len_flags & FY_AM_HLEN_MASK;
@@ -534,12 +538,18 @@ void fy_am_recv_cb(void *arg, uint8_t am_id, const void *data, size_t len)
                     rest, id);
         return;
     }
+    const uint8_t *body = p + header_len;
+    size_t body_len = rest - header_len;
+    if (data != NULL) { /* split: head holds exactly the headers (else am_recv_split copied) */
+        body = data;
+        body_len = data_len;
+    }
     fy_am_entry_t *e = fy_am_entry(w, id);
     ep->stats.rx_msgs++;
-    ep->stats.rx_bytes += len;
+    ep->stats.rx_bytes += data != NULL ? len + data_len : len;
     if (FY_UNLIKELY(e == NULL || (e->cb == NULL && e->rndv_cb == NULL))) {
         if (id == FY_AM_ID_FRAG) {
-            fy_rails_frag_recv(w, ep, p, header_len, p + header_len, rest - header_len);
+            fy_rails_frag_recv(w, ep, p, header_len, body, body_len);
             return;
         }
         w->drops_no_handler++;
@@ -548,13 +558,44 @@ void fy_am_recv_cb(void *arg, uint8_t am_id, const void *data, size_t len)
         return;
     }
     /* behind a message still being gathered from its rails: wait for it (rails.c) */
-    if (FY_UNLIKELY(ep->frag_rx != NULL) &&
-        fy_rails_hold(w, ep, id, p, header_len, p + header_len, rest - header_len))
+    if (FY_UNLIKELY(ep->frag_rx != NULL) && fy_rails_hold(w, ep, id, p, header_len, body, body_len))
         return;
-    if (FY_UNLIKELY(rest - header_len > w->am_rx_max))
-        w->am_rx_max = rest - header_len;
+    if (FY_UNLIKELY(body_len > w->am_rx_max))
+        w->am_rx_max = body_len;
     if (FY_LIKELY(e->cb != NULL))
-        e->cb(e->arg, p, header_len, p + header_len, rest - header_len, ep);
+        e->cb(e->arg, p, header_len, body, body_len, ep);
     else
-        e->rndv_cb(e->arg, p, header_len, p + header_len, rest - header_len, NULL, ep);
+        e->rndv_cb(e->arg, p, header_len, body, body_len, NULL, ep);
+}
+
+void fy_am_recv_cb(void *arg, uint8_t am_id, const void *data, size_t len)
+{
+    am_recv(arg, am_id, data, len, NULL, 0);
+}
+
+/* The headers in head, the data in place where the sender's memory is mapped (shm). */
+void fy_am_recv_split_cb(void *arg, uint8_t am_id, const void *head, size_t head_len,
+                         const void *data, size_t data_len)
+{
+    fy_am_hdr_t h;
+    size_t hdrs = sizeof(h);
+    if (head_len >= sizeof(h)) {
+        memcpy(&h, head, sizeof(h));
+        hdrs += (h.len_flags & FY_AM_F_SRC ? 8 : 0) + (h.len_flags & FY_AM_HLEN_MASK);
+    }
+    if (FY_LIKELY(hdrs == head_len && am_id == FY_TLAM_MSG)) {
+        am_recv(arg, am_id, head, head_len, data, data_len);
+        return;
+    }
+    /* anything else (data split elsewhere, a malformed head): made contiguous, checked there */
+    uint8_t *m = malloc(head_len + data_len);
+    if (m == NULL) {
+        fy_error("no memory for a %zu-byte active message: dropped", head_len + data_len);
+        ((fy_iface_t *)arg)->worker->drops_malformed++;
+        return;
+    }
+    memcpy(m, head, head_len);
+    memcpy(m + head_len, data, data_len);
+    am_recv(arg, am_id, m, head_len + data_len, NULL, 0);
+    free(m);
 }

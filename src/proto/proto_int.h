@@ -660,6 +660,8 @@ static inline fy_am_entry_t *fy_am_entry(ferry_worker_t *w, unsigned id)
 void fy_am_cleanup_worker(ferry_worker_t *w); /* the handler table and unclaimed descriptors */
 size_t fy_am_eager_max(const ferry_ep_t *ep); /* the most one AM operation carries on ep */
 void fy_am_recv_cb(void *arg, uint8_t am_id, const void *data, size_t len);
+void fy_am_recv_split_cb(void *arg, uint8_t am_id, const void *head, size_t head_len,
+                         const void *data, size_t data_len);
 ferry_status_t fy_am_op_start(fy_op_t *op); /* start of an FY_OP_AM */
 size_t fy_am_op_data(const fy_op_t *op);    /* data of an FY_OP_AM: headers + payload */
 unsigned fy_worker_progress_pending(ferry_worker_t *w);

@@ -51,6 +51,7 @@ static ferry_status_t open_ifaces(ferry_worker_t *w)
             fy_tl_iface_params_t p = {
                 .device = ctl->devs[d].name,
                 .am_cb = fy_am_recv_cb,
+                .am_split_cb = fy_am_recv_split_cb,
                 .am_arg = fi,
                 .err_cb = fy_ep_tl_err_cb,
                 .err_arg = fi,

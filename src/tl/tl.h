@@ -73,6 +73,10 @@
  * ORDER.  The AMs of one ep, whatever their classes, reach am_cb at the target in the order
  * they were sent, each exactly once, with its id, contiguous (a zcopy's hdr then its data),
  * valid only during the call; every transport reports FY_TL_CAP_AM_ORDERED [am_order].
+ * An owner that also sets params->am_split_cb may be handed a zcopy AM in two pieces instead
+ * (its hdr and the pieces of its iov that precede the last one, then the last piece where it
+ * lies): shm does so for data in memory the peer maps (FERRY_MEM_ALLOCATE), which it then
+ * reads in place; am_cb gets every other AM, and all of them when am_split_cb is NULL.
  * Nothing is ordered across eps, nor between AMs and RMA: use flush.  A received AM is handed
  * to am_cb from iface_progress only; reception needs no ep back to the sender.
  *
@@ -155,6 +159,9 @@ struct fy_tl_comp {
 /* Receive callback: one AM with its transport-level id (0..FY_TL_AM_ID_MAX). */
 #define FY_TL_AM_ID_MAX 31
 typedef void (*fy_tl_am_cb_t)(void *arg, uint8_t am_id, const void *data, size_t len);
+/* The same AM in two pieces, head then data, each valid only during the call (ORDER). */
+typedef void (*fy_tl_am_split_cb_t)(void *arg, uint8_t am_id, const void *head, size_t head_len,
+                                    const void *data, size_t data_len);
 /* A peer failed: ep is the transport's ep to it. */
 typedef void (*fy_tl_err_cb_t)(void *arg, fy_tl_ep_t *ep, ferry_status_t status);
 
@@ -210,6 +217,7 @@ typedef struct fy_tl_device {
 typedef struct fy_tl_iface_params {
     const char *device; /* a name from query_devices */
     fy_tl_am_cb_t am_cb;
+    fy_tl_am_split_cb_t am_split_cb; /* optional (ORDER); am_arg is its argument too */
     void *am_arg;
     fy_tl_err_cb_t err_cb;
     void *err_arg;

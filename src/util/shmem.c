@@ -15,10 +15,16 @@
  * The table holds both segments allocated here (owned, with their memfd open) and segments
  * of peers attached here (counted, so two endpoints to one peer share one mapping).  It is a
  * small array under a mutex: allocation, registration and attachment are slow-path calls.
+ *
+ * A peer's segment whose last attachment is dropped stays mapped, parked (up to SHMEM_PARKED,
+ * the least recently parked going first), until fy_shmem_trim finds it idle or its owner dead:
+ * the shm transport attaches a sender's memory per message read in place and per rendezvous
+ * key, and a fresh mapping would cost an mmap and a page fault per 4 KiB touched each time.
  */
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,6 +33,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "util/clock.h"
 #include "util/log.h"
 #include "util/shmem.h"
 #include "util/status.h"
@@ -41,11 +48,15 @@ typedef struct shmem_entry {
     fy_shmem_ref_t ref; /* ref.fd is -1 for a peer's segment */
     unsigned refs;      /* the owner's allocation counts one */
     int owned;          /* allocated here and not yet freed */
+    uint64_t parked;    /* a peer's, with no attachment: since when (fy_time_ns), else 0 */
 } shmem_entry_t;
+
+#define SHMEM_PARKED 16
 
 static pthread_mutex_t shmem_lock = PTHREAD_MUTEX_INITIALIZER;
 static shmem_entry_t *shmem_tab;
 static size_t shmem_count, shmem_cap;
+static unsigned shmem_nparked; /* read without the lock by fy_shmem_parked */
 
 static ferry_status_t table_add(const shmem_entry_t *e)
 {
@@ -73,6 +84,34 @@ static void table_drop(size_t i)
         shmem_tab = NULL;
         shmem_cap = 0;
     }
+}
+
+/* A peer's segment lost its last attachment (lock held): keep it mapped for a while. */
+static void park(size_t i)
+{
+    if (shmem_tab[i].ref.fd >= 0) { /* (only peers' segments come here) */
+        table_drop(i);
+        return;
+    }
+    if (shmem_nparked == SHMEM_PARKED) {
+        size_t old = SIZE_MAX;
+        for (size_t k = 0; k < shmem_count; k++)
+            if (shmem_tab[k].parked != 0 &&
+                (old == SIZE_MAX || shmem_tab[k].parked < shmem_tab[old].parked))
+                old = k;
+        __atomic_store_n(&shmem_nparked, shmem_nparked - 1, __ATOMIC_RELAXED);
+        table_drop(old); /* moves the last entry into old: i may have moved */
+        if (i == shmem_count)
+            i = old;
+    }
+    shmem_tab[i].parked = fy_time_ns() | 1;
+    __atomic_store_n(&shmem_nparked, shmem_nparked + 1, __ATOMIC_RELAXED);
+}
+
+/* Has the process gone (a parked mapping of it only holds memory)? */
+static int owner_dead(int32_t pid)
+{
+    return kill((pid_t)pid, 0) != 0 && errno == ESRCH;
 }
 
 static shmem_entry_t *table_by_addr(const void *addr, size_t *idx)
@@ -262,6 +301,10 @@ ferry_status_t fy_shmem_attach(const fy_shmem_ref_t *ref, void **addr_p)
         shmem_entry_t *e = &shmem_tab[i];
         if (e->ref.pid == ref->pid && e->ref.ino == ref->ino && e->size >= ref->size &&
             (e->owned || e->ref.fd < 0)) {
+            if (e->parked != 0) {
+                e->parked = 0;
+                __atomic_store_n(&shmem_nparked, shmem_nparked - 1, __ATOMIC_RELAXED);
+            }
             e->refs++;
             *addr_p = e->addr;
             goto out;
@@ -309,7 +352,19 @@ out:
     return st;
 }
 
+static void detach(void *addr, int keep);
+
 void fy_shmem_detach(void *addr)
+{
+    detach(addr, 0);
+}
+
+void fy_shmem_detach_park(void *addr)
+{
+    detach(addr, 1);
+}
+
+static void detach(void *addr, int keep)
 {
     if (addr == NULL)
         return;
@@ -318,7 +373,27 @@ void fy_shmem_detach(void *addr)
     shmem_entry_t *e = table_by_addr(addr, &i);
     if (e == NULL || e->refs == 0 || (e->owned && e->refs == 1))
         fy_error("fy_shmem_detach(%p): not attached", addr);
-    else if (--e->refs == 0)
+    else if (--e->refs == 0 && keep)
+        park(i);
+    else if (e->refs == 0)
         table_drop(i);
+    pthread_mutex_unlock(&shmem_lock);
+}
+
+unsigned fy_shmem_parked(void)
+{
+    return __atomic_load_n(&shmem_nparked, __ATOMIC_RELAXED);
+}
+
+void fy_shmem_trim(uint64_t now, uint64_t idle_ns)
+{
+    pthread_mutex_lock(&shmem_lock);
+    for (size_t i = shmem_count; i-- > 0;) {
+        const shmem_entry_t *e = &shmem_tab[i];
+        if (e->parked != 0 && (now - e->parked >= idle_ns || owner_dead(e->ref.pid))) {
+            __atomic_store_n(&shmem_nparked, shmem_nparked - 1, __ATOMIC_RELAXED);
+            table_drop(i);
+        }
+    }
     pthread_mutex_unlock(&shmem_lock);
 }

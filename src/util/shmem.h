@@ -59,5 +59,11 @@ int fy_shmem_find(const void *addr, size_t len, fy_shmem_ref_t *ref, size_t *off
 ferry_status_t fy_shmem_attach(const fy_shmem_ref_t *ref, void **addr_p);
 /* Drop one attachment (addr as returned by fy_shmem_attach). */
 void fy_shmem_detach(void *addr);
+/* The same, but a peer's segment stays mapped, parked, when its last attachment goes (the next
+ * attach finds it: no mmap, no page faults again), until fy_shmem_trim unmaps it. */
+void fy_shmem_detach_park(void *addr);
+/* How many are parked (a cheap read); unmap those parked idle_ns or more, or whose owner died. */
+unsigned fy_shmem_parked(void);
+void fy_shmem_trim(uint64_t now, uint64_t idle_ns);
 
 #endif

@@ -85,9 +85,9 @@
 
 /* Address versions: 2, the /dev/shm probe in the device address; 3, pull slots; 4, copy
  * alignment in BCOPY and OUTBOX cell flags; 5, split outbox messages (a peer of another
- * version is refused, saying so). */
+ * version is refused, saying so); 6, MAPPED cells. */
 #define SHM_SEG_MAGIC    0x316d737972726566ull /* "ferrysm1" */
-#define SHM_ADDR_VERSION 5
+#define SHM_ADDR_VERSION 6
 #define SHM_RKEY_MAGIC   0x6b72736du /* "msrk" */
 
 #define SHM_MAX_IOV       16
@@ -116,6 +116,7 @@ enum shm_cell_type {
     SHM_CELL_AMO_REQ,
     SHM_CELL_AMO_REP,
     SHM_CELL_OUTBOX,
+    SHM_CELL_MAPPED,
 };
 
 /* A cell: 16-byte header, then inline data up to cell_size. */
@@ -312,6 +313,7 @@ typedef struct shm_opts {
     size_t obox_max;
     size_t obox_split;
     uint64_t obox_idle_ns;
+    size_t mapped_thresh;
 } shm_opts_t;
 
 typedef struct shm_md {
@@ -517,6 +519,7 @@ struct shm_iface {
         uint64_t rx_msgs, rx_bytes, rx_pull, rx_frag, rx_amo, rx_obox, drops_malformed, drops_dead;
         uint64_t drops_revoked, revoke_waits;
         uint64_t tx_obox, obox_full, tx_split, rx_split, obox_shrunk, rx_shrunk;
+        uint64_t tx_mapped, rx_mapped;
         uint64_t wakeups_sent, full, skipped_dead;
     } stats;
 };
@@ -722,6 +725,13 @@ ferry_status_t fy_shm_am_zcopy(fy_tl_ep_t *ep, uint8_t id, const void *hdr, size
                                const struct iovec *iov, size_t iovcnt, fy_tl_comp_t *comp);
 void fy_shm_zdone(shm_iface_t *iface, const shm_reply_t *r);
 unsigned fy_shm_push_progress(shm_iface_t *iface);
+
+/* shm_mapped.c: zcopy data in FERRY_MEM_ALLOCATE memory, read by the receiver in place.  Send:
+ * 1 when it went (or failed: *st), 0 when not for this path. */
+int fy_shm_mapped_send(shm_ep_t *ep, uint8_t id, const void *hdr, size_t hdr_len,
+                       const struct iovec *iov, size_t iovcnt, fy_tl_comp_t *comp,
+                       ferry_status_t *st);
+void fy_shm_rx_mapped(shm_iface_t *iface, uint8_t am_id, const char *buf, uint32_t len);
 
 /* shm_op.c: outstanding operations, their completion, pull slots */
 shm_op_t *fy_shm_op_new(shm_ep_t *ep, uint8_t type, fy_tl_comp_t *comp);

@@ -522,6 +522,8 @@ ferry_status_t fy_shm_am_zcopy(fy_tl_ep_t *tl_ep, uint8_t id, const void *hdr, s
      * pull, the probe that tells (a split's receiver must pull its part). */
     int probe = data_len >= iface->md->opts.obox_split && ep->zc_mode == SHM_ZC_UNKNOWN;
     ferry_status_t st;
+    if (fy_shm_mapped_send(ep, id, hdr, hdr_len, iov, iovcnt, comp, &st))
+        return st; /* the data where the receiver maps it: no copy at all */
     if (data_len <= iface->obox_max && !(probe && comp != NULL) &&
         obox_send(ep, id, hdr, hdr_len, iov, iovcnt, total, comp, &st))
         return st;

@@ -586,27 +586,29 @@ void fy_shm_iface_print(fy_tl_iface_t *tl_iface, FILE *f)
             o->cell_size, o->bcopy_size, o->obox_size, (size_t)iface->obox_max,
             (unsigned long long)iface->obox_reserved, (unsigned long long)iface->stats.obox_shrunk,
             iface->cma_ok ? "on" : "off");
-    fprintf(
-        f,
-        "  rx %llu msgs %llu B (from outboxes %llu, %llu of them split, pulled %llu into a "
-        "%zu B buffer given back %llu times, chunks %llu, atomics %llu), dropped %llu "
-        "malformed %llu from dead senders %llu revoked, %llu dead claims skipped\n",
-        (unsigned long long)iface->stats.rx_msgs, (unsigned long long)iface->stats.rx_bytes,
-        (unsigned long long)iface->stats.rx_obox, (unsigned long long)iface->stats.rx_split,
-        (unsigned long long)iface->stats.rx_pull, iface->rxbuf_size,
-        (unsigned long long)iface->stats.rx_shrunk, (unsigned long long)iface->stats.rx_frag,
-        (unsigned long long)iface->stats.rx_amo, (unsigned long long)iface->stats.drops_malformed,
-        (unsigned long long)iface->stats.drops_dead, (unsigned long long)iface->stats.drops_revoked,
-        (unsigned long long)iface->stats.skipped_dead);
     fprintf(f,
-            "  tx: %llu through the outbox (%llu split, found full %llu times), ring full %llu "
-            "times, %llu wake-ups sent; %u pull slots out, %llu revocations waited for a "
-            "reader; %zu peers, %u answers queued\n",
+            "  rx %llu msgs %llu B (from outboxes %llu, %llu of them split, read in place %llu, "
+            "pulled %llu into a "
+            "%zu B buffer given back %llu times, chunks %llu, atomics %llu), dropped %llu "
+            "malformed %llu from dead senders %llu revoked, %llu dead claims skipped\n",
+            (unsigned long long)iface->stats.rx_msgs, (unsigned long long)iface->stats.rx_bytes,
+            (unsigned long long)iface->stats.rx_obox, (unsigned long long)iface->stats.rx_split,
+            (unsigned long long)iface->stats.rx_mapped, (unsigned long long)iface->stats.rx_pull,
+            iface->rxbuf_size, (unsigned long long)iface->stats.rx_shrunk,
+            (unsigned long long)iface->stats.rx_frag, (unsigned long long)iface->stats.rx_amo,
+            (unsigned long long)iface->stats.drops_malformed,
+            (unsigned long long)iface->stats.drops_dead,
+            (unsigned long long)iface->stats.drops_revoked,
+            (unsigned long long)iface->stats.skipped_dead);
+    fprintf(f,
+            "  tx: %llu through the outbox (%llu split, found full %llu times), %llu read in "
+            "place, ring full %llu times, %llu wake-ups sent; %u pull slots out, %llu "
+            "revocations waited for a reader; %zu peers, %u answers queued\n",
             (unsigned long long)iface->stats.tx_obox, (unsigned long long)iface->stats.tx_split,
-            (unsigned long long)iface->stats.obox_full, (unsigned long long)iface->stats.full,
-            (unsigned long long)iface->stats.wakeups_sent, SHM_PULL_SLOTS - iface->pull_nfree,
-            (unsigned long long)iface->stats.revoke_waits, fy_hash_count(&iface->peers),
-            iface->nreplies);
+            (unsigned long long)iface->stats.obox_full, (unsigned long long)iface->stats.tx_mapped,
+            (unsigned long long)iface->stats.full, (unsigned long long)iface->stats.wakeups_sent,
+            SHM_PULL_SLOTS - iface->pull_nfree, (unsigned long long)iface->stats.revoke_waits,
+            fy_hash_count(&iface->peers), iface->nreplies);
     fy_list_t *pos;
     fy_list_for_each(pos, &iface->eps)
     {

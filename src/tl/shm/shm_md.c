@@ -82,8 +82,13 @@ const fy_config_table_t fy_shm_config_table = {
                         "processes at once: the sender copies its first part while the "
                         "receiver pulls the rest with cross-memory attach (inf: never).",
                         FY_CFG_SIZE, shm_opts_t, obox_split),
+        FY_CONFIG_FIELD("MAPPED_THRESH", "16k",
+                        "A zero-copy message whose data (this much or more) lies in memory "
+                        "allocated by ferry (FERRY_MEM_ALLOCATE) is not copied: the receiver "
+                        "maps that memory and reads the data in place (inf: never).",
+                        FY_CFG_SIZE, shm_opts_t, mapped_thresh),
     },
-    11,
+    12,
 };
 
 /* One region table for every shm md of the process (atomic requests name a region). */
@@ -413,7 +418,7 @@ static ferry_status_t shm_rkey_unpack(fy_tl_md_t *md, const void *buf, void *rke
 static void shm_rkey_release(fy_tl_md_t *md, void *rkey_p)
 {
     shm_rkey_t *rk = rkey_p;
-    fy_shmem_detach(rk->attach);
+    fy_shmem_detach_park(rk->attach); /* the next key to it (a rendezvous each) maps nothing */
     rk->attach = NULL;
     rk->mapped = NULL;
 }

@@ -416,6 +416,8 @@ void fy_shm_check_liveness(shm_iface_t *iface)
         fy_shm_obox_idle(iface, fy_time_ns());
     if (FY_UNLIKELY(iface->rxbuf_size > SHM_OBOX_BASE))
         fy_shm_rx_idle(iface, fy_time_ns());
+    if (FY_UNLIKELY(fy_shmem_parked() != 0)) /* peers' memory we read in place */
+        fy_shmem_trim(fy_time_ns(), iface->md->opts.obox_idle_ns);
 }
 
 /* Fail the eps of failed peers: err_cb, then their operations. */

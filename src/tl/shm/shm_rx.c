@@ -373,6 +373,11 @@ void fy_shm_dispatch(shm_iface_t *iface, shm_cell_t *c, uint32_t ticket)
             break;
         rx_pull(iface, am_id, buf, len);
         return;
+    case SHM_CELL_MAPPED:
+        if (len > iface->bcopy_size || am_id > FY_TL_AM_ID_MAX)
+            break;
+        fy_shm_rx_mapped(iface, am_id, buf, len);
+        return;
     case SHM_CELL_OUTBOX:
         if (len != (c->flags & SHM_OBOX_F_SPLIT ? sizeof(shm_obox_desc_t) + sizeof(shm_obox_split_t)
                                                 : sizeof(shm_obox_desc_t)) ||

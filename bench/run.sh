@@ -172,6 +172,21 @@ run_ferry() {
     return 0
 }
 
+# ferry_perf over shm at 1, 4 and 16 MiB, from malloc'd memory (the outbox: one copy by the
+# sender) and from memory ferry allocates (-M alloc: the receiver reads it in place)
+run_ferry_big() {
+    local mem out
+    case " $FERRY_TLS_BUILT " in *" shm "*) ;; *) return ;; esac
+    for mem in malloc alloc; do
+        cmdrec shm "FERRY_TLS=shm ferryrun -n 2 ferry_perf -t am_bw,am_lat,tag_lat -s 1m,4m,16m -n 64 -w 8 -W $WINDOW -C $CPUS -M $mem -f csv"
+        out=$(env FERRY_TLS=shm timeout $TMO "$FRUN" -n 2 --timeout $((TMO - 10)) "$PERF" \
+              -t am_bw,am_lat,tag_lat -s 1m,4m,16m -n 64 -w 8 -W $WINDOW -C "$CPUS" -M $mem \
+              -f csv 2>> "$LOG") || note "ferry-shm" "ferry_perf -M $mem failed (see $LOG)"
+        echo "$out" | awk -F, -v k="shm.big_$mem" 'NR > 1 && NF >= 13 {
+            if ($5 != "") print k "." $1 ".lat." $2, $7; else print k "." $1 ".bw." $2, $12 }' >> "$RAW"
+    done
+}
+
 # ucx_perftest, server and client on localhost: ucx_tls section test size kind key
 run_ucx() {
     local utls=$1 sec=$2 test=$3 size=$4 kind=$5 key=$6 n w port spid out line extra=""
@@ -308,6 +323,7 @@ for rep in $(seq "$REPS"); do
                 run_mpi $m shm bw "$s"
             done
         done
+        run_ferry_big
         if [ -x "$BIN/floor_shm" ]; then
             cmdrec shm "floor_shm -C $CPUS"
             timeout $TMO "$BIN/floor_shm" -C "$CPUS" 2>> "$LOG" |
@@ -482,6 +498,19 @@ section() {
         echo "| ferry tag_stream | UCX tag_bw | ferry ÷ | ferry tag_bw (acknowledged windows) |"
         echo "|---:|---:|---:|---:|"
         echo "| $(fmt rate "$s8") | $(fmt rate "$v8") | $(ratio "$s8" "$v8") | $(fmt rate "$t8") |"
+        echo
+        local s bm1 ba1 bm ba
+        bm1=$(val shm.big_malloc.am_bw.bw.1048576); ba1=$(val shm.big_alloc.am_bw.bw.1048576)
+        echo "Large active messages, ferry only: bandwidth (MB/s, window $WINDOW) against its own 1 MiB"
+        echo "figure, and one-way latency (us), from malloc'd memory (the outbox: one copy by the"
+        echo "sender) and from memory ferry allocates (\`ferry_perf -M alloc\`: the receiver reads it in place)"
+        echo
+        echo "| size | am_bw | ÷ 1 MiB | am_bw, allocated | ÷ 1 MiB | am_lat | am_lat, allocated | tag_lat | tag_lat, allocated |"
+        echo "|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+        for s in 1048576 4194304 16777216; do
+            bm=$(val shm.big_malloc.am_bw.bw.$s); ba=$(val shm.big_alloc.am_bw.bw.$s)
+            echo "| $(hsize $s) | $(fmt bw "$bm") | $(ratio "$bm" "$bm1") | $(fmt bw "$ba") | $(ratio "$ba" "$ba1") | $(fmt lat "$(val shm.big_malloc.am_lat.lat.$s)") | $(fmt lat "$(val shm.big_alloc.am_lat.lat.$s)") | $(fmt lat "$(val shm.big_malloc.tag_lat.lat.$s)") | $(fmt lat "$(val shm.big_alloc.tag_lat.lat.$s)") |"
+        done
         echo
         local fl fm fc l8 b1 p1
         fl=$(val shm.floor.cacheline_lat_us); fc=$(val shm.floor.cma_read_1m_MBps); fm=$(val shm.floor.memcpy_1m_MBps)

@@ -236,6 +236,20 @@ typedef struct shm_obox_split {
     shm_remote_iov_t iov[SHM_MAX_IOV];
 } shm_obox_split_t;
 
+/* A MAPPED descriptor (shm_mapped.c), in the cell's buffer, followed by head_len bytes of head
+ * (the zcopy header, then the iov's pieces before the last): the data is in the sender's
+ * segment `seg`, read in place by the receiver. */
+typedef struct shm_mapped_desc {
+    uint64_t cookie; /* the sender's operation (ZDONE) */
+    uint32_t slot;   /* the sender's pull slot guarding the data, and its generation */
+    uint32_t head_len;
+    uint64_t gen;
+    shm_iface_addr_t reply; /* the sender */
+    fy_shmem_ref_t seg;     /* the segment holding the data */
+    uint64_t seg_off, data_len;
+} shm_mapped_desc_t;
+#define SHM_MAPPED_HEAD_MAX 2048 /* more head than this goes by the outbox */
+
 /* A pushed chunk (FRAG): inline; the chunk itself is in the buffer.  cell flags: */
 #define SHM_FRAG_ABORT 1u /* the rest will never come: drop what arrived */
 typedef struct shm_frag_hdr {

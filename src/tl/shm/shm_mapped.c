@@ -29,18 +29,6 @@
 #include "tl/shm/shm.h"
 #include "util/log.h"
 
-/* The descriptor, in the cell's buffer, followed by head_len bytes of head (the zcopy header,
- * then the iov's pieces before the last). */
-typedef struct shm_mapped_desc {
-    uint64_t cookie; /* the sender's operation (ZDONE) */
-    uint32_t slot;   /* the sender's pull slot guarding the data, and its generation */
-    uint32_t head_len;
-    uint64_t gen;
-    shm_iface_addr_t reply; /* the sender */
-    fy_shmem_ref_t seg;     /* the segment holding the data */
-    uint64_t seg_off, data_len;
-} shm_mapped_desc_t;
-#define SHM_MAPPED_HEAD_MAX 2048 /* more head than this goes by the outbox */
 
 /* ---- sender -------------------------------------------------------------------------------- */
 

@@ -9,6 +9,10 @@
  *   counter          every rank fetch-adds one counter at rank 0: exactly N x iters
  *   put_get_ring     each rank puts a pattern into its right neighbour's memory, then gets
  *                    it back from its left neighbour's; verified at the target and the origin
+ *   tags             tagged messages to every rank, eager and rendezvous, order per sender
+ *   from_allocated   AMs (contiguous and iovec) and tagged messages of 16 KiB to 4 MiB sent,
+ *                    with requests, from memory ferry allocated (over shm the receiver reads
+ *                    it in place) and received into such memory: each arrives once, intact
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -322,6 +326,82 @@ static void tags(void)
     FY_ASSERT_OK(ferry_world_barrier(world));
 }
 
+/* Sends from FERRY_MEM_ALLOCATE memory (over shm: read in place by the receiver), with a
+ * request each, every size and kind to one peer at a time; tagged ones received into such
+ * memory too. */
+static void from_allocated(void)
+{
+    static const size_t lens[] = {16 << 10, (1 << 20) + 5, 4 << 20};
+    const unsigned n = sizeof(lens) / sizeof(lens[0]);
+    ferry_mem_params_t mp = {.field_mask = FERRY_MEM_FIELD_LENGTH | FERRY_MEM_FIELD_FLAGS,
+                             .length = 24 << 20,
+                             .flags = FERRY_MEM_ALLOCATE};
+    ferry_mem_t *mem;
+    FY_ASSERT_OK(ferry_mem_map(ctx, &mp, &mem));
+    char *base;
+    size_t got;
+    FY_ASSERT_OK(ferry_mem_query(mem, (void **)&base, &got));
+    char *in = base + (20 << 20); /* tagged messages land here */
+    reset_rx();
+    FY_ASSERT_OK(ferry_world_barrier(world));
+    for (int k = 1; k < size; k++) {
+        int to = (rank + k) % size;
+        uint32_t seq = 0; /* (each receiver counts per sender) */
+        ferry_request_t req[2 * 3 + 3];
+        memset(req, 0, sizeof(req));
+        char *at = base;
+        for (unsigned i = 0; i < 2 * n; i++) { /* first contiguous, then as two pieces */
+            size_t len = lens[i % n];
+            hdr_t h = {rank, seq++, (uint32_t)(rank * 100000 + to * 1000 + 500) + i, 0};
+            fy_pattern(at, len, h.seed);
+            struct iovec v[2] = {{at, 100}, {at + 100, len - 100}};
+            ferry_status_t st =
+                i < n ? ferry_am_send(ep_to(to), AM_DATA, &h, sizeof(h), at, len, &req[i])
+                      : ferry_am_sendv(ep_to(to), AM_DATA, &h, sizeof(h), v, 2, &req[i]);
+            FY_ASSERT(st == FERRY_OK || st == FERRY_INPROGRESS);
+            if (st == FERRY_OK)
+                req[i].status = FERRY_OK;
+            at += (len + 4095) & ~(size_t)4095;
+        }
+        for (unsigned i = 0; i < n; i++) {
+            fy_pattern(at, lens[i], (unsigned)(rank * 10 + 7 + i));
+            ferry_status_t st = ferry_tag_send(ep_to(to), ((uint64_t)rank << 8) | (0x80 + i), at,
+                                               lens[i], &req[2 * n + i]);
+            FY_ASSERT(st == FERRY_OK || st == FERRY_INPROGRESS);
+            if (st == FERRY_OK)
+                req[2 * n + i].status = FERRY_OK;
+            at += (lens[i] + 4095) & ~(size_t)4095;
+        }
+        /* what the one to our left sends us meanwhile (it goes round as we do) */
+        int from = (rank + size - k) % size;
+        for (unsigned i = 0; i < n; i++) {
+            ferry_request_t r;
+            memset(&r, 0, sizeof(r));
+            ferry_status_t st =
+                ferry_tag_recv(worker, in, 4 << 20, ((uint64_t)from << 8) | (0x80 + i), ~0ull, &r);
+            while (st == FERRY_INPROGRESS && r.status == FERRY_INPROGRESS)
+                ferry_worker_wait(worker, 100);
+            FY_ASSERT_OK(st == FERRY_INPROGRESS ? r.status : st);
+            FY_ASSERT_EQ(r.length, lens[i]);
+            FY_ASSERT(fy_pattern_ok(in, lens[i], (unsigned)(from * 10 + 7 + i)));
+        }
+        for (unsigned i = 0; i < 3 * n; i++) {
+            while (req[i].status == FERRY_INPROGRESS)
+                ferry_worker_wait(worker, 100);
+            FY_ASSERT_OK(req[i].status);
+        }
+        FY_ASSERT_OK(ferry_world_barrier(world)); /* before the memory is written again */
+    }
+    for (int r = 0; r < size; r++) {
+        unsigned want = r == rank ? 0 : 2 * n;
+        while (rx[r].count < want)
+            ferry_worker_wait(worker, 100);
+        FY_ASSERT_EQ(rx[r].bad, 0);
+    }
+    FY_ASSERT_OK(ferry_world_barrier(world));
+    FY_ASSERT_OK(ferry_mem_unmap(ctx, mem));
+}
+
 static void setup(void)
 {
     FY_ASSERT_OK(ferry_context_create(NULL, &ctx));
@@ -346,4 +426,4 @@ static void teardown(void)
 
 FYTEST_MAIN_INPROC(FYTEST_CASE(setup), FYTEST_CASE(alltoall_sizes), FYTEST_CASE(many_to_one),
                    FYTEST_CASE(counter), FYTEST_CASE(put_get_ring), FYTEST_CASE(tags),
-                   FYTEST_CASE(teardown))
+                   FYTEST_CASE(from_allocated), FYTEST_CASE(teardown))

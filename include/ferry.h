@@ -689,7 +689,10 @@ enum ferry_mem_field {
 
 enum ferry_mem_flag {
     /* Allocate the memory (shared, so local peers can map it: RMA and atomics then need no
-     * system call).  address is ignored; ferry_mem_query() gives where it is. */
+     * system call, and the data of a message sent from it with a request, 16 KiB or more, is
+     * read by a local receiver in place, never copied by the sender: its send completes once
+     * the receiver's handler has returned).  address is ignored; ferry_mem_query() gives
+     * where it is. */
     FERRY_MEM_ALLOCATE = 1u << 0,
 };
 

@@ -49,6 +49,7 @@ typedef struct shmem_entry {
     unsigned refs;      /* the owner's allocation counts one */
     int owned;          /* allocated here and not yet freed */
     uint64_t parked;    /* a peer's, with no attachment: since when (fy_time_ns), else 0 */
+    int whole;          /* ours, from fy_shmem_alloc (counted in shmem_nwhole) */
 } shmem_entry_t;
 
 #define SHMEM_PARKED 16
@@ -57,6 +58,7 @@ static pthread_mutex_t shmem_lock = PTHREAD_MUTEX_INITIALIZER;
 static shmem_entry_t *shmem_tab;
 static size_t shmem_count, shmem_cap;
 static unsigned shmem_nparked; /* read without the lock by fy_shmem_parked */
+static unsigned shmem_nwhole;  /* and by fy_shmem_allocated */
 
 static ferry_status_t table_add(const shmem_entry_t *e)
 {
@@ -134,12 +136,26 @@ static int create_memfd(const char *name)
     return fd;
 }
 
+static ferry_status_t alloc_seg(size_t len, size_t reserve, const char *name, int whole,
+                                void **addr_p);
+
 ferry_status_t fy_shmem_alloc(size_t len, const char *name, void **addr_p)
 {
-    return fy_shmem_alloc_part(len, len, name, addr_p);
+    return alloc_seg(len, len, name, 1, addr_p);
 }
 
 ferry_status_t fy_shmem_alloc_part(size_t len, size_t reserve, const char *name, void **addr_p)
+{
+    return alloc_seg(len, reserve, name, 0, addr_p);
+}
+
+unsigned fy_shmem_allocated(void)
+{
+    return __atomic_load_n(&shmem_nwhole, __ATOMIC_RELAXED);
+}
+
+static ferry_status_t alloc_seg(size_t len, size_t reserve, const char *name, int whole,
+                                void **addr_p)
 {
     long page = sysconf(_SC_PAGESIZE);
     if (len == 0 || len > SIZE_MAX - (size_t)page)
@@ -184,9 +200,12 @@ ferry_status_t fy_shmem_alloc_part(size_t len, size_t reserve, const char *name,
                        .size = size,
                        .ref = {.pid = (int32_t)getpid(), .fd = fd, .ino = sb.st_ino, .size = size},
                        .refs = 1,
-                       .owned = 1};
+                       .owned = 1,
+                       .whole = whole};
     pthread_mutex_lock(&shmem_lock);
     st = table_add(&e);
+    if (st == FERRY_OK && whole)
+        __atomic_store_n(&shmem_nwhole, shmem_nwhole + 1, __ATOMIC_RELAXED);
     pthread_mutex_unlock(&shmem_lock);
     if (st != FERRY_OK) {
         munmap(addr, size);
@@ -247,6 +266,8 @@ void fy_shmem_free(void *addr)
         return;
     }
     e->owned = 0;
+    if (e->whole)
+        __atomic_store_n(&shmem_nwhole, shmem_nwhole - 1, __ATOMIC_RELAXED);
     if (--e->refs == 0)
         table_drop(i);
     pthread_mutex_unlock(&shmem_lock);

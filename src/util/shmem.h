@@ -48,6 +48,10 @@ ferry_status_t fy_shmem_release(void *addr, size_t off, size_t len);
  * peers hold stay valid until they detach. */
 void fy_shmem_free(void *addr);
 
+/* How many segments fy_shmem_alloc (not _part) made here are live: a read without the lock;
+ * 0 says that no memory given to users (FERRY_MEM_ALLOCATE) exists, before fy_shmem_find's. */
+unsigned fy_shmem_allocated(void);
+
 /* Does [addr, addr + len) lie inside one segment allocated by this process?  If so fill *ref
  * (how a peer maps the whole segment) and *offset (of addr in it), and return 1. */
 int fy_shmem_find(const void *addr, size_t len, fy_shmem_ref_t *ref, size_t *offset);

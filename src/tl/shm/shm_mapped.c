@@ -29,7 +29,6 @@
 #include "tl/shm/shm.h"
 #include "util/log.h"
 
-
 /* ---- sender -------------------------------------------------------------------------------- */
 
 int fy_shm_mapped_send(shm_ep_t *ep, uint8_t id, const void *hdr, size_t hdr_len,
@@ -41,9 +40,10 @@ int fy_shm_mapped_send(shm_ep_t *ep, uint8_t id, const void *hdr, size_t hdr_len
         return 0;
     const struct iovec *last = &iov[iovcnt - 1];
     size_t head = hdr_len + fy_iov_total(iov, iovcnt - 1);
-    if (last->iov_len < iface->md->opts.mapped_thresh || head > SHM_MAPPED_HEAD_MAX ||
-        sizeof(shm_mapped_desc_t) + head > ep->bcopy_size || ep->peer->addr.pid == iface->addr.pid)
-        return 0;
+    if (last->iov_len < iface->md->opts.mapped_thresh || fy_shmem_allocated() == 0 ||
+        head > SHM_MAPPED_HEAD_MAX || sizeof(shm_mapped_desc_t) + head > ep->bcopy_size ||
+        ep->peer->addr.pid == iface->addr.pid)
+        return 0; /* (the first two spare every other large message the lookup's lock) */
     fy_shmem_ref_t ref;
     size_t off;
     if (!fy_shmem_find(last->iov_base, last->iov_len, &ref, &off))

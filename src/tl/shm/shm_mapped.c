@@ -5,8 +5,8 @@
  * as it maps our ring.  A zcopy AM whose last piece (its data) lies in such a segment is not
  * copied at all: the sender publishes a MAPPED descriptor naming the segment, the offset and
  * the length, with the headers inline; the receiver maps the segment (once: the mapping is
- * kept, SHM_MAP_CACHE of them, below), hands the data to am_split_cb where it lies, and
- * answers ZDONE after the callback, which completes the send.  No byte of the data is
+ * kept, below), hands the data to am_split_cb where it lies, and answers ZDONE after the
+ * callback, which completes the send.  No byte of the data is
  * copied by either side, so the rate of a stream no longer depends on its size (a 16 MiB
  * message costs what a 64 KiB one does); the outbox, the path of any other memory, costs one
  * copy of memory bandwidth per byte.
@@ -98,23 +98,24 @@ int fy_shm_mapped_send(shm_ep_t *ep, uint8_t id, const void *hdr, size_t hdr_len
 
 /* ---- receiver: a message ------------------------------------------------------------------- */
 
-static void deliver(shm_iface_t *iface, uint8_t am_id, const char *head, size_t head_len,
-                    const char *data, size_t data_len)
+static ferry_status_t deliver(shm_iface_t *iface, uint8_t am_id, const char *head, size_t head_len,
+                              const char *data, size_t data_len)
 {
     const fy_tl_iface_params_t *p = &iface->super.params;
     if (p->am_split_cb != NULL) {
         p->am_split_cb(p->am_arg, am_id, head, head_len, data, data_len);
-        return;
+        return FERRY_OK;
     }
     char *m = malloc(head_len + data_len); /* an owner that wants it contiguous */
     if (m == NULL) {
         fy_error("no memory for a %zu-byte message: dropped", head_len + data_len);
-        return;
+        return FERRY_ERR_NO_MEMORY;
     }
     memcpy(m, head, head_len);
     memcpy(m + head_len, data, data_len);
     p->am_cb(p->am_arg, am_id, m, head_len + data_len);
     free(m);
+    return FERRY_OK;
 }
 
 void fy_shm_rx_mapped(shm_iface_t *iface, uint8_t am_id, const char *buf, uint32_t len)
@@ -156,12 +157,12 @@ void fy_shm_rx_mapped(shm_iface_t *iface, uint8_t am_id, const char *buf, uint32
     iface->stats.rx_mapped++;
     iface->stats.rx_msgs++;
     iface->stats.rx_bytes += d.head_len + d.data_len;
-    deliver(iface, am_id, buf + sizeof(d), d.head_len, (char *)base + d.seg_off,
-            (size_t)d.data_len);
+    st = deliver(iface, am_id, buf + sizeof(d), d.head_len, (char *)base + d.seg_off,
+                 (size_t)d.data_len);
     fy_shmem_detach_park(base);
     /* Let go of the slot before answering: the sender may reuse it once it has the answer. */
     expect = SHM_PULL_WORD(d.gen, SHM_PULL_READING);
     __atomic_compare_exchange_n(w, &expect, SHM_PULL_WORD(d.gen, SHM_PULL_CLOSED), 0,
                                 __ATOMIC_RELEASE, __ATOMIC_RELAXED);
-    fy_shm_reply(iface, &d.reply, SHM_CELL_ZDONE, d.cookie, FERRY_OK, 0);
+    fy_shm_reply(iface, &d.reply, SHM_CELL_ZDONE, d.cookie, st, 0);
 }

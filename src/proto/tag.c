@@ -373,6 +373,16 @@ ferry_status_t ferry_tag_send(ferry_ep_t *ep, uint64_t tag, const void *buf, siz
     return st;
 }
 
+/* A synchronous send's eager message is copied before the call returns (tag_eager.c); one
+ * past 64k goes by rendezvous under the auto threshold (which over shm sends plain messages
+ * eager up to 16 MiB): it waits for the match anyway, and copies nothing. */
+static size_t ssend_thresh(const ferry_ep_t *ep)
+{
+    if (ep->worker->ctx->opts.tag_rndv_thresh != FY_TAG_THRESH_AUTO)
+        return ep->tag_rndv_thresh;
+    return FY_MIN(ep->tag_rndv_thresh, (size_t)64 * 1024);
+}
+
 /* The sends of pieces (v: non-empty pieces), plain or synchronous. */
 static ferry_status_t tag_sendv(ferry_ep_t *ep, uint64_t tag, const struct iovec *v, size_t n,
                                 int sync, ferry_request_t *req)
@@ -390,8 +400,8 @@ static ferry_status_t tag_sendv(ferry_ep_t *ep, uint64_t tag, const struct iovec
         fy_request_local_init(&local);
         r = &local;
     }
-    ferry_status_t st = len <= ep->tag_rndv_thresh ? fy_tag_ssend_eager(ep, tag, v, n, r)
-                                                   : fy_tag_rndv_send(ep, tag, v, n, r);
+    ferry_status_t st = len <= ssend_thresh(ep) ? fy_tag_ssend_eager(ep, tag, v, n, r)
+                                                : fy_tag_rndv_send(ep, tag, v, n, r);
     if (st == FERRY_INPROGRESS && req == NULL)
         st = wait_req(ep->worker, r);
     return st;

@@ -17,8 +17,16 @@
  *   sender_dies      the sender is killed before its RTS is matched: the receive fails
  *   sender_closes    the sender closes by force: its send is cancelled, the receiver forgets it
  *   sender_flush_close  close with flush waits until the receiver has read the message
+ *   staged_unexpected   (FYTEST_TAG_STAGED runs only) eager messages of 8 KiB .. 16 MiB, sent
+ *                    through the shm outbox: half posted for, half unexpected; every send
+ *                    completes before the unexpected ones are received (no outbox slot or
+ *                    sender buffer waits for a match); received late in reverse order, whole
+ *   staged_sender_dies  (FYTEST_TAG_STAGED runs only) the same messages unexpected, then the
+ *                    sender is killed: every one is still received whole
  *
  * FYTEST_TAG_SCHEME (get or am) says which scheme should carry rendezvous data in this run.
+ * The rendezvous cases run with FERRY_TAG_RNDV_THRESH set low on shm (its default sends
+ * messages up to 16 MiB eager); FYTEST_TAG_STAGED runs the staged cases with the default.
  */
 #include <fcntl.h>
 #include <linux/filter.h>
@@ -678,7 +686,128 @@ static void sender_flush_close(void)
     run_pair(flush_close_receiver, flush_close_sender, NULL);
 }
 
+/* ---- staged eager messages (shm: through the sender's outbox) -------------------------------- */
+
+/* Only where FYTEST_TAG_STAGED is set (shm at the default threshold): elsewhere these sizes go
+ * by rendezvous, whose cases are above. */
+static int staged_run(void)
+{
+    return getenv("FYTEST_TAG_STAGED") != NULL;
+}
+
+static const size_t staged_sizes[] = {8185,          36865,   65539,         300001,
+                                      (1 << 20) + 7, 2 << 20, (4 << 20) + 1, (9 << 20) + 3,
+                                      16 << 20,      1 << 20};
+#define STAGED_N (sizeof(staged_sizes) / sizeof(staged_sizes[0]))
+
+/* Send every staged size (tags 700 + i) and wait until each send is complete; the receiver
+ * has posted the even ones only, so the odd ones complete unmatched: their data went whole. */
+static void staged_send_all(end_t *e)
+{
+    static ferry_request_t r[STAGED_N];
+    static done_t d[STAGED_N];
+    ferry_status_t st[STAGED_N];
+    char *buf[STAGED_N];
+    uint64_t total = 0;
+    for (size_t i = 0; i < STAGED_N; i++) {
+        buf[i] = malloc(staged_sizes[i]);
+        fy_pattern(buf[i], staged_sizes[i], 70 + (unsigned)i);
+        total += staged_sizes[i];
+    }
+    uint64_t before = tx_bytes(e);
+    for (size_t i = 0; i < STAGED_N; i++) {
+        d[i] = (done_t){0, 0};
+        r[i] = (ferry_request_t){.cb = req_cb, .user_data = &d[i]};
+        st[i] = ferry_tag_send(e->ep, 700 + i, buf[i], staged_sizes[i], &r[i]);
+        FY_ASSERT(st[i] == FERRY_OK || st[i] == FERRY_INPROGRESS);
+    }
+    for (size_t i = 0; i < STAGED_N; i++)
+        FY_ASSERT_OK(complete(e, st[i], &d[i]));
+    FY_ASSERT_GE(tx_bytes(e) - before, total); /* sent eager, not read by rendezvous */
+    for (size_t i = 0; i < STAGED_N; i++) {
+        memset(buf[i], 0, staged_sizes[i]); /* the receiver must not see these bytes */
+        free(buf[i]);
+    }
+    tell(e, 's');
+}
+
+/* Receive the staged sizes: posted (even ones, if `post_even`) and unexpected ones, the latter
+ * only after the sender said its sends are complete (and after after_sent()), in reverse. */
+static void staged_recv_all(end_t *e, int post_even, void (*after_sent)(void))
+{
+    static ferry_request_t r[STAGED_N];
+    static done_t d[STAGED_N];
+    ferry_status_t st[STAGED_N];
+    char *buf[STAGED_N];
+    for (size_t i = 0; i < STAGED_N; i++) {
+        buf[i] = malloc(staged_sizes[i] + 1);
+        memset(buf[i], 0xa5, staged_sizes[i] + 1);
+        d[i] = (done_t){0, 0};
+        r[i] = (ferry_request_t){.cb = req_cb, .user_data = &d[i]};
+        if (post_even && i % 2 == 0)
+            st[i] = ferry_tag_recv(e->w, buf[i], staged_sizes[i], 700 + i, ~0ull, &r[i]);
+    }
+    tell(e, 'r');
+    for (size_t i = post_even ? 1 : 0; i < STAGED_N; i += post_even ? 2 : 1)
+        wait_probe(e, 700 + i, staged_sizes[i]);
+    await(e, 's');
+    if (after_sent != NULL)
+        after_sent();
+    for (size_t k = STAGED_N; k-- > 0;)
+        if (!post_even || k % 2 == 1)
+            st[k] = ferry_tag_recv(e->w, buf[k], staged_sizes[k], 700 + k, ~0ull, &r[k]);
+    for (size_t i = 0; i < STAGED_N; i++) {
+        FY_ASSERT_OK(complete(e, st[i], &d[i]));
+        FY_ASSERT_EQ(r[i].length, staged_sizes[i]);
+        FY_ASSERT_U64_EQ(r[i].tag, 700 + i);
+        FY_ASSERT_MSG(fy_pattern_ok(buf[i], staged_sizes[i], 70 + (unsigned)i),
+                      "message %zu (%zu B) corrupt", i, staged_sizes[i]);
+        FY_ASSERT_EQ((unsigned char)buf[i][staged_sizes[i]], 0xa5);
+        free(buf[i]);
+    }
+}
+
+static void staged_sender(end_t *e)
+{
+    await(e, 'r');
+    staged_send_all(e);
+    await(e, 'v');
+}
+
+static void staged_receiver(end_t *e)
+{
+    staged_recv_all(e, 1, NULL);
+    tell(e, 'v');
+}
+
+static void staged_unexpected(void)
+{
+    if (staged_run())
+        run_pair(staged_receiver, staged_sender, NULL);
+}
+
+static void staged_sender_idles(end_t *e)
+{
+    await(e, 'r');
+    staged_send_all(e);
+    idle_child(e);
+}
+
+static void staged_receiver_kills(end_t *e)
+{
+    staged_recv_all(e, 0, kill_peer);
+    FY_ASSERT_OK(ferry_ep_close(e->ep, FERRY_EP_CLOSE_FORCE, NULL));
+    e->ep = NULL;
+}
+
+static void staged_sender_dies(void)
+{
+    if (staged_run())
+        run_pair(staged_receiver_kills, staged_sender_idles, NULL);
+}
+
 FYTEST_MAIN(FYTEST_CASE(sizes_case), FYTEST_CASE(late_match), FYTEST_CASE(many_outstanding),
             FYTEST_CASE(truncation), FYTEST_CASE(cma_off_peer), FYTEST_CASE(cma_denied_peer),
             FYTEST_CASE(receiver_dies), FYTEST_CASE(sender_dies), FYTEST_CASE(sender_closes),
-            FYTEST_CASE(sender_flush_close))
+            FYTEST_CASE(sender_flush_close), FYTEST_CASE(staged_unexpected),
+            FYTEST_CASE(staged_sender_dies))

@@ -47,10 +47,10 @@ static const fy_config_field_t ctx_fields[] = {
     FY_CONFIG_FIELD("TAG_RNDV_THRESH", "auto",
                     "Tagged messages larger than this use rendezvous (the data moves only once "
                     "the receiver has matched it); smaller ones go eager.  auto: per endpoint, "
-                    "16m where the lane stages large messages in shared memory (shm's outbox: "
-                    "one copy each side; synchronous sends above 64k still use rendezvous); "
-                    "else where the rendezvous reads by get at memory speed the larger of 32k "
-                    "and the lane's largest buffered message, at most 64k; 64k elsewhere.",
+                    "where the rendezvous reads by get at memory speed the larger of 32k and "
+                    "the lane's largest buffered message, at most 64k (shm: 32k); 64k "
+                    "elsewhere; and where the lane stages messages in shared memory (shm's "
+                    "outbox) plain sends up to 16m go eager while it has room.",
                     FY_CFG_STRING, fy_ctx_opts_t, tag_rndv_thresh_str),
     FY_CONFIG_ENUM_FIELD("TAG_RNDV_SCHEME", "auto",
                          "How a rendezvous moves the data: get (the receiver reads the sender's "

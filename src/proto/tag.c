@@ -354,6 +354,8 @@ static ferry_status_t tag_send(ferry_ep_t *ep, uint64_t tag, const void *buf, si
     if (req == NULL || len <= ep->tag_rndv_thresh)
         return fy_tag_eager_send(ep, tag, buf, len, req);
     struct iovec iov = {(void *)buf, len};
+    if (len <= ep->tag_staged_max)
+        return fy_tag_staged_send(ep, tag, &iov, 1, req);
     return fy_tag_rndv_send(ep, tag, &iov, 1, req);
 }
 
@@ -373,16 +375,6 @@ ferry_status_t ferry_tag_send(ferry_ep_t *ep, uint64_t tag, const void *buf, siz
     return st;
 }
 
-/* A synchronous send's eager message is copied before the call returns (tag_eager.c); one
- * past 64k goes by rendezvous under the auto threshold (which over shm sends plain messages
- * eager up to 16 MiB): it waits for the match anyway, and copies nothing. */
-static size_t ssend_thresh(const ferry_ep_t *ep)
-{
-    if (ep->worker->ctx->opts.tag_rndv_thresh != FY_TAG_THRESH_AUTO)
-        return ep->tag_rndv_thresh;
-    return FY_MIN(ep->tag_rndv_thresh, (size_t)64 * 1024);
-}
-
 /* The sends of pieces (v: non-empty pieces), plain or synchronous. */
 static ferry_status_t tag_sendv(ferry_ep_t *ep, uint64_t tag, const struct iovec *v, size_t n,
                                 int sync, ferry_request_t *req)
@@ -391,6 +383,8 @@ static ferry_status_t tag_sendv(ferry_ep_t *ep, uint64_t tag, const struct iovec
     if (!sync) {
         if (req == NULL || len <= ep->tag_rndv_thresh)
             return fy_tag_eager_sendv(ep, &tag, sizeof(tag), v, n, req);
+        if (len <= ep->tag_staged_max)
+            return fy_tag_staged_send(ep, tag, v, n, req);
         return fy_tag_rndv_send(ep, tag, v, n, req);
     }
     /* Synchronous: given no request, block until matched (progressing this worker). */
@@ -400,8 +394,8 @@ static ferry_status_t tag_sendv(ferry_ep_t *ep, uint64_t tag, const struct iovec
         fy_request_local_init(&local);
         r = &local;
     }
-    ferry_status_t st = len <= ssend_thresh(ep) ? fy_tag_ssend_eager(ep, tag, v, n, r)
-                                                : fy_tag_rndv_send(ep, tag, v, n, r);
+    ferry_status_t st = len <= ep->tag_rndv_thresh ? fy_tag_ssend_eager(ep, tag, v, n, r)
+                                                   : fy_tag_rndv_send(ep, tag, v, n, r);
     if (st == FERRY_INPROGRESS && req == NULL)
         st = wait_req(ep->worker, r);
     return st;

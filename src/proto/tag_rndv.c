@@ -324,7 +324,12 @@ static void abort_send(uint64_t key, void *value, void *arg)
  *
  * A memory lane that stages large messages (attr.max_zcopy_local: shm's outbox, where the sender
  * copies the message once into shared memory and the receiver copies it out) sends eager up to
- * 16 MiB: once the outbox stopped reusing the slot its receiver had just read (shm_obox.c),
+ * 16 MiB (tag_staged_max) while the outbox has room: a message the transport could not stage
+ * (it answered INPROGRESS: pulled, or queued) makes the next TAG_STAGED_SKIP above the
+ * threshold go by rendezvous, so a stream that outruns its receiver reads by get, one copy,
+ * rather than pull each message into a receive buffer and copy it again.  A synchronous send
+ * keeps the threshold.  Once the outbox stopped reusing the slot its receiver had just read
+ * (shm_obox.c),
  * the two copies beat the get at every size measured (2026-12-02, load ~2, one-way p50 us,
  * eager vs get: 48k 2.7 vs 5.4, 64k 3.5 vs 6.5, 1m 45-50 vs 80-87, 4m 347 vs 428, 16m 2501 vs
  * 2898; 32m and 64m no clear winner under load).
@@ -333,12 +338,15 @@ static void abort_send(uint64_t key, void *value, void *arg)
 #define TAG_THRESH_MEMORY  (32 * 1024)        /* the least for a memory lane (above) */
 #define TAG_MEMORY_LATENCY 1000.0             /* ns: below this, the lane is a memory transport */
 #define TAG_THRESH_STAGED  ((size_t)16 << 20) /* the most sent eager through a staging area */
+#define TAG_STAGED_SKIP    16 /* after one not staged, so many go by rendezvous (a stream) */
 
 void fy_tag_ep_init(ferry_ep_t *ep)
 {
     const fy_ctx_opts_t *o = &ep->worker->ctx->opts;
     const fy_iface_t *fi = ep->lanes[FY_LANE_AM].iface;
     ep->tag_rndv_thresh = o->tag_rndv_thresh;
+    ep->tag_staged_max = 0;
+    ep->tag_staged_skip = 0;
     if (o->tag_rndv_thresh != FY_TAG_THRESH_AUTO)
         return;
     ep->tag_rndv_thresh = TAG_THRESH_DEFAULT;
@@ -351,7 +359,20 @@ void fy_tag_ep_init(ferry_ep_t *ep)
                                      (size_t)TAG_THRESH_DEFAULT);
     size_t staged = fi->attr.max_zcopy_local > hdr ? fi->attr.max_zcopy_local - hdr : 0;
     if (fi->attr.latency_ns < TAG_MEMORY_LATENCY && staged > ep->tag_rndv_thresh)
-        ep->tag_rndv_thresh = FY_MIN(staged, (size_t)TAG_THRESH_STAGED);
+        ep->tag_staged_max = FY_MIN(staged, (size_t)TAG_THRESH_STAGED);
+}
+
+ferry_status_t fy_tag_staged_send(ferry_ep_t *ep, uint64_t tag, const struct iovec *iov,
+                                  size_t iovcnt, ferry_request_t *req)
+{
+    if (ep->tag_staged_skip != 0) {
+        ep->tag_staged_skip--;
+        return fy_tag_rndv_send(ep, tag, iov, iovcnt, req);
+    }
+    ferry_status_t st = fy_tag_eager_sendv(ep, &tag, sizeof(tag), iov, iovcnt, req);
+    if (st == FERRY_INPROGRESS) /* not staged (the outbox was full): it was pulled or queued */
+        ep->tag_staged_skip = TAG_STAGED_SKIP;
+    return st;
 }
 
 void fy_tag_ep_closing(ferry_ep_t *ep)

@@ -335,26 +335,27 @@ static void abort_send(uint64_t key, void *value, void *arg)
  * eager vs get: 48k 2.7 vs 5.4, 64k 3.5 vs 6.5, 1m 45-50 vs 80-87, 4m 347 vs 428, 16m 2501 vs
  * 2898; 32m and 64m no clear winner under load).
  *
- * ... as long as moving cache lines between the two cores is cheap.  Staging hands every line
- * over twice: the receiver reads lines the sender's core holds dirty, and the sender's next copy
- * rewrites lines the receiver's core holds.  On the reference box (a 2-vCPU VM) that cost
+ * ... as long as moving cache lines between the two cores is cheap. Staging hands every line
+ * over twice: the receiver reads lines the sender's core holds dirty, and the sender's next
+ * copy rewrites lines the receiver's core holds. On the reference box (a 2-vCPU VM) that cost
  * changes for minutes at a time, whatever ferry does: a plain two-thread program copying 1 MiB
  * back and forth through a buffer the same way took 24 us per copy in one state and 380-970 us
- * in the other, when a single cache line took 35-100 ns from core to core and 350 ns.  In the
+ * in the other, when a single cache line took 35-100 ns from core to core and 350 ns. In the
  * slow state the outbox's copy in ran at 1.5-2 GB/s (1.3-1.9 M cycles for 1 MiB, 57-73 k
  * before), the copy out at 3-10, and tag_lat went 4 -> 22 us at 64k and 50 -> 500-590 us at 1m,
  * where the get (which reads the sender's buffer once, dirty lines handed over once, none
- * rewritten) held 7-9 and 80-140.  So the sender times each staged send that completed at once
+ * rewritten) held 7-9 and 80-140. So the sender times each staged send that completed at once
  * (the copy in, two clock reads on a message above 32k): one slower than TAG_STAGED_RATE bytes
  * per ns, 170 ns per KiB, is slow (the fast state: 16-64, a few in a thousand 64-256; the slow
- * state: 480-700 at 1m, and at 64k enough above 170 that it turns to rendezvous, below; the first
- * rounds of the outbox, into cold or unmapped pages, 64-250 and above, are not judged:
- * TAG_STAGED_WARM), and TAG_STAGED_SLOW more slow copies than
- * fast ones send the next TAG_STAGED_SKIP by rendezvous, then one staged again to look: each
- * look that is still slow doubles the skip (up to TAG_STAGED_SKIP << TAG_STAGED_BACKOFF), one
- * that is fast ends it.  6 interleaved runs each of the old rule, this one and main, 03:48, load
- * ~3 (tag_lat 64k/1m p50 us): fast state 3.6-4.5/46-55 old, 3.6-4.9/45-54 now, main
- * 6.5-8.8/80-96; slow state old 18-30/480-530, now 7.3-10.6/80-93, main 7.0-8.6/81-89.
+ * state: 480-700 at 1m, and at 64k enough above 170 that it turns to rendezvous, below; the
+ * first rounds of the outbox, into cold or unmapped pages, 64-250 and above, are not judged:
+ * TAG_STAGED_WARM), and TAG_STAGED_SLOW more slow copies than fast ones send the next
+ * TAG_STAGED_SKIP by rendezvous, then one staged again to look: each look that is still slow
+ * doubles the skip (up to TAG_STAGED_SKIP << TAG_STAGED_BACKOFF), and only as many fast ones as
+ * there were slow end it (a look into a cold slot may pass). 6 interleaved runs each of the old
+ * rule, this one and main, 03:48, load ~3 (tag_lat 64k/1m p50 us): fast state 3.6-4.5/46-55
+ * old, 3.6-4.9/45-54 now, main 6.5-8.8/80-96; slow state old 18-30/480-530, now 7.3-10.6/80-93,
+ * main 7.0-8.6/81-89.
  */
 #define TAG_THRESH_DEFAULT (64 * 1024)
 #define TAG_THRESH_MEMORY  (32 * 1024)        /* the least for a memory lane (above) */
@@ -396,10 +397,9 @@ static void staged_judge(ferry_ep_t *ep, size_t len, uint64_t ns)
         ep->tag_staged_warm += len;
         return;
     }
-    if (ns * TAG_STAGED_RATE <= len) {
-        if (ep->tag_staged_slow != 0)
-            ep->tag_staged_slow--;
-        ep->tag_staged_backoff = 0;
+    if (ns * TAG_STAGED_RATE <= len) { /* fast: the backoff ends with the run of slow ones */
+        if (ep->tag_staged_slow != 0 && --ep->tag_staged_slow == 0)
+            ep->tag_staged_backoff = 0;
         return;
     }
     if (ep->tag_staged_slow < TAG_STAGED_SLOW)

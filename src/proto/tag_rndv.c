@@ -346,23 +346,24 @@ static void abort_send(uint64_t key, void *value, void *arg)
  * where the get (which reads the sender's buffer once, dirty lines handed over once, none
  * rewritten) held 7-9 and 80-140. So the sender times each staged send that completed at once
  * (the copy in, two clock reads on a message above 32k): one slower than TAG_STAGED_RATE bytes
- * per ns, 170 ns per KiB, is slow (the fast state: 16-64, a few in a thousand 64-256; the slow
- * state: 480-700 at 1m, and at 64k enough above 170 that it turns to rendezvous, below; the
- * first rounds of the outbox, into cold or unmapped pages, 64-250 and above, are not judged:
- * TAG_STAGED_WARM), and TAG_STAGED_SLOW more slow copies than fast ones send the next
- * TAG_STAGED_SKIP by rendezvous, then one staged again to look: each look that is still slow
- * doubles the skip (up to TAG_STAGED_SKIP << TAG_STAGED_BACKOFF), and only as many fast ones as
- * there were slow end it (a look into a cold slot may pass). 6 interleaved runs each of the old
- * rule, this one and main, 03:48, load ~3 (tag_lat 64k/1m p50 us): fast state 3.6-4.5/46-55
- * old, 3.6-4.9/45-54 now, main 6.5-8.8/80-96; slow state old 18-30/480-530, now 7.3-10.6/80-93,
- * main 7.0-8.6/81-89.
+ * per ns, 128 ns per KiB, is slow and one above twice that rate fast (between: neither) (the
+ * fast state: 64k mostly below 64 ns per KiB, 1m below 32, a few in a hundred above 128; the
+ * slow state: 480-700 at 1m, 64k 60-85% above 128 and the rest 64-128, the slots of the
+ * rotation in turn; the first rounds of the outbox, into cold or unmapped pages, 64-250 and
+ * above, are not judged: TAG_STAGED_WARM), and TAG_STAGED_SLOW more slow copies than fast ones
+ * send the next TAG_STAGED_SKIP by rendezvous, then one staged again to look: each look that is
+ * still slow doubles the skip (up to TAG_STAGED_SKIP << TAG_STAGED_BACKOFF), and only as many
+ * fast ones as there were slow end it (a look into a cold slot may pass). 6 interleaved runs
+ * each of the old rule, this one and main, 03:48, load ~3 (tag_lat 64k/1m p50 us): fast state
+ * 3.6-4.5/46-55 old, 3.6-4.9/45-54 now, main 6.5-8.8/80-96; slow state old 18-30/480-530, now
+ * 7.3-10.6/80-93, main 7.0-8.6/81-89.
  */
 #define TAG_THRESH_DEFAULT (64 * 1024)
 #define TAG_THRESH_MEMORY  (32 * 1024)        /* the least for a memory lane (above) */
 #define TAG_MEMORY_LATENCY 1000.0             /* ns: below this, the lane is a memory transport */
 #define TAG_THRESH_STAGED  ((size_t)16 << 20) /* the most sent eager through a staging area */
 #define TAG_STAGED_SKIP    16 /* after one not staged, so many go by rendezvous (a stream) */
-#define TAG_STAGED_RATE    6  /* bytes per ns: a staged copy slower than this is slow (above) */
+#define TAG_STAGED_RATE    8  /* bytes per ns: a staged copy slower than this is slow (above) */
 #define TAG_STAGED_SLOW    4  /* slow copies, net of fast ones, that turn to rendezvous */
 #define TAG_STAGED_BACKOFF 6  /* a slow state that lasts: up to TAG_STAGED_SKIP << 6 skipped */
 #define TAG_STAGED_WARM    ((size_t)4 << 20) /* bytes staged before the copies are judged */
@@ -397,11 +398,13 @@ static void staged_judge(ferry_ep_t *ep, size_t len, uint64_t ns)
         ep->tag_staged_warm += len;
         return;
     }
-    if (ns * TAG_STAGED_RATE <= len) { /* fast: the backoff ends with the run of slow ones */
+    if (ns * TAG_STAGED_RATE * 2 <= len) { /* fast: the backoff ends with the run of slow */
         if (ep->tag_staged_slow != 0 && --ep->tag_staged_slow == 0)
             ep->tag_staged_backoff = 0;
         return;
     }
+    if (ns * TAG_STAGED_RATE <= len)
+        return; /* neither */
     if (ep->tag_staged_slow < TAG_STAGED_SLOW)
         ep->tag_staged_slow++;
     if (ep->tag_staged_slow < TAG_STAGED_SLOW)

@@ -48,7 +48,10 @@ static const fy_config_field_t ctx_fields[] = {
                     "Tagged messages larger than this use rendezvous (the data moves only once "
                     "the receiver has matched it); smaller ones go eager.  auto: per endpoint, "
                     "where the rendezvous reads by get at memory speed the larger of 32k and "
-                    "the lane's largest buffered message, at most 64k (shm: 32k); 64k elsewhere.",
+                    "the lane's largest buffered message, at most 64k (shm: 32k); 64k "
+                    "elsewhere; and where the lane stages messages in shared memory (shm's "
+                    "outbox) plain sends up to 16m go eager while it has room "
+                    "and copies into it run at memory speed.",
                     FY_CFG_STRING, fy_ctx_opts_t, tag_rndv_thresh_str),
     FY_CONFIG_ENUM_FIELD("TAG_RNDV_SCHEME", "auto",
                          "How a rendezvous moves the data: get (the receiver reads the sender's "

@@ -231,6 +231,12 @@ struct ferry_ep {
     int amo_native;         /* widths done natively: bit 0 32-bit, bit 1 64-bit (fy_amo_widths) */
     int tag_no_get;         /* the peer cannot read our memory: offer it no get rendezvous */
     size_t tag_rndv_thresh; /* tagged messages above this size use rendezvous */
+    /* ... except those up to tag_staged_max, which go eager while the lane stages them (shm's
+     * outbox; tag_rndv.c): after one that did not complete at once, or a run of slow copies
+     * (tag_staged_slow; judged once tag_staged_warm bytes went, a lasting run backed off
+     * tag_staged_backoff times), tag_staged_skip more go by rendezvous */
+    size_t tag_staged_max, tag_staged_warm;
+    unsigned tag_staged_skip, tag_staged_slow, tag_staged_backoff;
     fy_queue_t pending;     /* ops waiting for resources, in order */
     size_t queued_bytes;    /* ops pending or in flight, and their data (FERRY_MAX_QUEUED) */
     fy_list_t pending_link; /* on worker->pending_eps when pending is not empty */

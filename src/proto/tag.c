@@ -354,6 +354,8 @@ static ferry_status_t tag_send(ferry_ep_t *ep, uint64_t tag, const void *buf, si
     if (req == NULL || len <= ep->tag_rndv_thresh)
         return fy_tag_eager_send(ep, tag, buf, len, req);
     struct iovec iov = {(void *)buf, len};
+    if (len <= ep->tag_staged_max)
+        return fy_tag_staged_send(ep, tag, &iov, 1, req);
     return fy_tag_rndv_send(ep, tag, &iov, 1, req);
 }
 
@@ -381,6 +383,8 @@ static ferry_status_t tag_sendv(ferry_ep_t *ep, uint64_t tag, const struct iovec
     if (!sync) {
         if (req == NULL || len <= ep->tag_rndv_thresh)
             return fy_tag_eager_sendv(ep, &tag, sizeof(tag), v, n, req);
+        if (len <= ep->tag_staged_max)
+            return fy_tag_staged_send(ep, tag, v, n, req);
         return fy_tag_rndv_send(ep, tag, v, n, req);
     }
     /* Synchronous: given no request, block until matched (progressing this worker). */

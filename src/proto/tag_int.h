@@ -95,6 +95,10 @@ void fy_tag_eager_init_worker(ferry_worker_t *w);
 /* tag_rndv.c: the rendezvous send and the FY_AM_ID_TAG_RNDV handler */
 ferry_status_t fy_tag_rndv_send(ferry_ep_t *ep, uint64_t tag, const struct iovec *iov,
                                 size_t iovcnt, ferry_request_t *req);
+/* A message above the threshold and up to ep->tag_staged_max: eager while the lane stages
+ * such messages at once, by rendezvous for a while after one it did not. */
+ferry_status_t fy_tag_staged_send(ferry_ep_t *ep, uint64_t tag, const struct iovec *iov,
+                                  size_t iovcnt, ferry_request_t *req);
 /* A synchronous eager send: the message, then the op waits for the receiver's ATS. */
 ferry_status_t fy_tag_ssend_eager(ferry_ep_t *ep, uint64_t tag, const struct iovec *iov,
                                   size_t iovcnt, ferry_request_t *req);

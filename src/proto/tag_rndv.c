@@ -39,6 +39,7 @@
 #include <string.h>
 
 #include "proto/tag_int.h"
+#include "util/clock.h"
 
 ferry_status_t fy_tag_rndv_ctl(ferry_ep_t *ep, fy_tag_msg_t *m)
 {
@@ -321,16 +322,60 @@ static void abort_send(uint64_t key, void *value, void *arg)
  * and udp a rendezvous costs round trips of several microseconds, and eager stays ahead up to
  * 256k and beyond, so 64k stays.  The sign that reads are memory copies, not requests over a
  * network, is the lane's latency.
+ *
+ * A memory lane that stages large messages (attr.max_zcopy_local: shm's outbox, where the sender
+ * copies the message once into shared memory and the receiver copies it out) sends eager up to
+ * 16 MiB (tag_staged_max) while the outbox has room: a message the transport could not stage
+ * (it answered INPROGRESS: pulled, or queued) makes the next TAG_STAGED_SKIP above the
+ * threshold go by rendezvous, so a stream that outruns its receiver reads by get, one copy,
+ * rather than pull each message into a receive buffer and copy it again.  A synchronous send
+ * keeps the threshold.  Once the outbox stopped reusing the slot its receiver had just read
+ * (shm_obox.c),
+ * the two copies beat the get at every size measured (2026-12-02, load ~2, one-way p50 us,
+ * eager vs get: 48k 2.7 vs 5.4, 64k 3.5 vs 6.5, 1m 45-50 vs 80-87, 4m 347 vs 428, 16m 2501 vs
+ * 2898; 32m and 64m no clear winner under load).
+ *
+ * ... as long as moving cache lines between the two cores is cheap. Staging hands every line
+ * over twice: the receiver reads lines the sender's core holds dirty, and the sender's next
+ * copy rewrites lines the receiver's core holds. On the reference box (a 2-vCPU VM) that cost
+ * changes for minutes at a time, whatever ferry does: a plain two-thread program copying 1 MiB
+ * back and forth through a buffer the same way took 24 us per copy in one state and 380-970 us
+ * in the other, when a single cache line took 35-100 ns from core to core and 350 ns. In the
+ * slow state the outbox's copy in ran at 1.5-2 GB/s (1.3-1.9 M cycles for 1 MiB, 57-73 k
+ * before), the copy out at 3-10, and tag_lat went 4 -> 22 us at 64k and 50 -> 500-590 us at 1m,
+ * where the get (which reads the sender's buffer once, dirty lines handed over once, none
+ * rewritten) held 7-9 and 80-140. So the sender times each staged send that completed at once
+ * (the copy in, two clock reads on a message above 32k): one slower than TAG_STAGED_RATE bytes
+ * per ns, 128 ns per KiB, is slow and one above twice that rate fast (between: neither) (the
+ * fast state: 64k mostly below 64 ns per KiB, 1m below 32, a few in a hundred above 128; the
+ * slow state: 480-700 at 1m, 64k 60-85% above 128 and the rest 64-128, the slots of the
+ * rotation in turn; the first rounds of the outbox, into cold or unmapped pages, 64-250 and
+ * above, are not judged: TAG_STAGED_WARM), and TAG_STAGED_SLOW more slow copies than fast ones
+ * send the next TAG_STAGED_SKIP by rendezvous, then one staged again to look: each look that is
+ * still slow doubles the skip (up to TAG_STAGED_SKIP << TAG_STAGED_BACKOFF), and only as many
+ * fast ones as there were slow end it (a look into a cold slot may pass). 6 interleaved runs
+ * each of the old rule, this one and main, 03:48, load ~3 (tag_lat 64k/1m p50 us): fast state
+ * 3.6-4.5/46-55 old, 3.6-4.9/45-54 now, main 6.5-8.8/80-96; slow state old 18-30/480-530, now
+ * 7.3-10.6/80-93, main 7.0-8.6/81-89.
  */
 #define TAG_THRESH_DEFAULT (64 * 1024)
-#define TAG_THRESH_MEMORY  (32 * 1024) /* the least for a memory lane (above) */
-#define TAG_MEMORY_LATENCY 1000.0      /* ns: below this, the lane is a memory transport */
+#define TAG_THRESH_MEMORY  (32 * 1024)        /* the least for a memory lane (above) */
+#define TAG_MEMORY_LATENCY 1000.0             /* ns: below this, the lane is a memory transport */
+#define TAG_THRESH_STAGED  ((size_t)16 << 20) /* the most sent eager through a staging area */
+#define TAG_STAGED_SKIP    16 /* after one not staged, so many go by rendezvous (a stream) */
+#define TAG_STAGED_RATE    8  /* bytes per ns: a staged copy slower than this is slow (above) */
+#define TAG_STAGED_SLOW    4  /* slow copies, net of fast ones, that turn to rendezvous */
+#define TAG_STAGED_BACKOFF 6  /* a slow state that lasts: up to TAG_STAGED_SKIP << 6 skipped */
+#define TAG_STAGED_WARM    ((size_t)4 << 20) /* bytes staged before the copies are judged */
 
 void fy_tag_ep_init(ferry_ep_t *ep)
 {
     const fy_ctx_opts_t *o = &ep->worker->ctx->opts;
     const fy_iface_t *fi = ep->lanes[FY_LANE_AM].iface;
     ep->tag_rndv_thresh = o->tag_rndv_thresh;
+    ep->tag_staged_max = 0;
+    ep->tag_staged_warm = 0;
+    ep->tag_staged_skip = ep->tag_staged_slow = ep->tag_staged_backoff = 0;
     if (o->tag_rndv_thresh != FY_TAG_THRESH_AUTO)
         return;
     ep->tag_rndv_thresh = TAG_THRESH_DEFAULT;
@@ -341,6 +386,48 @@ void fy_tag_ep_init(ferry_ep_t *ep)
         fi->attr.max_bcopy > hdr)
         ep->tag_rndv_thresh = FY_MIN(FY_MAX(fi->attr.max_bcopy - hdr, (size_t)TAG_THRESH_MEMORY),
                                      (size_t)TAG_THRESH_DEFAULT);
+    size_t staged = fi->attr.max_zcopy_local > hdr ? fi->attr.max_zcopy_local - hdr : 0;
+    if (fi->attr.latency_ns < TAG_MEMORY_LATENCY && staged > ep->tag_rndv_thresh)
+        ep->tag_staged_max = FY_MIN(staged, (size_t)TAG_THRESH_STAGED);
+}
+
+/* A staged send that completed at once took `ns` for its `len` bytes: judge its copy. */
+static void staged_judge(ferry_ep_t *ep, size_t len, uint64_t ns)
+{
+    if (ep->tag_staged_warm < TAG_STAGED_WARM) { /* the first rounds copy into cold memory */
+        ep->tag_staged_warm += len;
+        return;
+    }
+    if (ns * TAG_STAGED_RATE * 2 <= len) { /* fast: the backoff ends with the run of slow */
+        if (ep->tag_staged_slow != 0 && --ep->tag_staged_slow == 0)
+            ep->tag_staged_backoff = 0;
+        return;
+    }
+    if (ns * TAG_STAGED_RATE <= len)
+        return; /* neither */
+    if (ep->tag_staged_slow < TAG_STAGED_SLOW)
+        ep->tag_staged_slow++;
+    if (ep->tag_staged_slow < TAG_STAGED_SLOW)
+        return;
+    ep->tag_staged_skip = TAG_STAGED_SKIP << ep->tag_staged_backoff;
+    if (ep->tag_staged_backoff < TAG_STAGED_BACKOFF)
+        ep->tag_staged_backoff++;
+}
+
+ferry_status_t fy_tag_staged_send(ferry_ep_t *ep, uint64_t tag, const struct iovec *iov,
+                                  size_t iovcnt, ferry_request_t *req)
+{
+    if (ep->tag_staged_skip != 0) {
+        ep->tag_staged_skip--;
+        return fy_tag_rndv_send(ep, tag, iov, iovcnt, req);
+    }
+    uint64_t t0 = fy_time_ns();
+    ferry_status_t st = fy_tag_eager_sendv(ep, &tag, sizeof(tag), iov, iovcnt, req);
+    if (st == FERRY_OK)
+        staged_judge(ep, fy_iov_total(iov, iovcnt), fy_time_ns() - t0);
+    else if (st == FERRY_INPROGRESS) /* not staged (the outbox was full): pulled or queued */
+        ep->tag_staged_skip = TAG_STAGED_SKIP;
+    return st;
 }
 
 void fy_tag_ep_closing(ferry_ep_t *ep)

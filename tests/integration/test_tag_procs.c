@@ -17,8 +17,18 @@
  *   sender_dies      the sender is killed before its RTS is matched: the receive fails
  *   sender_closes    the sender closes by force: its send is cancelled, the receiver forgets it
  *   sender_flush_close  close with flush waits until the receiver has read the message
+ *   staged_unexpected   (FYTEST_TAG_STAGED runs only) eager messages of 8 KiB .. 16 MiB, sent
+ *                    one at a time through the shm outbox: half posted for, half unexpected;
+ *                    every send completes at once (no outbox slot or sender buffer waits for
+ *                    a match); the unexpected ones received late in reverse order, whole
+ *   staged_sender_dies  (FYTEST_TAG_STAGED runs only) the same messages unexpected, then the
+ *                    sender is killed: every one is still received whole
+ *   staged_burst     (FYTEST_TAG_STAGED runs only) 48 x 1 MiB sent back to back, unexpected:
+ *                    staged, pulled or (after one not staged) rendezvous; all arrive whole
  *
  * FYTEST_TAG_SCHEME (get or am) says which scheme should carry rendezvous data in this run.
+ * The rendezvous cases run with FERRY_TAG_RNDV_THRESH set low on shm (its default sends
+ * messages up to 16 MiB eager); FYTEST_TAG_STAGED runs the staged cases with the default.
  */
 #include <fcntl.h>
 #include <linux/filter.h>
@@ -678,7 +688,171 @@ static void sender_flush_close(void)
     run_pair(flush_close_receiver, flush_close_sender, NULL);
 }
 
+/* ---- staged eager messages (shm: through the sender's outbox) -------------------------------- */
+
+/* Only where FYTEST_TAG_STAGED is set (shm at the default threshold): elsewhere these sizes go
+ * by rendezvous, whose cases are above. */
+static int staged_run(void)
+{
+    return getenv("FYTEST_TAG_STAGED") != NULL;
+}
+
+static const size_t staged_sizes[] = {8185,          36865,   65539,         300001,
+                                      (1 << 20) + 7, 2 << 20, (4 << 20) + 1, (9 << 20) + 3,
+                                      16 << 20,      1 << 20};
+#define STAGED_N (sizeof(staged_sizes) / sizeof(staged_sizes[0]))
+
+/* Send every staged size (tags 700 + i), one at a time: each is staged (the outbox empty) and
+ * its send complete when the call returns; the receiver says when it has each one.  It has
+ * posted receives for the even ones only (or none), so the others complete unmatched: the
+ * data went whole, and the outbox slot came back before any receive took it. */
+static void staged_send_all(end_t *e)
+{
+    uint64_t total = 0, before = tx_bytes(e);
+    for (size_t i = 0; i < STAGED_N; i++) {
+        char *buf = malloc(staged_sizes[i]);
+        fy_pattern(buf, staged_sizes[i], 70 + (unsigned)i);
+        ferry_request_t r = {.cb = req_cb};
+        FY_ASSERT_STATUS(ferry_tag_send(e->ep, 700 + i, buf, staged_sizes[i], &r), FERRY_OK);
+        memset(buf, 0, staged_sizes[i]); /* the receiver must not see these bytes */
+        free(buf);
+        total += staged_sizes[i];
+        await(e, 'p');
+    }
+    FY_ASSERT_GE(tx_bytes(e) - before, total); /* sent eager, not read by rendezvous */
+    tell(e, 's');
+}
+
+/* Receive the staged sizes: posted (even ones, if `post_even`) and unexpected ones, the latter
+ * only after the sender said its sends are complete (and after after_sent()), in reverse. */
+static void staged_recv_all(end_t *e, int post_even, void (*after_sent)(void))
+{
+    static ferry_request_t r[STAGED_N];
+    static done_t d[STAGED_N];
+    ferry_status_t st[STAGED_N];
+    char *buf[STAGED_N];
+    for (size_t i = 0; i < STAGED_N; i++) {
+        buf[i] = malloc(staged_sizes[i] + 1);
+        memset(buf[i], 0xa5, staged_sizes[i] + 1);
+        d[i] = (done_t){0, 0};
+        r[i] = (ferry_request_t){.cb = req_cb, .user_data = &d[i]};
+        if (post_even && i % 2 == 0)
+            st[i] = ferry_tag_recv(e->w, buf[i], staged_sizes[i], 700 + i, ~0ull, &r[i]);
+    }
+    tell(e, 'r');
+    for (size_t i = 0; i < STAGED_N; i++) {
+        if (post_even && i % 2 == 0)
+            FY_ASSERT_OK(complete(e, st[i], &d[i]));
+        else
+            wait_probe(e, 700 + i, staged_sizes[i]);
+        tell(e, 'p');
+    }
+    await(e, 's');
+    if (after_sent != NULL)
+        after_sent();
+    for (size_t k = STAGED_N; k-- > 0;)
+        if (!post_even || k % 2 == 1)
+            st[k] = ferry_tag_recv(e->w, buf[k], staged_sizes[k], 700 + k, ~0ull, &r[k]);
+    for (size_t i = 0; i < STAGED_N; i++) {
+        FY_ASSERT_OK(complete(e, st[i], &d[i]));
+        FY_ASSERT_EQ(r[i].length, staged_sizes[i]);
+        FY_ASSERT_U64_EQ(r[i].tag, 700 + i);
+        FY_ASSERT_MSG(fy_pattern_ok(buf[i], staged_sizes[i], 70 + (unsigned)i),
+                      "message %zu (%zu B) corrupt", i, staged_sizes[i]);
+        FY_ASSERT_EQ((unsigned char)buf[i][staged_sizes[i]], 0xa5);
+        free(buf[i]);
+    }
+}
+
+static void staged_sender(end_t *e)
+{
+    await(e, 'r');
+    staged_send_all(e);
+    await(e, 'v');
+}
+
+static void staged_receiver(end_t *e)
+{
+    staged_recv_all(e, 1, NULL);
+    tell(e, 'v');
+}
+
+static void staged_unexpected(void)
+{
+    if (staged_run())
+        run_pair(staged_receiver, staged_sender, NULL);
+}
+
+static void staged_sender_idles(end_t *e)
+{
+    await(e, 'r');
+    staged_send_all(e);
+    idle_child(e);
+}
+
+static void staged_receiver_kills(end_t *e)
+{
+    staged_recv_all(e, 0, kill_peer);
+    FY_ASSERT_OK(ferry_ep_close(e->ep, FERRY_EP_CLOSE_FORCE, NULL));
+    e->ep = NULL;
+}
+
+static void staged_sender_dies(void)
+{
+    if (staged_run())
+        run_pair(staged_receiver_kills, staged_sender_idles, NULL);
+}
+
+/* A burst that outruns the receiver: BURST_N messages of 1 MiB + 5 sent back to back, none
+ * posted for.  The first fill the outbox, the rest are pulled or, after one that was not
+ * staged, go by rendezvous; received in reverse order once all are sent, every byte. */
+enum { BURST_N = 48 };
+#define BURST_LEN ((1 << 20) + 5)
+
+static void burst_sender(end_t *e)
+{
+    static ferry_request_t r[BURST_N];
+    static done_t d[BURST_N];
+    ferry_status_t st[BURST_N];
+    char *buf = malloc((size_t)BURST_N * BURST_LEN);
+    for (int i = 0; i < BURST_N; i++) {
+        fy_pattern(buf + (size_t)i * BURST_LEN, BURST_LEN, 900 + (unsigned)i);
+        d[i] = (done_t){0, 0};
+        r[i] = (ferry_request_t){.cb = req_cb, .user_data = &d[i]};
+        st[i] =
+            ferry_tag_send(e->ep, 900 + (uint64_t)i, buf + (size_t)i * BURST_LEN, BURST_LEN, &r[i]);
+        FY_ASSERT(st[i] == FERRY_OK || st[i] == FERRY_INPROGRESS);
+    }
+    tell(e, 'b');
+    for (int i = 0; i < BURST_N; i++)
+        FY_ASSERT_OK(complete(e, st[i], &d[i]));
+    free(buf);
+}
+
+static void burst_receiver(end_t *e)
+{
+    await(e, 'b');
+    char *buf = malloc(BURST_LEN);
+    for (int i = BURST_N - 1; i >= 0; i--) {
+        done_t d = {0, 0};
+        ferry_request_t r = {.cb = req_cb, .user_data = &d};
+        memset(buf, 0, BURST_LEN);
+        ferry_status_t st = ferry_tag_recv(e->w, buf, BURST_LEN, 900 + (uint64_t)i, ~0ull, &r);
+        FY_ASSERT_OK(complete(e, st, &d));
+        FY_ASSERT_EQ(r.length, BURST_LEN);
+        FY_ASSERT_MSG(fy_pattern_ok(buf, BURST_LEN, 900 + (unsigned)i), "message %d corrupt", i);
+    }
+    free(buf);
+}
+
+static void staged_burst(void)
+{
+    if (staged_run())
+        run_pair(burst_receiver, burst_sender, NULL);
+}
+
 FYTEST_MAIN(FYTEST_CASE(sizes_case), FYTEST_CASE(late_match), FYTEST_CASE(many_outstanding),
             FYTEST_CASE(truncation), FYTEST_CASE(cma_off_peer), FYTEST_CASE(cma_denied_peer),
             FYTEST_CASE(receiver_dies), FYTEST_CASE(sender_dies), FYTEST_CASE(sender_closes),
-            FYTEST_CASE(sender_flush_close))
+            FYTEST_CASE(sender_flush_close), FYTEST_CASE(staged_unexpected),
+            FYTEST_CASE(staged_sender_dies), FYTEST_CASE(staged_burst))

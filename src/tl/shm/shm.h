@@ -450,10 +450,11 @@ struct shm_ep {
  * rewriting the same memory; only larger ones spread over the rest (shm_obox.c). */
 #define SHM_OBOX_MID     ((16u << 20) + 8192u)
 #define SHM_OBOX_MID_END (40u << 20)
-/* Slots of up to this size (the eager sizes of tagged messages) for a message the receiver
- * copies out (FY_TL_COMP_F_RX_COPIES), taken when nothing is out, move on through the outbox's
- * first SHM_OBOX_ROTATE bytes instead of starting over at 0 (shm_obox.c). */
-#define SHM_OBOX_ROTATE_MAX ((32u << 10) + 4096u)
+/* Slots of up to this size for a message the receiver copies out (FY_TL_COMP_F_RX_COPIES:
+ * tagged messages), taken when nothing is out, move on through the outbox's first
+ * SHM_OBOX_ROTATE bytes instead of starting over at 0 (shm_obox.c).  A slot above half of
+ * SHM_OBOX_ROTATE finds no room to move on and starts over at 0 anyway. */
+#define SHM_OBOX_ROTATE_MAX ((1u << 20) + 4096u)
 #define SHM_OBOX_ROTATE     (2u << 20)
 typedef struct shm_obox_entry {
     uint64_t off, size, gen; /* off: from the outbox start; size: header + data, aligned */

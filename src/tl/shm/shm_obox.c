@@ -101,8 +101,8 @@ static int obox_reserve(shm_iface_t *iface, uint64_t end)
  * to it once the room there is ample (below), so a stream keeps rewriting the same few
  * (cache-warm) bytes.
  *
- * Except, with `rotate`, a small slot (up to SHM_OBOX_ROTATE_MAX) taken when nothing is out,
- * as in a ping-pong: it follows the last one, round the first SHM_OBOX_ROTATE bytes.  A
+ * Except, with `rotate`, a slot of up to SHM_OBOX_ROTATE_MAX taken when nothing is out, as in
+ * a ping-pong: it follows the last one, round the first SHM_OBOX_ROTATE bytes.  A
  * receiver that reads its messages (every tagged one: it copies the data out; the sender says
  * so with FY_TL_COMP_F_RX_COPIES) holds the slot's lines when the next message comes, and
  * rewriting them at once costs the sender a round of invalidations: a tagged 8114-byte
@@ -111,7 +111,11 @@ static int obox_reserve(shm_iface_t *iface, uint64_t end)
  * us.  Where the receiver may not read (an AM handler given the data in place: ferry_perf's
  * am_lat reads none of it) the same slot is the faster one, its lines still ours: AM 8122 B
  * 0.51 rotated vs 0.38 us in place, 16 KiB 1.05 vs 0.58 (medians of 9 interleaved runs, load
- * 7-9), so an AM is not rotated.
+ * 7-9), so an AM is not rotated.  Up to 36 KiB only at first; past it the same slot cost a
+ * tagged message 2-3x (tag_lat one-way p50, everything eager, medians of 3 interleaved runs:
+ * 48 KiB 7.6 -> 2.8 us rotated, 64 KiB 9.9 -> 3.5, 128 KiB 17.5 -> 6.7, 256 KiB 27.7 -> 12.2,
+ * 512 KiB 32.5 -> 22.5).  A larger round (4 or 8 MiB, or 4 slots of any size) was slower at
+ * every size: the round's 2 MiB stay in the last-level cache.
  */
 shm_obox_entry_t *fy_shm_obox_alloc(shm_iface_t *iface, uint64_t need, shm_peer_t *peer, int rotate)
 {

@@ -40,6 +40,7 @@
 
 #include "proto/tag_int.h"
 #include "util/clock.h"
+#include "util/shmem.h"
 
 ferry_status_t fy_tag_rndv_ctl(ferry_ep_t *ep, fy_tag_msg_t *m)
 {
@@ -414,6 +415,16 @@ static void staged_judge(ferry_ep_t *ep, size_t len, uint64_t ns)
         ep->tag_staged_backoff++;
 }
 
+/* Is the data in memory of FERRY_MEM_ALLOCATE?  shm then lets the receiver read it in place
+ * (shm_mapped.c): INPROGRESS until its copy out is done, one copy in all, better than a get. */
+static int in_allocated(const struct iovec *iov, size_t iovcnt)
+{
+    fy_shmem_ref_t ref;
+    size_t off;
+    return iovcnt != 0 && fy_shmem_allocated() != 0 &&
+           fy_shmem_find(iov[iovcnt - 1].iov_base, iov[iovcnt - 1].iov_len, &ref, &off);
+}
+
 ferry_status_t fy_tag_staged_send(ferry_ep_t *ep, uint64_t tag, const struct iovec *iov,
                                   size_t iovcnt, ferry_request_t *req)
 {
@@ -425,8 +436,9 @@ ferry_status_t fy_tag_staged_send(ferry_ep_t *ep, uint64_t tag, const struct iov
     ferry_status_t st = fy_tag_eager_sendv(ep, &tag, sizeof(tag), iov, iovcnt, req);
     if (st == FERRY_OK)
         staged_judge(ep, fy_iov_total(iov, iovcnt), fy_time_ns() - t0);
-    else if (st == FERRY_INPROGRESS) /* not staged (the outbox was full): pulled or queued */
-        ep->tag_staged_skip = TAG_STAGED_SKIP;
+    else if (st == FERRY_INPROGRESS && !in_allocated(iov, iovcnt))
+        ep->tag_staged_skip = TAG_STAGED_SKIP; /* not staged (the outbox was full): pulled or
+                                                  queued */
     return st;
 }
 

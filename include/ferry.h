@@ -689,7 +689,7 @@ enum ferry_mem_field {
 
 enum ferry_mem_flag {
     /* Allocate the memory (shared, so local peers can map it: RMA and atomics then need no
-     * system call, and the data of a message sent from it with a request, 16 KiB or more, is
+     * system call, and the data of a message sent from it with a request, past 8 KiB over shm, is
      * read by a local receiver in place, never copied by the sender: its send completes once
      * the receiver's handler has returned).  address is ignored; ferry_mem_query() gives
      * where it is. */

@@ -8,7 +8,8 @@
  * am_split_cb is the sender's memory itself (a byte the sender changes after the send is seen),
  * nothing of it copied; below the threshold and from malloc'd memory the outbox is used.  The
  * receiver's mapping is parked after the message and unmapped once idle.
- * contiguous: an owner without am_split_cb gets header and data in one piece.
+ * contiguous: an owner without am_split_cb gets header and data in one piece; by default every
+ * message past the cell buffers is read in place.
  * revoked: a send whose ep is destroyed before the receiver reads it is dropped unread.
  * receiver_killed: a receiver killed inside its handler (holding the data): the send fails,
  * never hangs.  sender_killed: a sender killed while the receiver reads its data: the data is
@@ -223,9 +224,11 @@ static const step_t steps[] = {{0, 16 * KiB, 0, 1},         {8, 16 * KiB - 1, 0,
 static void in_place(void)
 {
     setenv("FERRY_SHM_OUTBOX_IDLE", "50ms", 1);
+    setenv("FERRY_SHM_MAPPED_THRESH", "16k", 1); /* (the default, 0, reads all in place) */
     const unsigned long n = FY_ARRAY_SIZE(steps);
     tx_t t;
     tx_open(&t, 1, (rx_t){.expected = n}, 0);
+    unsetenv("FERRY_SHM_MAPPED_THRESH");
     shm_iface_t *si = tp_shm(&t.p);
     FY_ASSERT_EQ(si->md->opts.mapped_thresh, 16 * KiB);
     tc_put_u64(t.c.wfd, 1); /* go */
@@ -256,10 +259,12 @@ static void contiguous(void)
     const unsigned long n = 3;
     tx_t t;
     tx_open(&t, 0, (rx_t){.expected = n}, 0);
+    FY_ASSERT_EQ(tp_shm(&t.p)->md->opts.mapped_thresh, 0);
     tc_put_u64(t.c.wfd, 1);
-    for (unsigned long k = 0; k < n; k++) {
+    for (unsigned long k = 0; k < n; k++) { /* (the first past the cell buffers, 9000 B) */
+        size_t len = k == 0 ? 9000 : MiB + k;
         tcomp_t comp;
-        FY_ASSERT_STATUS(send_k(&t, t.seg + 100 * k, MiB + k, k, (int)(1 + 2 * (k & 1)), &comp),
+        FY_ASSERT_STATUS(send_k(&t, t.seg + 100 * k, len, k, (int)(1 + 2 * (k & 1)), &comp),
                          FERRY_INPROGRESS);
         wait_comp(&t, &comp);
         FY_ASSERT_OK(comp.status);

@@ -82,10 +82,10 @@ const fy_config_table_t fy_shm_config_table = {
                         "processes at once: the sender copies its first part while the "
                         "receiver pulls the rest with cross-memory attach (inf: never).",
                         FY_CFG_SIZE, shm_opts_t, obox_split),
-        FY_CONFIG_FIELD("MAPPED_THRESH", "16k",
-                        "A zero-copy message whose data (this much or more) lies in memory "
-                        "allocated by ferry (FERRY_MEM_ALLOCATE) is not copied: the receiver "
-                        "maps that memory and reads the data in place (inf: never).",
+        FY_CONFIG_FIELD("MAPPED_THRESH", "0",
+                        "A zero-copy message (above ZCOPY_THRESH) whose data, this much or more, "
+                        "lies in memory allocated by ferry (FERRY_MEM_ALLOCATE) is not copied: "
+                        "the receiver maps that memory and reads the data in place (inf: never).",
                         FY_CFG_SIZE, shm_opts_t, mapped_thresh),
     },
     12,

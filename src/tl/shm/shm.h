@@ -753,6 +753,9 @@ shm_op_t *fy_shm_op_new(shm_ep_t *ep, uint8_t type, fy_tl_comp_t *comp);
 void fy_shm_op_complete(shm_op_t *op, ferry_status_t status);
 void fy_shm_op_drop(shm_op_t *op);
 void fy_shm_ep_fail(shm_ep_t *ep, ferry_status_t status);
+/* The reader takes a peer's pull slot word (0: revoked, drop unread) and lets it go. */
+int fy_shm_pull_take(uint64_t *w, uint64_t gen);
+void fy_shm_pull_let_go(uint64_t *w, uint64_t gen);
 /* Take a free pull slot for op under a new generation (0: none free); give it back. */
 int fy_shm_pull_slot_get(shm_iface_t *iface, shm_op_t *op);
 void fy_shm_pull_slot_put(shm_iface_t *iface, shm_op_t *op);

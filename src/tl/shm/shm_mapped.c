@@ -147,9 +147,7 @@ void fy_shm_rx_mapped(shm_iface_t *iface, uint8_t am_id, const char *buf, uint32
     }
     /* Take the pull slot: the sender may have cancelled the send (and reused the memory). */
     uint64_t *w = &peer->pulls[d.slot];
-    uint64_t expect = SHM_PULL_WORD(d.gen, SHM_PULL_OPEN);
-    if (!__atomic_compare_exchange_n(w, &expect, SHM_PULL_WORD(d.gen, SHM_PULL_READING), 0,
-                                     __ATOMIC_ACQ_REL, __ATOMIC_RELAXED)) {
+    if (!fy_shm_pull_take(w, d.gen)) {
         iface->stats.drops_revoked++;
         fy_shmem_detach_park(base);
         return;
@@ -161,8 +159,6 @@ void fy_shm_rx_mapped(shm_iface_t *iface, uint8_t am_id, const char *buf, uint32
                  (size_t)d.data_len);
     fy_shmem_detach_park(base);
     /* Let go of the slot before answering: the sender may reuse it once it has the answer. */
-    expect = SHM_PULL_WORD(d.gen, SHM_PULL_READING);
-    __atomic_compare_exchange_n(w, &expect, SHM_PULL_WORD(d.gen, SHM_PULL_CLOSED), 0,
-                                __ATOMIC_RELEASE, __ATOMIC_RELAXED);
+    fy_shm_pull_let_go(w, d.gen);
     fy_shm_reply(iface, &d.reply, SHM_CELL_ZDONE, d.cookie, st, 0);
 }

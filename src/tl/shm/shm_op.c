@@ -66,6 +66,22 @@ int fy_shm_pull_slot_get(shm_iface_t *iface, shm_op_t *op)
     return 1;
 }
 
+/* The reader's side (another process's slot word w): take it to read (OPEN -> READING; 0 when
+ * the sender revoked it: drop the message unread), let it go after the last read. */
+int fy_shm_pull_take(uint64_t *w, uint64_t gen)
+{
+    uint64_t expect = SHM_PULL_WORD(gen, SHM_PULL_OPEN);
+    return __atomic_compare_exchange_n(w, &expect, SHM_PULL_WORD(gen, SHM_PULL_READING), 0,
+                                       __ATOMIC_ACQ_REL, __ATOMIC_RELAXED);
+}
+
+void fy_shm_pull_let_go(uint64_t *w, uint64_t gen)
+{
+    uint64_t expect = SHM_PULL_WORD(gen, SHM_PULL_READING);
+    __atomic_compare_exchange_n(w, &expect, SHM_PULL_WORD(gen, SHM_PULL_CLOSED), 0,
+                                __ATOMIC_RELEASE, __ATOMIC_RELAXED);
+}
+
 /* The receiver is done with op's slot (it answered, or the slot was never published). */
 void fy_shm_pull_slot_put(shm_iface_t *iface, shm_op_t *op)
 {

@@ -116,9 +116,7 @@ static int pull_guarded(shm_iface_t *iface, shm_peer_t *peer, uint32_t slot, uin
                         char *dst, size_t len, const shm_remote_iov_t *iov, uint32_t iovcnt)
 {
     uint64_t *w = &peer->pulls[slot];
-    uint64_t expect = SHM_PULL_WORD(gen, SHM_PULL_OPEN);
-    if (!__atomic_compare_exchange_n(w, &expect, SHM_PULL_WORD(gen, SHM_PULL_READING), 0,
-                                     __ATOMIC_ACQ_REL, __ATOMIC_RELAXED)) {
+    if (!fy_shm_pull_take(w, gen)) {
         iface->stats.drops_revoked++;
         return -1;
     }
@@ -129,9 +127,7 @@ static int pull_guarded(shm_iface_t *iface, shm_peer_t *peer, uint32_t slot, uin
         r[i] = (struct iovec){(void *)(uintptr_t)iov[i].addr, iov[i].len};
     int err = fy_shm_cma_copy(peer->addr.pid, &l, 1, r, iovcnt, 0);
     /* Let go of the slot before answering: the sender may reuse it once it has the answer. */
-    expect = SHM_PULL_WORD(gen, SHM_PULL_READING);
-    __atomic_compare_exchange_n(w, &expect, SHM_PULL_WORD(gen, SHM_PULL_CLOSED), 0,
-                                __ATOMIC_RELEASE, __ATOMIC_RELAXED);
+    fy_shm_pull_let_go(w, gen);
     return err;
 }
 

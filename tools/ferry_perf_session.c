@@ -218,23 +218,11 @@ static ferry_status_t setup_buffers(perf_t *p, size_t buf_len, unsigned nslots, 
     if (!rma)
         return FERRY_OK;
 
-    ferry_mem_params_t mp;
-    memset(&mp, 0, sizeof(mp));
-    mp.field_mask = FERRY_MEM_FIELD_LENGTH | FERRY_MEM_FIELD_FLAGS;
-    mp.length = buf_len;
-    mp.flags = FERRY_MEM_ALLOCATE;
-    ferry_status_t st = ferry_mem_map(p->context, &mp, &p->mem);
-    void *addr = NULL;
-    size_t len = 0;
-    if (st == FERRY_OK)
-        st = ferry_mem_query(p->mem, &addr, &len);
-    if (st != FERRY_OK || len < buf_len) {
-        fprintf(stderr, "ferry_perf: cannot register %zu bytes for RMA: %s\n", buf_len,
-                ferry_status_string(st));
-        return st != FERRY_OK ? st : FERRY_ERR_NO_MEMORY;
+    if ((p->region = alloc_mem(p, buf_len, &p->mem)) == NULL) {
+        fprintf(stderr, "ferry_perf: cannot register %zu bytes for RMA\n", buf_len);
+        return FERRY_ERR_NO_MEMORY;
     }
-    p->region = addr;
-    p->region_len = len;
+    p->region_len = buf_len;
     memset(p->region, 0, buf_len);
     return FERRY_OK;
 }

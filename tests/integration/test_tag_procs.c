@@ -69,6 +69,18 @@ static void req_cb(ferry_request_t *req, ferry_status_t st)
     d->st = st;
 }
 
+/* A receive buffer of len + 1 bytes marked 0xa5 (the byte past the end must stay so), and its
+ * request, whose callback fills *d. */
+static char *recv_setup(size_t len, done_t *d, ferry_request_t *r)
+{
+    char *b = malloc(len + 1);
+    FY_ASSERT(b != NULL);
+    memset(b, 0xa5, len + 1);
+    *d = (done_t){0, 0};
+    *r = (ferry_request_t){.cb = req_cb, .user_data = d};
+    return b;
+}
+
 /* ---- the pipes ---------------------------------------------------------------------------- */
 
 static void pipe_write(int fd, const void *buf, size_t len)
@@ -321,10 +333,7 @@ static void recv_sizes(end_t *e)
     ferry_status_t st[NSIZES];
     char *buf[NSIZES];
     for (size_t i = 0; i < NSIZES; i++) {
-        buf[i] = malloc(sizes[i] + 1);
-        memset(buf[i], 0xa5, sizes[i] + 1);
-        d[i] = (done_t){0, 0};
-        r[i] = (ferry_request_t){.cb = req_cb, .user_data = &d[i]};
+        buf[i] = recv_setup(sizes[i], &d[i], &r[i]);
     }
     for (size_t i = 0; i < NSIZES; i += 2)
         st[i] = ferry_tag_recv(e->w, buf[i], sizes[i], 1000 + i, ~0ull, &r[i]);
@@ -732,10 +741,7 @@ static void staged_recv_all(end_t *e, int post_even, void (*after_sent)(void))
     ferry_status_t st[STAGED_N];
     char *buf[STAGED_N];
     for (size_t i = 0; i < STAGED_N; i++) {
-        buf[i] = malloc(staged_sizes[i] + 1);
-        memset(buf[i], 0xa5, staged_sizes[i] + 1);
-        d[i] = (done_t){0, 0};
-        r[i] = (ferry_request_t){.cb = req_cb, .user_data = &d[i]};
+        buf[i] = recv_setup(staged_sizes[i], &d[i], &r[i]);
         if (post_even && i % 2 == 0)
             st[i] = ferry_tag_recv(e->w, buf[i], staged_sizes[i], 700 + i, ~0ull, &r[i]);
     }

@@ -541,6 +541,12 @@ struct shm_iface {
 
 /* ---- the ring, inline for the fast paths ---- */
 
+/* The buffer that goes with the cell of `ticket` in ep's peer ring. */
+static inline char *shm_cell_buf(const shm_ep_t *ep, uint32_t ticket)
+{
+    return ep->bufs + (size_t)(ticket & ep->mask) * ep->bcopy_size;
+}
+
 static inline shm_cell_t *shm_cell_at(char *cells, unsigned shift, uint32_t mask, uint32_t t)
 {
     return (shm_cell_t *)(cells + ((size_t)(t & mask) << shift));
@@ -736,6 +742,8 @@ ferry_status_t fy_shm_ep_flush(fy_tl_ep_t *ep, fy_tl_comp_t *comp);
 ferry_status_t fy_shm_ep_get_stats(fy_tl_ep_t *ep, ferry_ep_stats_t *stats);
 ferry_status_t fy_shm_am_short(fy_tl_ep_t *ep, uint8_t id, const struct iovec *iov, size_t iovcnt);
 ferry_status_t fy_shm_am_bcopy(fy_tl_ep_t *ep, uint8_t id, const struct iovec *iov, size_t iovcnt);
+/* The peer's ring was full: remember it (arm), and the status a send returns for it. */
+ferry_status_t fy_shm_ep_full(shm_ep_t *ep);
 ferry_status_t fy_shm_am_zcopy(fy_tl_ep_t *ep, uint8_t id, const void *hdr, size_t hdr_len,
                                const struct iovec *iov, size_t iovcnt, fy_tl_comp_t *comp);
 void fy_shm_zdone(shm_iface_t *iface, const shm_reply_t *r);

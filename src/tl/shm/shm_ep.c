@@ -165,15 +165,10 @@ static ferry_status_t blocked_status(const shm_ep_t *ep)
     return (ep->blocked & SHM_EP_FAILED) ? ep->status : FERRY_ERR_NO_RESOURCE;
 }
 
-static ferry_status_t ep_full(shm_ep_t *ep)
+ferry_status_t fy_shm_ep_full(shm_ep_t *ep)
 {
     fy_shm_peer_full(ep->iface, ep->peer);
     return ep->peer->status == FERRY_OK ? FERRY_ERR_NO_RESOURCE : FERRY_ERR_NOT_CONNECTED;
-}
-
-static inline char *cell_buf(const shm_ep_t *ep, uint32_t ticket)
-{
-    return ep->bufs + (size_t)(ticket & ep->mask) * ep->bcopy_size;
 }
 
 /* A stream of sends (nothing received since our last one): ask for the line of the cell four
@@ -208,7 +203,7 @@ ferry_status_t fy_shm_am_short(fy_tl_ep_t *tl_ep, uint8_t id, const struct iovec
     shm_cell_t *c =
         shm_ring_claim(ep->cells, ep->tail, ep->mask, ep->cell_shift, ep->owner, &t, &wake);
     if (FY_UNLIKELY(c == NULL))
-        return ep_full(ep);
+        return fy_shm_ep_full(ep);
     shm_cell_hdr(c, SHM_CELL_SHORT, id, 0, len);
     shm_iov_gather(c->data, iov, iovcnt);
     shm_ring_publish(c, ep->owner, t);
@@ -240,12 +235,12 @@ ferry_status_t fy_shm_am_bcopy(fy_tl_ep_t *tl_ep, uint8_t id, const struct iovec
     shm_cell_t *c =
         shm_ring_claim(ep->cells, ep->tail, ep->mask, ep->cell_shift, ep->owner, &t, &wake);
     if (FY_UNLIKELY(c == NULL))
-        return ep_full(ep);
+        return fy_shm_ep_full(ep);
     if (len <= ep->inline_max) {
         shm_cell_hdr(c, SHM_CELL_SHORT, id, 0, len);
         shm_iov_gather(c->data, iov, iovcnt);
     } else {
-        char *b = cell_buf(ep, t);
+        char *b = shm_cell_buf(ep, t);
         unsigned pad = shm_copy_pad((uintptr_t)b, iov, iovcnt, len);
         if (len + pad > ep->bcopy_size)
             pad = 0; /* no room to align: a full buffer */
@@ -302,7 +297,7 @@ static int push_some(shm_ep_t *ep, shm_op_t *op)
         shm_frag_hdr_t fh = {((ep->owner >> SHM_OWNER_SHIFT) << 32) | ep->token, op->total,
                              op->offset};
         memcpy(c->data, &fh, sizeof(fh));
-        op_copy_out(op, op->offset, cell_buf(ep, t), n);
+        op_copy_out(op, op->offset, shm_cell_buf(ep, t), n);
         shm_cell_hdr(c, SHM_CELL_FRAG, op->am_id, 0, n);
         shm_ring_publish(c, ep->owner, t);
         if (wake)
@@ -401,7 +396,7 @@ static int obox_send(shm_ep_t *ep, uint8_t id, const void *hdr, size_t hdr_len,
     uint64_t state = __atomic_load_n(&shm_cell_at(ep->cells, ep->cell_shift, ep->mask, pos)->state,
                                      __ATOMIC_RELAXED);
     if ((int32_t)((uint32_t)state - pos) < 0) {
-        *st = ep_full(ep);
+        *st = fy_shm_ep_full(ep);
         return 1;
     }
     uint64_t room = FY_ALIGN_UP((uint64_t)total, 64) + (total >= SHM_PAD_MIN ? 64 : 0);
@@ -447,10 +442,10 @@ static int obox_send(shm_ep_t *ep, uint8_t id, const void *hdr, size_t hdr_len,
             fy_shm_pull_slot_put(iface, op); /* never published */
             fy_shm_op_drop(op);
         }
-        *st = ep_full(ep);
+        *st = fy_shm_ep_full(ep);
         return 1;
     }
-    shm_obox_desc_t *d = (shm_obox_desc_t *)cell_buf(ep, t);
+    shm_obox_desc_t *d = (shm_obox_desc_t *)shm_cell_buf(ep, t);
     d->from = iface->addr;
     d->off = iface->obox_off + e->off + SHM_OBOX_SLOT_HDR + pad;
     d->len = total;
@@ -561,9 +556,9 @@ ferry_status_t fy_shm_am_zcopy(fy_tl_ep_t *tl_ep, uint8_t id, const void *hdr, s
         ep->stats.tx_bytes -= total;
         fy_shm_pull_slot_put(iface, op); /* never published */
         fy_shm_op_drop(op);
-        return ep_full(ep);
+        return fy_shm_ep_full(ep);
     }
-    shm_pull_desc_t *d = (shm_pull_desc_t *)cell_buf(ep, t);
+    shm_pull_desc_t *d = (shm_pull_desc_t *)shm_cell_buf(ep, t);
     d->cookie = op->cookie;
     d->data_len = data_len;
     d->hdr_len = (uint32_t)hdr_len;

@@ -67,11 +67,10 @@ int fy_shm_mapped_send(shm_ep_t *ep, uint8_t id, const void *hdr, size_t hdr_len
     if (c == NULL) {
         fy_shm_pull_slot_put(iface, op); /* never published */
         fy_shm_op_drop(op);
-        fy_shm_peer_full(iface, ep->peer);
-        *st = ep->peer->status == FERRY_OK ? FERRY_ERR_NO_RESOURCE : FERRY_ERR_NOT_CONNECTED;
+        *st = fy_shm_ep_full(ep);
         return 1;
     }
-    char *b = ep->bufs + (size_t)(t & ep->mask) * ep->bcopy_size;
+    char *b = shm_cell_buf(ep, t);
     shm_mapped_desc_t *d = (shm_mapped_desc_t *)b;
     d->cookie = op->cookie;
     d->slot = op->pull_slot;

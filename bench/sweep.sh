@@ -23,6 +23,13 @@
 #            0.05-0.2 us one step is 5-20 %; a difference within it is not flagged
 #   --iters  iterations per size (default: ferry_perf's own choice by size)
 #   --env    an extra environment variable for every ferry_perf run (repeatable)
+#   --recheck N  measure each flagged pair again, N rounds (default 0: none): each round one
+#            fresh process pair runs just the two sizes, their order alternating round by round,
+#            so both sizes see the same minutes of this VM (whose speed flips every few seconds
+#            or minutes, which a sweep of 40 sizes per run cannot share out evenly).  A flag
+#            stands when the smaller size is slower in the median over the rounds (by --tol
+#            and --abs, as above) and in more than half of the rounds; the exit status then
+#            counts only the flags that stand.
 #
 # What is compared, each size against the next larger one, both ways a size can be "slower":
 #   T  it takes longer: its time per message exceeds the larger size's by more than --tol
@@ -49,6 +56,7 @@ TLS=shm
 CPUS="0,1"
 ITERS=""
 ENVS=()
+RECHECK=0
 
 usage() { sed -n '2,/^set -u/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; }
 
@@ -64,6 +72,7 @@ while [ $# -gt 0 ]; do
     --build) BUILD=$2; shift ;;
     --iters) ITERS=$2; shift ;;
     --env) ENVS+=("$2"); shift ;;
+    --recheck) RECHECK=$2; shift ;;
     -h|--help) usage; exit 0 ;;
     *) echo "bench/sweep.sh: unknown option '$1' (--help for help)" >&2; exit 2 ;;
     esac
@@ -72,6 +81,7 @@ done
 case "$REPS" in ''|*[!0-9]*|0) echo "bench/sweep.sh: --reps wants a positive number" >&2; exit 2 ;; esac
 case "$TOL" in ''|*[!0-9.]*) echo "bench/sweep.sh: --tol wants a percentage" >&2; exit 2 ;; esac
 case "$ABS" in ''|*[!0-9.]*) echo "bench/sweep.sh: --abs wants microseconds" >&2; exit 2 ;; esac
+case "$RECHECK" in ''|*[!0-9]*) echo "bench/sweep.sh: --recheck wants a number of rounds" >&2; exit 2 ;; esac
 
 PERF=$BUILD/tools/ferry_perf
 FRUN=$BUILD/tools/ferryrun
@@ -95,7 +105,9 @@ SIZES=$(echo "$SIZES" | tr ',' '\n' | awk '
 OUT=$BUILD/sweep
 mkdir -p "$OUT"
 RAW=$OUT/raw.txt # "test size figure" per repetition
+FLAGGED=$OUT/flagged.txt # "test size next-size" per flag
 : > "$RAW"
+: > "$FLAGGED"
 
 load() { cut -d' ' -f1-3 /proc/loadavg; }
 echo "# bench/sweep.sh: FERRY_TLS=$TLS ${ENVS[*]:-}, $REPS repetitions, tolerance $TOL % (latency: and $ABS us), $(date -u '+%Y-%m-%d %H:%M UTC')"
@@ -117,7 +129,7 @@ for ((r = 1; r <= REPS; r++)); do
 done
 
 # The median per (test, size); per-message time and rate; each size against the next larger.
-sort -k1,1 -k2,2n -k3,3g "$RAW" | awk -v tol="$TOL" -v abs="$ABS" -v tests="$TESTS" '
+sort -k1,1 -k2,2n -k3,3g "$RAW" | awk -v tol="$TOL" -v abs="$ABS" -v tests="$TESTS" -v flagged="$FLAGGED" '
     { key = $1 SUBSEP $2; n[key]++; v[key, n[key]] = $3; kind[$1] = $4
       if (!((key) in seen)) { seen[key] = 1; sizes[$1] = sizes[$1] " " $2 } }
     function median(key,   c) { c = n[key]; return c % 2 ? v[key, (c + 1) / 2] : (v[key, c / 2] + v[key, c / 2 + 1]) / 2 }
@@ -150,6 +162,8 @@ sort -k1,1 -k2,2n -k3,3g "$RAW" | awk -v tol="$TOL" -v abs="$ABS" -v tests="$TES
                     bb++; lb = lb " " sz[j]
                 }
                 printf "%-8s %10d %12.3f %12.3f %12.1f  %s\n", "", sz[j], fig[j], us[j], rate[j], flag
+                if (flag != "")
+                    print t, sz[j], sz[j + 1] > flagged
             }
             summary[i] = sprintf("%-8s %s; %s", t,
                 bt ? "T at" lt : "time monotonic", bb ? "B at" lb : "rate monotonic")
@@ -159,3 +173,51 @@ sort -k1,1 -k2,2n -k3,3g "$RAW" | awk -v tol="$TOL" -v abs="$ABS" -v tests="$TES
         for (i = 1; i <= nt; i++) if (i in summary) print "# " summary[i]
         exit bad_total ? 1 : 0
     }'
+status=$?
+if [ "$RECHECK" = 0 ] || [ ! -s "$FLAGGED" ]; then
+    exit $status
+fi
+
+# Each flagged pair again: RECHECK rounds, one process pair each, the two sizes in turn.
+echo
+echo "# recheck, $(date -u '+%H:%M UTC'), load $(load): each flagged pair in $RECHECK rounds of one process pair"
+echo "# (sizes in alternating order); us per message, medians over the rounds [min-max]"
+stand=0
+while read -r t a b; do
+    vals=""
+    for ((r = 1; r <= RECHECK; r++)); do
+        if ((r % 2)); then s="$a,$b"; else s="$b,$a"; fi
+        if ! out=$(env FERRY_TLS="$TLS" "${ENVS[@]}" timeout 600 "$FRUN" -n 2 --timeout 590 \
+                "$PERF" -t "$t" -s "$s" ${ITERS:+-n "$ITERS"} -C "$CPUS" -f csv 2>> "$OUT/log.txt"); then
+            echo "# $t -s $s, round $r: ferry_perf failed (see $OUT/log.txt)" >&2
+            continue
+        fi
+        vals+=$(echo "$out" | awk -F, -v t="$t" -v r="$r" '$1 == t {
+            if ($12 != "") print r, $2, ($12 > 0 ? $2 / $12 : 0), "bw"; else print r, $2, $7, "lat" }')
+        vals+=$'\n'
+    done
+    printf '%s' "$vals" | awk -v t="$t" -v a="$a" -v b="$b" -v tol="$TOL" -v abs="$ABS" '
+        NF == 4 { if ($2 == a) ua[$1] = $3; else ub[$1] = $3; lat = $4 == "lat" }
+        function med(v, n,   i, j, x) {
+            for (i = 2; i <= n; i++) for (j = i; j > 1 && v[j] < v[j - 1]; j--) { x = v[j]; v[j] = v[j - 1]; v[j - 1] = x }
+            return n % 2 ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2 }
+        END {
+            n = 0; kt = 0; kb = 0
+            for (r in ua) if (r in ub) {
+                n++; A[n] = ua[r]; B[n] = ub[r]
+                kt += ua[r] > ub[r]; kb += ub[r] / b > ua[r] / a
+            }
+            if (n == 0) { printf "%-8s %d vs %d: no figures\n", t, a, b; exit 2 }
+            ma = med(A, n); mb = med(B, n)
+            st = ma > mb * (1 + tol / 100) && (!lat || ma - mb > abs) && 2 * kt > n
+            sb = b / mb < (a / ma) * (1 - tol / 100) && (!lat || mb - b * ma / a > abs) && 2 * kb > n
+            printf "%-8s %8d vs %-8d %8.3f [%.3f-%.3f] vs %8.3f [%.3f-%.3f]; %d slower in %d of %d rounds, %d moves fewer bytes/s in %d: %s\n",
+                t, a, b, ma, A[1], A[n], mb, B[1], B[n], a, kt, n, b, kb,
+                st || sb ? "stands (" (st ? "T" : "") (sb ? "B" : "") ")" : "gone"
+            exit st || sb ? 1 : 0
+        }'
+    rc=$?
+    [ $rc = 1 ] && stand=$((stand + 1))
+done < "$FLAGGED"
+echo "# recheck: $stand of $(wc -l < "$FLAGGED") flags stand"
+[ $stand = 0 ]

@@ -24,6 +24,7 @@
  * rights, so the initiator refuses an access outside the region or without the right at once
  * (ACCESS_DENIED); a key the target no longer has is refused by the target's provider.
  */
+#include <dirent.h>
 #include <endian.h>
 #include <errno.h>
 #include <stdlib.h>
@@ -42,7 +43,8 @@ static const fy_config_field_t ofi_config_fields[] = {
                     "libfabric providers to use: comma-separated full names (tcp;ofi_rxm) or "
                     "short names (rxm, rxd, shm); a leading ^ excludes them instead (order: "
                     "native first, then shm, then layered software ones).  Empty: native (NIC) "
-                    "providers only; the software ones are used when named.",
+                    "providers only, and libfabric is not loaded on a host with no NIC device; the "
+                    "software ones are used when named.",
                     FY_CFG_STRING, fy_ofi_config_t, provider),
     FY_CONFIG_FIELD("TX_OPS", "256",
                     "Operations an interface may have in flight before sends return "
@@ -318,6 +320,39 @@ static struct fi_info *best_info(const char *prov, int want_delivery, int *deliv
     return NULL;
 }
 
+/* Is there a device a native (NIC) provider could drive?  Without FERRY_OFI_PROVIDER (and
+ * without libfabric's own FI_PROVIDER) only those are used, and a host with none is not worth
+ * libfabric's start: its first fi_getinfo initialises every provider it has, which here costs
+ * 0.3 s of each process's start (mostly its verbs/efa probes reading /proc/kallsyms twice).
+ * The devices: RDMA devices (verbs, efa, usnic, psm3, ucx) in /sys/class/infiniband, Omni-Path
+ * and TrueScale (psm2, opx, psm) as /dev/hfi1_* and /dev/ipath*, Slingshot (cxi) as /dev/cxi*,
+ * Aries (gni) as /dev/kgni*. */
+static int nic_device_present(void)
+{
+    static const char *const dev_prefix[] = {"hfi1_", "ipath", "cxi", "kgni"};
+    int found = 0;
+    DIR *d = opendir("/sys/class/infiniband");
+    if (d != NULL) {
+        for (struct dirent *e; !found && (e = readdir(d)) != NULL;)
+            found = e->d_name[0] != '.';
+        closedir(d);
+    }
+    if (!found && (d = opendir("/dev")) != NULL) {
+        for (struct dirent *e; !found && (e = readdir(d)) != NULL;)
+            for (size_t i = 0; i < sizeof(dev_prefix) / sizeof(dev_prefix[0]); i++)
+                found |= strncmp(e->d_name, dev_prefix[i], strlen(dev_prefix[i])) == 0;
+        closedir(d);
+    }
+    return found;
+}
+
+int fy_ofi_probe_skipped(const char *provider)
+{
+    const char *fi = getenv("FI_PROVIDER");
+    return (provider == NULL || provider[0] == '\0') && (fi == NULL || fi[0] == '\0') &&
+           !nic_device_present();
+}
+
 /* For ferry_info: every RDM provider found, with what ferry would use of it (declared in
  * tools/ferry_info.c, which includes no libfabric header). */
 void fy_ofi_print_providers(FILE *f);
@@ -327,6 +362,10 @@ void fy_ofi_print_providers(FILE *f)
     unsigned n = list_providers(NULL, c, 16);
     fprintf(f, "  libfabric %u.%u: %u RDM provider%s with FI_MSG and FI_RMA (preference order)\n",
             FI_MAJOR(fi_version()), FI_MINOR(fi_version()), n, n == 1 ? "" : "s");
+    if (!nic_device_present())
+        fprintf(f, "  no NIC device on this host: a worker opens the software providers below "
+                   "only when FERRY_OFI_PROVIDER names them, and without it does not load "
+                   "libfabric\n");
     for (unsigned i = 0; i < n; i++) {
         int d = 0;
         struct fi_info *info = best_info(c[i].name, 1, &d, FI_THREAD_DOMAIN);
@@ -364,12 +403,6 @@ static ferry_status_t ofi_md_open(const fy_tl_component_t *tl, fy_tl_md_t **md_p
         return FERRY_ERR_NO_MEMORY;
     md->super.component = tl;
     pthread_mutex_init(&md->rc_lock, NULL);
-    if (fy_ofi_dl_load() != 0) {
-        fy_debug("ofi: %s", fy_ofi_dl_error());
-        pthread_mutex_destroy(&md->rc_lock);
-        free(md);
-        return FERRY_ERR_UNSUPPORTED;
-    }
     ferry_status_t st = fy_config_read(&fy_ofi_config_table, &md->cfg);
     if (st != FERRY_OK)
         goto err_free;
@@ -396,6 +429,23 @@ static ferry_status_t ofi_md_open(const fy_tl_component_t *tl, fy_tl_md_t **md_p
             goto err_cfg;
         }
         fy_config_list_release(&l);
+    }
+    if (fy_ofi_probe_skipped(md->cfg.provider)) { /* opens with no device, like tcp with no
+                                                      interface; libfabric is not loaded */
+        fy_debug("ofi: no NIC device on this host, and FERRY_OFI_PROVIDER names no software "
+                 "provider: libfabric is not opened");
+        md->ncontexts = 1;
+        if ((md->ctx_busy = calloc(1, 1)) == NULL) {
+            st = FERRY_ERR_NO_MEMORY;
+            goto err_cfg;
+        }
+        *md_p = &md->super;
+        return FERRY_OK;
+    }
+    if (fy_ofi_dl_load() != 0) {
+        fy_debug("ofi: %s", fy_ofi_dl_error());
+        st = FERRY_ERR_UNSUPPORTED;
+        goto err_cfg;
     }
     md->host_id = fy_netif_host_id();
     prov_cand_t c[16];

@@ -29,6 +29,7 @@
 #include <string.h>
 
 #include "ferry_perf.h"
+#include "util/status.h"
 
 #define PERF_SPIN_CHECK 0xffffu
 
@@ -436,10 +437,23 @@ static ferry_status_t put_flagged(perf_t *p, perf_slot_t *s, size_t size, uint64
     return FERRY_OK;
 }
 
+/* Has the flag come?  If not, one spin-wait pause before the next progress pass: ferry's idle
+ * pass is short, and reads of the flag's line back to back keep taking it from the peer's
+ * store.  put_lat, 14 interleaved runs of each (2026-12-02 06:20), p50 median without -> with:
+ * 8 B 0.063 -> 0.055 us, 64 B 0.060 -> 0.058.  ucx_perftest's poll runs a longer progress pass
+ * between its reads of the flag. */
+static inline int flag_seen(const uint8_t *flag, uint8_t want)
+{
+    if (__atomic_load_n(flag, __ATOMIC_ACQUIRE) == want)
+        return 1;
+    fy_cpu_relax();
+    return 0;
+}
+
 static ferry_status_t wait_flag(perf_t *p, size_t size, uint64_t i, unsigned dir)
 {
     const uint8_t *flag = p->region + size - 1, want = put_flag(i);
-    PERF_WAIT(p, __atomic_load_n(flag, __ATOMIC_ACQUIRE) == want, "the peer's put", i);
+    PERF_WAIT(p, flag_seen(flag, want), "the peer's put", i);
     if ((p->cur.flags & PERF_FLAG_CHECK) && !perf_pattern_check(p->region, size - 1, i, dir))
         verify_error(p, "put", i, size);
     return FERRY_OK;

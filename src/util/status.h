@@ -17,4 +17,15 @@ ferry_status_t fy_status_from_errno(int err);
 #define FY_ALIGN_UP(x, a) ((((x) + (a)-1) / (a)) * (a))
 #define FY_CACHE_LINE     64
 
+/* One spin-wait pause: in a loop that polls memory another core writes, it spaces the reads
+ * so they do not keep taking the line from the writer's store. */
+static inline void fy_cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ volatile("yield" ::: "memory");
+#endif
+}
+
 #endif

@@ -274,7 +274,7 @@ static void dying_sender(int rfd, int wfd, void *arg)
     uint64_t end = fy_time_ns() + DEADLINE_NS;
     while (slot_reading(tp_shm(&p)) < 0 && comp.done == 0) {
         FY_ASSERT_MSG(fy_time_ns() < end, "the receiver never pulled");
-        shm_cpu_relax();
+        fy_cpu_relax();
     }
     raise(SIGKILL);
 }
@@ -361,7 +361,7 @@ static void receiver_killed_mid_pull(void)
     uint64_t end = fy_time_ns() + DEADLINE_NS;
     while (slot_reading(si) < 0 && comp.done == 0) {
         FY_ASSERT_MSG(fy_time_ns() < end, "the receiver never pulled");
-        shm_cpu_relax();
+        fy_cpu_relax();
     }
     int mid = comp.done == 0;
     fyproc_kill(&c, SIGKILL);

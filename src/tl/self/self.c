@@ -190,7 +190,7 @@ static void ring_drain(self_iface_t *si, uint64_t end)
         self_cell_t *c = self_cell_at(si->cells, si->head);
         unsigned type;
         while ((type = self_cell_ready(c, si->head)) == 0)
-            self_cpu_relax();
+            fy_cpu_relax();
         unsigned n = 1;
         if (type == SELF_CELL_PAD)
             n = c->len;

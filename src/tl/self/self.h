@@ -249,15 +249,6 @@ struct self_ep {
 
 /* ---- the ring, inline for both sides ---- */
 
-static inline void self_cpu_relax(void)
-{
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#elif defined(__aarch64__)
-    __asm__ volatile("yield" ::: "memory");
-#endif
-}
-
 static inline self_cell_t *self_cell_at(char *cells, uint64_t ticket)
 {
     return (self_cell_t *)(cells + ((size_t)(ticket & (SELF_RING_CELLS - 1)) << SELF_CELL_SHIFT));

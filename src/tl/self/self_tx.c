@@ -396,7 +396,7 @@ ferry_status_t fy_self_zc_settle(self_zc_t *z)
         if (s == TX_READING) {
             if (fy_self_reading == z)
                 return FERRY_ERR_CANCELED; /* our own caller is reading it, up the stack */
-            self_cpu_relax();
+            fy_cpu_relax();
             continue; /* another thread copies from the caller's memory: a bounded wait */
         }
         if (__atomic_compare_exchange_n(&z->tx.state, &s, TX_CANCELED, 0, __ATOMIC_ACQ_REL,
@@ -415,7 +415,7 @@ static void zc_orphan(self_zc_t *z)
         if (s == TX_DONE) {
             st = z->tx.status;
         } else if (s == TX_READING && fy_self_reading != z) {
-            self_cpu_relax();
+            fy_cpu_relax();
             continue;
         } else if (!__atomic_compare_exchange_n(&z->tx.state, &s, s | TX_ORPHAN, 0,
                                                 __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {

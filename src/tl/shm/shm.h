@@ -552,15 +552,6 @@ static inline shm_cell_t *shm_cell_at(char *cells, unsigned shift, uint32_t mask
     return (shm_cell_t *)(cells + ((size_t)(t & mask) << shift));
 }
 
-static inline void shm_cpu_relax(void)
-{
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#elif defined(__aarch64__)
-    __asm__ volatile("yield" ::: "memory");
-#endif
-}
-
 static inline void shm_prefetchw(const void *p)
 {
 #if defined(__x86_64__) || defined(__i386__)

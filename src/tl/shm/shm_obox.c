@@ -63,7 +63,7 @@ static void obox_wait_last(shm_iface_t *iface, uint64_t need)
     const shm_obox_slot_t *sl = obox_slot(iface, e->off);
     uint64_t t0 = fy_time_ns(), budget = need >> 8;
     for (unsigned i = 1; __atomic_load_n(&sl->done, __ATOMIC_ACQUIRE) != e->gen; i++) {
-        shm_cpu_relax();
+        fy_cpu_relax();
         if ((i & 15) == 0 && fy_time_ns() - t0 > budget) {
             iface->obox_nowait = 64;
             return;

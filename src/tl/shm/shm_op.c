@@ -101,7 +101,7 @@ static int pull_wait_reader(shm_iface_t *iface, const shm_op_t *op, uint64_t *w)
     uint64_t t0 = fy_time_ns(), next = t0 + 1000000;
     for (unsigned i = 1; __atomic_load_n(w, __ATOMIC_ACQUIRE) == reading; i++) {
         if (i < 4096) {
-            shm_cpu_relax();
+            fy_cpu_relax();
             continue;
         }
         sched_yield();

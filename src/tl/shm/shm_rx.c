@@ -204,7 +204,7 @@ static int split_wait_ready(const shm_obox_slot_t *slot, uint64_t gen, pid_t pid
     uint64_t next = 0;
     for (unsigned i = 1; __atomic_load_n(&slot->ready, __ATOMIC_ACQUIRE) != gen; i++) {
         if (i < 4096) {
-            shm_cpu_relax();
+            fy_cpu_relax();
             continue;
         }
         sched_yield(); /* a host with more runnable processes than cores: let it run */

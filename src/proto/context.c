@@ -59,6 +59,13 @@ static const fy_config_field_t ctx_fields[] = {
                          "sender sends it as a message after the receiver's CTS), or auto (get, "
                          "and am to a peer that once could not read us).",
                          fy_ctx_opts_t, tag_rndv_scheme, rndv_schemes),
+    FY_CONFIG_FIELD("TAG_STAGED_RATE", "8",
+                    "Where tagged messages above the threshold go eager through the lane's "
+                    "staging area (shm's outbox): a copy into it slower than this many bytes "
+                    "per ns (GB/s) is slow, one faster than twice it fast; once 4 MiB went, 4 "
+                    "more slow copies than fast send the next 16 messages by rendezvous, "
+                    "doubling up to 1024 while the copies stay slow.  0: never.",
+                    FY_CFG_UINT, fy_ctx_opts_t, tag_staged_rate),
     FY_CONFIG_FIELD("MAX_QUEUED", "64m",
                     "Bytes an endpoint may hold queued (copies and operations waiting for a "
                     "peer that does not keep up) before sends, tagged sends and puts on it "

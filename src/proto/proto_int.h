@@ -136,10 +136,11 @@ typedef struct fy_ctx_opts {
     uint64_t yield_ns; /* then yield this long, then sleep */
     int stats;
     int rma_emulate;
-    unsigned long amo_native_ops; /* FERRY_AMO_NATIVE_OPS: bits 0-5 32-bit, 8-13 64-bit */
-    char *tag_rndv_thresh_str;    /* "auto" or a size */
-    size_t tag_rndv_thresh;       /* parsed; FY_TAG_THRESH_AUTO: per endpoint (tag.c) */
-    int tag_rndv_scheme;          /* index into auto, get, am (FY_TAG_SCHEME_*) */
+    unsigned long amo_native_ops;  /* FERRY_AMO_NATIVE_OPS: bits 0-5 32-bit, 8-13 64-bit */
+    char *tag_rndv_thresh_str;     /* "auto" or a size */
+    size_t tag_rndv_thresh;        /* parsed; FY_TAG_THRESH_AUTO: per endpoint (tag.c) */
+    int tag_rndv_scheme;           /* index into auto, get, am (FY_TAG_SCHEME_*) */
+    unsigned long tag_staged_rate; /* FERRY_TAG_STAGED_RATE: bytes per ns (tag_rndv.c) */
     char *job_key;
     size_t max_queued;          /* FERRY_MAX_QUEUED: bytes an ep may hold, queued or in flight */
     uint64_t wireup_timeout_ns; /* a lane that has not answered by then: try the next one */

@@ -346,8 +346,8 @@ static void abort_send(uint64_t key, void *value, void *arg)
  * before), the copy out at 3-10, and tag_lat went 4 -> 22 us at 64k and 50 -> 500-590 us at 1m,
  * where the get (which reads the sender's buffer once, dirty lines handed over once, none
  * rewritten) held 7-9 and 80-140. So the sender times each staged send that completed at once
- * (the copy in, two clock reads on a message above 32k): one slower than TAG_STAGED_RATE bytes
- * per ns, 128 ns per KiB, is slow and one above twice that rate fast (between: neither) (the
+ * (the copy in, two clock reads on a message above 32k): one slower than FERRY_TAG_STAGED_RATE (8)
+ * bytes per ns, 128 ns per KiB, is slow and one above twice that rate fast (between: neither) (the
  * fast state: 64k mostly below 64 ns per KiB, 1m below 32, a few in a hundred above 128; the
  * slow state: 480-700 at 1m, 64k 60-85% above 128 and the rest 64-128, the slots of the
  * rotation in turn; the first rounds of the outbox, into cold or unmapped pages, 64-250 and
@@ -364,7 +364,6 @@ static void abort_send(uint64_t key, void *value, void *arg)
 #define TAG_MEMORY_LATENCY 1000.0             /* ns: below this, the lane is a memory transport */
 #define TAG_THRESH_STAGED  ((size_t)16 << 20) /* the most sent eager through a staging area */
 #define TAG_STAGED_SKIP    16 /* after one not staged, so many go by rendezvous (a stream) */
-#define TAG_STAGED_RATE    8  /* bytes per ns: a staged copy slower than this is slow (above) */
 #define TAG_STAGED_SLOW    4  /* slow copies, net of fast ones, that turn to rendezvous */
 #define TAG_STAGED_BACKOFF 6  /* a slow state that lasts: up to TAG_STAGED_SKIP << 6 skipped */
 #define TAG_STAGED_WARM    ((size_t)4 << 20) /* bytes staged before the copies are judged */
@@ -399,12 +398,14 @@ static void staged_judge(ferry_ep_t *ep, size_t len, uint64_t ns)
         ep->tag_staged_warm += len;
         return;
     }
-    if (ns * TAG_STAGED_RATE * 2 <= len) { /* fast: the backoff ends with the run of slow */
+    /* bytes per ns (FERRY_TAG_STAGED_RATE, 8 by default: above) */
+    uint64_t rate = FY_MIN(ep->worker->ctx->opts.tag_staged_rate, 1ul << 20);
+    if (ns * rate * 2 <= len) { /* fast: the backoff ends with the run of slow */
         if (ep->tag_staged_slow != 0 && --ep->tag_staged_slow == 0)
             ep->tag_staged_backoff = 0;
         return;
     }
-    if (ns * TAG_STAGED_RATE <= len)
+    if (ns * rate <= len)
         return; /* neither */
     if (ep->tag_staged_slow < TAG_STAGED_SLOW)
         ep->tag_staged_slow++;

@@ -25,6 +25,9 @@
  *                    sender is killed: every one is still received whole
  *   staged_burst     (FYTEST_TAG_STAGED runs only) 48 x 1 MiB sent back to back, unexpected:
  *                    staged, pulled or (after one not staged) rendezvous; all arrive whole
+ *   staged_slow_copies  (FYTEST_TAG_STAGED runs only) copies into the outbox judged slow
+ *                    (FERRY_TAG_STAGED_RATE forced high) turn the next ones to rendezvous, 16
+ *                    then 32; with the rate 0 none does
  *
  * FYTEST_TAG_SCHEME (get or am) says which scheme should carry rendezvous data in this run.
  * The rendezvous cases run with FERRY_TAG_RNDV_THRESH set low on shm (its default sends
@@ -857,8 +860,90 @@ static void staged_burst(void)
         run_pair(burst_receiver, burst_sender, NULL);
 }
 
+/* The fallback from slow staging copies (tag_rndv.c, staged_judge), forced: with
+ * FERRY_TAG_STAGED_RATE far above any copy's speed every judged copy is slow.  64 KiB messages
+ * one at a time: the first 4 MiB (64) are staged and not judged; the next 4 are staged and
+ * judged slow, and the 4th sends the next 16 by rendezvous; one is staged again to look, still
+ * slow, so the next 32 go by rendezvous; then one staged.  A staged send completes when the
+ * call returns (OK), a rendezvous one once the receiver has read it (INPROGRESS).  With the
+ * rate 0 nothing is slow: every one is staged. */
+enum { SLOW_N = 64 + 4 + 16 + 1 + 32 + 1 };
+#define SLOW_LEN (64 << 10)
+
+static int slow_expect_rndv(int i)
+{
+    return (i >= 68 && i < 84) || (i >= 85 && i < 117);
+}
+
+static void slow_setup(void)
+{
+    setenv("FERRY_TAG_STAGED_RATE", "1000000", 1);
+}
+
+static void never_slow_setup(void)
+{
+    setenv("FERRY_TAG_STAGED_RATE", "0", 1);
+}
+
+static void slow_send(end_t *e, int judged_slow)
+{
+    char *buf = malloc(SLOW_LEN);
+    char got[SLOW_N + 1];
+    for (int i = 0; i < SLOW_N; i++) {
+        fy_pattern(buf, SLOW_LEN, 1100 + (unsigned)i);
+        done_t d = {0, 0};
+        ferry_request_t r = {.cb = req_cb, .user_data = &d};
+        ferry_status_t st = ferry_tag_send(e->ep, 1100 + (uint64_t)i, buf, SLOW_LEN, &r);
+        FY_ASSERT(st == FERRY_OK || st == FERRY_INPROGRESS);
+        got[i] = st == FERRY_OK ? 's' : 'r';
+        FY_ASSERT_OK(complete(e, st, &d));
+        await(e, 'p');
+    }
+    got[SLOW_N] = '\0';
+    for (int i = 0; i < SLOW_N; i++)
+        FY_ASSERT_MSG(got[i] == (judged_slow && slow_expect_rndv(i) ? 'r' : 's'),
+                      "message %d went %s (s: staged, r: rendezvous): %s", i,
+                      got[i] == 's' ? "staged" : "by rendezvous", got);
+    free(buf);
+}
+
+static void slow_sender(end_t *e)
+{
+    slow_send(e, 1);
+}
+
+static void never_slow_sender(end_t *e)
+{
+    slow_send(e, 0);
+}
+
+static void slow_receiver(end_t *e)
+{
+    char *buf = malloc(SLOW_LEN);
+    for (int i = 0; i < SLOW_N; i++) {
+        done_t d = {0, 0};
+        ferry_request_t r = {.cb = req_cb, .user_data = &d};
+        memset(buf, 0, SLOW_LEN);
+        ferry_status_t st = ferry_tag_recv(e->w, buf, SLOW_LEN, 1100 + (uint64_t)i, ~0ull, &r);
+        FY_ASSERT_OK(complete(e, st, &d));
+        FY_ASSERT_EQ(r.length, SLOW_LEN);
+        FY_ASSERT_MSG(fy_pattern_ok(buf, SLOW_LEN, 1100 + (unsigned)i), "message %d corrupt", i);
+        tell(e, 'p');
+    }
+    free(buf);
+}
+
+static void staged_slow_copies(void)
+{
+    if (!staged_run())
+        return;
+    run_pair(slow_receiver, slow_sender, slow_setup);
+    run_pair(slow_receiver, never_slow_sender, never_slow_setup);
+}
+
 FYTEST_MAIN(FYTEST_CASE(sizes_case), FYTEST_CASE(late_match), FYTEST_CASE(many_outstanding),
             FYTEST_CASE(truncation), FYTEST_CASE(cma_off_peer), FYTEST_CASE(cma_denied_peer),
             FYTEST_CASE(receiver_dies), FYTEST_CASE(sender_dies), FYTEST_CASE(sender_closes),
             FYTEST_CASE(sender_flush_close), FYTEST_CASE(staged_unexpected),
-            FYTEST_CASE(staged_sender_dies), FYTEST_CASE(staged_burst))
+            FYTEST_CASE(staged_sender_dies), FYTEST_CASE(staged_burst),
+            FYTEST_CASE(staged_slow_copies))

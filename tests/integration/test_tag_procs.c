@@ -812,6 +812,17 @@ static void staged_sender_dies(void)
         run_pair(staged_receiver_kills, staged_sender_idles, NULL);
 }
 
+/* Receive the message of tag `tag` (len bytes, of fy_pattern `tag`) into buf, and check it. */
+static void recv_checked(end_t *e, char *buf, size_t len, unsigned tag)
+{
+    done_t d = {0, 0};
+    ferry_request_t r = {.cb = req_cb, .user_data = &d};
+    memset(buf, 0, len);
+    FY_ASSERT_OK(complete(e, ferry_tag_recv(e->w, buf, len, tag, ~0ull, &r), &d));
+    FY_ASSERT_EQ(r.length, len);
+    FY_ASSERT_MSG(fy_pattern_ok(buf, len, tag), "message of tag %u corrupt", tag);
+}
+
 /* A burst that outruns the receiver: BURST_N messages of 1 MiB + 5 sent back to back, none
  * posted for.  The first fill the outbox, the rest are pulled or, after one that was not
  * staged, go by rendezvous; received in reverse order once all are sent, every byte. */
@@ -842,15 +853,8 @@ static void burst_receiver(end_t *e)
 {
     await(e, 'b');
     char *buf = malloc(BURST_LEN);
-    for (int i = BURST_N - 1; i >= 0; i--) {
-        done_t d = {0, 0};
-        ferry_request_t r = {.cb = req_cb, .user_data = &d};
-        memset(buf, 0, BURST_LEN);
-        ferry_status_t st = ferry_tag_recv(e->w, buf, BURST_LEN, 900 + (uint64_t)i, ~0ull, &r);
-        FY_ASSERT_OK(complete(e, st, &d));
-        FY_ASSERT_EQ(r.length, BURST_LEN);
-        FY_ASSERT_MSG(fy_pattern_ok(buf, BURST_LEN, 900 + (unsigned)i), "message %d corrupt", i);
-    }
+    for (int i = BURST_N - 1; i >= 0; i--)
+        recv_checked(e, buf, BURST_LEN, 900 + (unsigned)i);
     free(buf);
 }
 
@@ -921,13 +925,7 @@ static void slow_receiver(end_t *e)
 {
     char *buf = malloc(SLOW_LEN);
     for (int i = 0; i < SLOW_N; i++) {
-        done_t d = {0, 0};
-        ferry_request_t r = {.cb = req_cb, .user_data = &d};
-        memset(buf, 0, SLOW_LEN);
-        ferry_status_t st = ferry_tag_recv(e->w, buf, SLOW_LEN, 1100 + (uint64_t)i, ~0ull, &r);
-        FY_ASSERT_OK(complete(e, st, &d));
-        FY_ASSERT_EQ(r.length, SLOW_LEN);
-        FY_ASSERT_MSG(fy_pattern_ok(buf, SLOW_LEN, 1100 + (unsigned)i), "message %d corrupt", i);
+        recv_checked(e, buf, SLOW_LEN, 1100 + (unsigned)i);
         tell(e, 'p');
     }
     free(buf);

@@ -119,10 +119,6 @@ typedef struct fy_ofi_md {
                               * each iface its own endpoint (ofi_sep.c) */
 } fy_ofi_md_t;
 
-/* Does a worker skip libfabric altogether?  Yes when neither FERRY_OFI_PROVIDER (`provider`)
- * nor FI_PROVIDER names a provider and the host has no NIC device (ofi_md.c). */
-int fy_ofi_probe_skipped(const char *provider);
-
 /* ---- ops ---------------------------------------------------------------------------------- */
 enum fy_ofi_op_kind {
     FY_OFI_OP_SEND = 1,

@@ -346,7 +346,9 @@ static int nic_device_present(void)
     return found;
 }
 
-int fy_ofi_probe_skipped(const char *provider)
+/* Does a worker skip libfabric altogether?  Yes when neither FERRY_OFI_PROVIDER (`provider`)
+ * nor FI_PROVIDER names a provider and the host has no NIC device. */
+static int probe_skipped(const char *provider)
 {
     const char *fi = getenv("FI_PROVIDER");
     return (provider == NULL || provider[0] == '\0') && (fi == NULL || fi[0] == '\0') &&
@@ -430,8 +432,9 @@ static ferry_status_t ofi_md_open(const fy_tl_component_t *tl, fy_tl_md_t **md_p
         }
         fy_config_list_release(&l);
     }
-    if (fy_ofi_probe_skipped(md->cfg.provider)) { /* opens with no device, like tcp with no
-                                                      interface; libfabric is not loaded */
+    /* No NIC device and nothing named: the md opens with no device, like tcp with no
+     * interface, and libfabric is not loaded */
+    if (probe_skipped(md->cfg.provider)) {
         fy_debug("ofi: no NIC device on this host, and FERRY_OFI_PROVIDER names no software "
                  "provider: libfabric is not opened");
         md->ncontexts = 1;

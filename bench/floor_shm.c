@@ -5,7 +5,7 @@
  *   floor_shm [-C cpu0,cpu1] [-n iters] [-m cacheline,copies,rma] [-s sizes]
  *
  * -m picks the groups of rows (default cacheline,copies: what bench/run.sh reads); -s the
- * sizes of the rma rows (default 8,64).
+ * sizes of the rma rows (default 8,64; at most 16 MiB).
  *
  *   cacheline_lat  two processes ping-pong one cache line in shared memory (each spins on
  *                  the line until the other's sequence number appears, then writes its own);
@@ -24,11 +24,15 @@
  *                  half with streamed stores, the other pulls the second half from the first
  *                  one's memory with process_vm_readv (the outbox's split messages).
  *   put_lat_<size>  (rma) ferry_perf's put_lat with nothing of a library in it: each process
- *                  owns a page of shared memory and polls the last byte of it; the initiator
- *                  copies <size> bytes, the flag in the last one, into the peer's page and
- *                  waits for the peer's copy into its own.  One-way = round trip / 2.
+ *                  owns a region of shared memory (a page, or <size> rounded up to pages)
+ *                  and polls the last byte of the <size> bytes; the initiator copies <size>
+ *                  bytes, the flag in the last one, into the peer's region and waits for
+ *                  the peer's copy into its own.  One-way = round trip / 2.  This host
+ *                  shows a step here that no library adds: a flag in the last byte of a
+ *                  2 KiB-aligned block (sizes 2048, 4096, 6144, 16 KiB, 64 KiB...) costs
+ *                  50-90 ns more one-way than one byte further (bench/RESULTS.md).
  *   get_lat_<size>  (rma) ferry_perf's get_lat loop around a plain copy of <size> bytes out of a
- *                  shared page nobody writes (as a get of mapped memory is): what one whole
+ *                  shared region nobody writes (as a get of mapped memory is): what one whole
  *                  get costs with the timing loop around it and no library.
  *   clock_step     (rma) the same loop with nothing in it: the cost of reading the clock.
  * Each rma row is timed as ferry_perf times it (the TSC read once per iteration) and printed
@@ -56,7 +60,8 @@
 #include <emmintrin.h>
 #endif
 
-#define MIB (1u << 20)
+#define MIB           (1u << 20)
+#define FLOOR_RMA_MAX (16u * MIB) /* the rma rows' largest size */
 
 static double now_ns(void)
 {
@@ -188,24 +193,28 @@ static void rma_row(const char *name, uint64_t *t, long n, double div)
     free(batch);
 }
 
-/* put_lat without a library: each side polls the last byte of its own page and copies size
- * bytes, the flag last, into the peer's, as ferry_perf's put_lat and ucx_perftest's
- * ucp_put_lat do with a put into memory the peer mapped. */
+/* put_lat without a library: each side polls the last byte of its own region (a page, or the
+ * size rounded up to pages) and copies size bytes, the flag last, into the peer's, as
+ * ferry_perf's put_lat and ucx_perftest's ucp_put_lat do with a put into memory the peer
+ * mapped. */
 static void put_floor(const char *cpus, long iters, size_t size)
 {
     long warmup = iters / 10 > 10 ? iters / 10 : 10;
-    uint8_t *pages =
-        mmap(NULL, 2 * 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-    uint64_t *t = malloc(sizeof(uint64_t) * (size_t)iters);
-    uint8_t src[4096];
-    if (pages == MAP_FAILED || t == NULL || size == 0 || size > 4096)
+    size_t region = (size + 4095) / 4096 * 4096;
+    if (size == 0 || size > FLOOR_RMA_MAX)
         return;
-    memset(pages, 0, 2 * 4096);
-    memset(src, 7, sizeof(src));
+    uint8_t *pages =
+        mmap(NULL, 2 * region, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    uint64_t *t = malloc(sizeof(uint64_t) * (size_t)iters);
+    uint8_t *src = aligned_alloc(4096, region);
+    if (pages == MAP_FAILED || t == NULL || src == NULL)
+        return;
+    memset(pages, 0, 2 * region);
+    memset(src, 7, region);
     (void)ns_per_tick(); /* calibrated before the child exists */
     pid_t child = fork();
     if (child == 0) {
-        uint8_t *mine = pages + 4096, *peer = pages;
+        uint8_t *mine = pages + region, *peer = pages;
         pin(cpus, 1);
         for (long i = 0; i < warmup + iters; i++) {
             uint8_t flag = (uint8_t)(i % 255 + 1);
@@ -217,7 +226,7 @@ static void put_floor(const char *cpus, long iters, size_t size)
         }
         _exit(0);
     }
-    uint8_t *mine = pages, *peer = pages + 4096;
+    uint8_t *mine = pages, *peer = pages + region;
     pin(cpus, 0);
     uint64_t t_prev = ticks();
     for (long i = 0; i < warmup + iters; i++) {
@@ -237,20 +246,25 @@ static void put_floor(const char *cpus, long iters, size_t size)
     snprintf(name, sizeof(name), "put_lat_%zu", size);
     rma_row(name, t, iters, 2.0);
     free(t);
-    munmap(pages, 2 * 4096);
+    free(src);
+    munmap(pages, 2 * region);
 }
 
-/* get_lat's loop around a plain copy out of a shared page that nobody writes (size 0: the
- * loop and the clock alone). */
+/* get_lat's loop around a plain copy out of a shared region nobody writes (size 0: the loop
+ * and the clock alone). */
 static void get_floor(const char *cpus, long iters, size_t size)
 {
     long warmup = iters / 10 > 10 ? iters / 10 : 10;
-    uint8_t *page = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-    uint64_t *t = malloc(sizeof(uint64_t) * (size_t)iters);
-    uint8_t dst[4096];
-    if (page == MAP_FAILED || t == NULL || size > 4096)
+    size_t region = size > 4096 ? (size + 4095) / 4096 * 4096 : 4096;
+    if (size > FLOOR_RMA_MAX)
         return;
-    memset(page, 5, 4096);
+    uint8_t *page = mmap(NULL, region, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    uint64_t *t = malloc(sizeof(uint64_t) * (size_t)iters);
+    uint8_t *dst = aligned_alloc(4096, region);
+    if (page == MAP_FAILED || t == NULL || dst == NULL)
+        return;
+    memset(page, 5, region);
+    memset(dst, 0, region);
     pin(cpus, 0);
     (void)ns_per_tick();
     uint64_t t_prev = ticks();
@@ -269,7 +283,8 @@ static void get_floor(const char *cpus, long iters, size_t size)
         snprintf(name, sizeof(name), "get_lat_%zu", size);
     rma_row(name, t, iters, 1.0);
     free(t);
-    munmap(page, 4096);
+    free(dst);
+    munmap(page, region);
 }
 
 static double median5(double *v)

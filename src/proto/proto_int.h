@@ -141,6 +141,8 @@ typedef struct fy_ctx_opts {
     size_t tag_rndv_thresh;        /* parsed; FY_TAG_THRESH_AUTO: per endpoint (tag.c) */
     int tag_rndv_scheme;           /* index into auto, get, am (FY_TAG_SCHEME_*) */
     unsigned long tag_staged_rate; /* FERRY_TAG_STAGED_RATE: bytes per ns (tag_rndv.c) */
+    char *rx_copy_movsb_str;       /* FERRY_RX_COPY_MOVSB: "auto" or a size */
+    size_t rx_copy_movsb;          /* parsed: fy_copy_rx's movsb_min (util/copy.h) */
     char *job_key;
     size_t max_queued;          /* FERRY_MAX_QUEUED: bytes an ep may hold, queued or in flight */
     uint64_t wireup_timeout_ns; /* a lane that has not answered by then: try the next one */
@@ -285,6 +287,7 @@ typedef struct fy_worker_lock {
 
 struct ferry_worker {
     ferry_context_t *ctx;
+    size_t rx_copy_movsb; /* ctx->opts.rx_copy_movsb, one load from a received message's copy */
     int mt; /* the lock is taken (multi-threaded, or a progress thread); fixed at creation */
     uint64_t uuid;
     int wait_mode;

@@ -103,7 +103,10 @@ static inline void recv_deliver(fy_op_t *op, uint64_t tag, const void *data, siz
         n = op->tag_recv.len;
         st = FERRY_ERR_MESSAGE_TRUNCATED;
     }
-    recv_copy(op, 0, data, n);
+    if (op->tag_recv.iovcnt == 0) /* out of the transport's buffer (util/copy.h) */
+        fy_copy_rx(op->tag_recv.buf, data, n, op->worker->rx_copy_movsb);
+    else
+        recv_copy(op, 0, data, n);
     ferry_request_t *req = op->req;
     if (req != NULL) {
         req->tag = tag;
@@ -147,7 +150,7 @@ static void queue_unexp(ferry_worker_t *w, const fy_tag_msg_t *m, const void *da
     u->m = *m;
     u->len = keep;
     if (keep != 0)
-        memcpy(u->data, data, keep);
+        fy_copy_rx(u->data, data, keep, w->rx_copy_movsb);
     fy_list_add_tail(&w->tag_unexp, &u->link);
 }
 

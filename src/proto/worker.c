@@ -110,6 +110,7 @@ ferry_status_t ferry_worker_create(ferry_context_t *ctx, const ferry_worker_para
     if (w == NULL)
         return FERRY_ERR_NO_MEMORY;
     w->ctx = ctx;
+    w->rx_copy_movsb = ctx->opts.rx_copy_movsb;
     w->uuid = fy_random64();
     w->wait_mode = FERRY_WAIT_SPIN + ctx->opts.wait_mode;
     if (params != NULL && (params->field_mask & FERRY_WORKER_FIELD_WAIT_MODE) &&

@@ -243,6 +243,9 @@ static void bad_config(void)
     setenv("FERRY_TAG_STAGED_RATE", "fast", 1);
     FY_ASSERT_STATUS(ferry_context_create(NULL, &ctx), FERRY_ERR_BAD_CONFIG);
     unsetenv("FERRY_TAG_STAGED_RATE");
+    setenv("FERRY_RX_COPY_MOVSB", "sometimes", 1);
+    FY_ASSERT_STATUS(ferry_context_create(NULL, &ctx), FERRY_ERR_BAD_CONFIG);
+    unsetenv("FERRY_RX_COPY_MOVSB");
     FILE *f = fopen(path, "r");
     FY_ASSERT(f != NULL);
     char text[8192];
@@ -253,6 +256,7 @@ static void bad_config(void)
     FY_ASSERT_MSG(strstr(text, "FERRY_WAIT") && strstr(text, "sometimes"), "log: %s", text);
     FY_ASSERT_MSG(strstr(text, "carrier-pigeon"), "log: %s", text);
     FY_ASSERT_MSG(strstr(text, "FERRY_TAG_STAGED_RATE") && strstr(text, "fast"), "log: %s", text);
+    FY_ASSERT_MSG(strstr(text, "FERRY_RX_COPY_MOVSB=sometimes"), "log: %s", text);
 }
 
 /* The job key tcp, ofi and the sockaddr listener carry: FERRY_JOB_KEY first, else the launcher's

@@ -52,14 +52,15 @@ static size_t unexp_msg_len(const fy_tag_unexp_t *u)
     return u->m.type == TAG_EAGER ? u->len : u->m.len;
 }
 
-/* Copy n bytes at byte off of the receive buffer (its pieces, if recvv). */
-static void recv_copy(fy_op_t *op, size_t off, const void *data, size_t n)
+/* Copy n bytes at byte off of the receive buffer (its pieces, if recvv); into a contiguous
+ * one with `rep movsb` from movsb_min bytes (util/copy.h: SIZE_MAX, never). */
+static void recv_copy(fy_op_t *op, size_t off, const void *data, size_t n, size_t movsb_min)
 {
     const fy_op_tag_recv_t *r = &op->tag_recv;
     if (n == 0)
         return;
-    if (r->iovcnt == 0)
-        fy_copy((uint8_t *)r->buf + off, data, n); /* inline for the few bytes of a small one */
+    if (r->iovcnt == 0) /* inline for the few bytes of a small one */
+        fy_copy_rx((uint8_t *)r->buf + off, data, n, movsb_min);
     else
         fy_iov_scatter(r->buf, r->iovcnt, off, data, n);
 }
@@ -103,10 +104,7 @@ static inline void recv_deliver(fy_op_t *op, uint64_t tag, const void *data, siz
         n = op->tag_recv.len;
         st = FERRY_ERR_MESSAGE_TRUNCATED;
     }
-    if (op->tag_recv.iovcnt == 0) /* out of the transport's buffer (util/copy.h) */
-        fy_copy_rx(op->tag_recv.buf, data, n, op->worker->rx_copy_movsb);
-    else
-        recv_copy(op, 0, data, n);
+    recv_copy(op, 0, data, n, op->worker->rx_copy_movsb); /* out of the transport's buffer */
     ferry_request_t *req = op->req;
     if (req != NULL) {
         req->tag = tag;
@@ -216,7 +214,7 @@ static ferry_status_t recv_unexp(ferry_worker_t *w, fy_op_t *op, fy_tag_unexp_t 
     ferry_status_t st;
     if (u->m.type == TAG_EAGER) {
         size_t n = FY_MIN(u->len, op->tag_recv.len);
-        recv_copy(op, 0, u->data, n);
+        recv_copy(op, 0, u->data, n, SIZE_MAX); /* our own copy, in this core's cache */
         r->tag = u->m.tag;
         r->length = n;
         st = u->len <= op->tag_recv.len ? FERRY_OK : FERRY_ERR_MESSAGE_TRUNCATED;

@@ -395,7 +395,7 @@ static ferry_status_t shm_rkey_unpack(fy_tl_md_t *md, const void *buf, void *rke
     if (rk->p.magic != SHM_RKEY_MAGIC || rk->p.base + rk->p.length < rk->p.base ||
         rk->p.shm.pid <= 0)
         return FERRY_ERR_INVALID_PARAM;
-    if (rk->p.shm.pid == (int32_t)getpid()) {
+    if (rk->p.shm.pid == shm_self_pid()) {
         rk->mapped = (char *)(uintptr_t)rk->p.base; /* our own memory */
         return FERRY_OK;
     }

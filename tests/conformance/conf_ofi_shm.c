@@ -7,7 +7,7 @@
  * target deregistered is not refused: it completes without an error and is dropped (ofi_floor
  * shm dereg 64 1), so the initiator's op cannot report it (rma_unchecked_dereg, as ferry's own
  * shm).  A get with such a key never completes (dereg-read): ferry's deadline for RMA ops
- * (FERRY_OFI_RMA_TIMEOUT, here 5 s instead of 30 s) fails it with ENDPOINT_TIMEOUT, and since
+ * (FERRY_OFI_RMA_TIMEOUT, here 2 s instead of 30 s) fails it with ENDPOINT_TIMEOUT, and since
  * shm completes in order the whole interface fails (FERRY_ERR_IO), so that clause runs on a
  * pair of its own (rma_dereg_fails_ep).  Every case runs.  iface_close_open_eps runs since
  * ferry parks the endpoint of an shm interface that an endpoint of its own process reached
@@ -22,7 +22,7 @@
  */
 #include "conf.h"
 
-static const char *const env[] = {"FERRY_OFI_PROVIDER=shm", "FERRY_OFI_RMA_TIMEOUT=5s", NULL};
+static const char *const env[] = {"FERRY_OFI_PROVIDER=shm", "FERRY_OFI_RMA_TIMEOUT=2s", NULL};
 const conf_tl_t conf_tl = {.name = "ofi",
                            .device = "shm",
                            .cross_process = 1,

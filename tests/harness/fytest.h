@@ -23,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -207,6 +208,26 @@ static int fytest_main(int argc, char **argv, const fytest_case_t *cases, size_t
     if (!inproc)
         printf("%d passed, %d failed\n", ran - failed, failed);
     return failed ? 1 : 0;
+}
+
+/* A large test buffer (zeroed): an anonymous mapping, not a static array.  LeakSanitizer
+ * scans every global, and every reachable heap block, at each process exit, and every
+ * forked child of the harness exits through that check: 128 MiB of static buffers made each
+ * exit of one tcp test cost ~0.25 s under ASan (25 forks: 12.5 s, against 0.5 s without the
+ * check).  A mapping is not scanned. */
+static inline void *fytest_map(size_t len)
+{
+    void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) {
+        perror("fytest_map");
+        fytest_exit(1);
+    }
+    return p;
+}
+
+static inline void fytest_unmap(void *p, size_t len)
+{
+    munmap(p, len);
 }
 
 #define FYTEST_MAIN(...)                                                                           \

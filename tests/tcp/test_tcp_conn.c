@@ -21,6 +21,7 @@
 
 #define AM_ID 9
 enum { CMD_QUIT = 1, CMD_FREEZE, CMD_SEND, CMD_BIG };
+#define BIG ((size_t)32 << 20) /* the large messages and regions (fytest_map) */
 
 typedef struct echo {
     fy_tl_ep_t *ep;
@@ -51,7 +52,7 @@ static void echo_child(int rfd, int wfd, void *arg)
     tt_write(wfd, &a, sizeof(a));
     tt_read(rfd, &pa, sizeof(pa));
     e.ep = tt_ep(&n, &pa);
-    static char big[32 << 20];
+    char *big = fytest_map(BIG);
     for (;;) {
         if (!tt_wait(&n, rfd, 1000))
             continue;
@@ -68,7 +69,7 @@ static void echo_child(int rfd, int wfd, void *arg)
         } else if (cmd == CMD_BIG) {
             tt_comp_t c;
             tt_comp_init(&c);
-            struct iovec v = {big, sizeof(big)};
+            struct iovec v = {big, BIG};
             ferry_status_t st = n.ops->am_zcopy(e.ep, AM_ID, NULL, 0, &v, 1, &c.super);
             FY_ASSERT_STATUS(st, FERRY_INPROGRESS);
             tt_write(wfd, &cmd, sizeof(cmd));
@@ -77,6 +78,7 @@ static void echo_child(int rfd, int wfd, void *arg)
     }
     n.ops->ep_destroy(e.ep);
     tt_close(&n);
+    fytest_unmap(big, BIG);
 }
 
 static void cmd(tt_proc_t *p, uint32_t c)
@@ -183,10 +185,10 @@ static void reset_isolated(void)
     round_trip(&n, ea);
     round_trip(&n, eb);
     cmd(&a, CMD_FREEZE);
-    static char big[32 << 20];
+    char *big = fytest_map(BIG);
     tt_comp_t c;
     tt_comp_init(&c);
-    struct iovec v = {big, sizeof(big)};
+    struct iovec v = {big, BIG};
     FY_ASSERT_STATUS(n.ops->am_zcopy(ea, AM_ID, NULL, 0, &v, 1, &c.super), FERRY_INPROGRESS);
     for (int i = 0; i < 100; i++)
         tt_progress(&n);
@@ -210,6 +212,7 @@ static void reset_isolated(void)
     n.ops->ep_destroy(ea);
     n.ops->ep_destroy(eb);
     tt_close(&n);
+    fytest_unmap(big, BIG);
 }
 
 static void killed_mid_message(void)
@@ -261,9 +264,9 @@ static void frozen_target(int rfd, int wfd, void *arg)
 {
     tt_node_t n;
     tt_open(&n, TT_JOB_KEY, NULL, NULL);
-    static char mem[32 << 20];
+    char *mem = fytest_map(BIG);
     void *memh = calloc(1, n.tl->memh_size);
-    FY_ASSERT_OK(n.ops->mem_reg(n.md, mem, sizeof(mem), FERRY_MEM_REMOTE_READ, memh));
+    FY_ASSERT_OK(n.ops->mem_reg(n.md, mem, BIG, FERRY_MEM_REMOTE_READ, memh));
     uint8_t packed[64];
     FY_ASSERT_OK(n.ops->rkey_pack(n.md, memh, packed));
     tt_addr_t a;
@@ -304,10 +307,10 @@ static void killed_mid_get(void)
     round_trip(&n, eb);
     void *rkey = calloc(1, n.tl->rkey_size);
     FY_ASSERT_OK(n.ops->rkey_unpack(n.md, packed, rkey));
-    static char dst[32 << 20];
+    char *dst = fytest_map(BIG);
     tt_comp_t c;
     tt_comp_init(&c);
-    struct iovec v = {dst, sizeof(dst)};
+    struct iovec v = {dst, BIG};
     FY_ASSERT_STATUS(n.ops->get_zcopy(et, &v, 1, base, rkey, &c.super), FERRY_INPROGRESS);
     uint32_t word;
     while (!tt_wait(&n, t.rfd, 1000)) { /* serve the connection until the answer backs up */
@@ -339,6 +342,7 @@ static void killed_mid_get(void)
     n.ops->ep_destroy(eb);
     tt_close(&n);
     free(rkey);
+    fytest_unmap(dst, BIG);
 }
 
 /* ---- strangers -------------------------------------------------------------------------- */

@@ -44,6 +44,11 @@ ferry_status_t fy_shmem_reserve(void *addr, size_t off, size_t len);
  * punched in its memfd: every mapping of it, here and in peers, reads zeros there until it is
  * written or reserved again; the size stays).  OK, or the error (the memory is then kept). */
 ferry_status_t fy_shmem_release(void *addr, size_t off, size_t len);
+
+/* Map the pages of [p, p + len) of a mapped segment (ours or a peer's) into this process now,
+ * instead of at each page's first touch, and read a byte of each (nothing is written).  The
+ * range must lie in reserved memory. */
+void fy_shmem_populate(void *p, size_t len);
 /* Free a segment from fy_shmem_alloc (addr is its start).  NULL is accepted.  Mappings that
  * peers hold stay valid until they detach. */
 void fy_shmem_free(void *addr);

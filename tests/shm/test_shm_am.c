@@ -3,14 +3,15 @@
  * between forked processes: every size from 0 B to 64 MiB + 4 KiB delivered once, intact and in
  * order (with cross-memory attach, with FERRY_SHM_CMA=n, and with CMA refused at run time by
  * a seccomp filter), the outbox growing for large messages, pipelined zero-copy mixed with small
- * messages, many senders under pressure, a slow receiver (back-pressure, nothing lost), and
- * sleeping on the event fd.
+ * messages, many senders under pressure, a slow receiver (back-pressure, nothing lost),
+ * sleeping on the event fd, and a ring's first lap without page faults.
  */
 #include <linux/filter.h>
 #include <linux/seccomp.h>
 #include <stddef.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/syscall.h>
 
 #include "shm_test.h"
@@ -624,6 +625,63 @@ static void event_wakeup(void)
     tp_close(&p);
 }
 
+/* ---- the first lap of a ring: no page faults ---------------------------------------------
+ * An iface maps and reads its ring, its buffers and its outbox's first 2 MiB when it opens,
+ * and a sender the receiver's when it attaches (fy_shmem_populate): sending two laps of 1 KiB
+ * messages (each in a cell buffer of its own, 8 KiB apart) must then fault nearly no page in
+ * either process.  Unmapped, it was a fault per buffer page on each side (>= 256 here). */
+
+#define LAP_MSGS  512 /* two laps of the default 256-cell ring */
+#define LAP_LEN   1024
+#define LAP_FAULT 64 /* faults allowed for anything else (the heap, the stack) */
+
+static long minor_faults(void)
+{
+    struct rusage ru;
+    FY_ASSERT(getrusage(RUSAGE_SELF, &ru) == 0);
+    return ru.ru_minflt;
+}
+
+static void lap_sender(int rfd, int wfd, void *arg)
+{
+    tproc_t p;
+    tp_open(&p, ev_cb, NULL);
+    taddr_t addr;
+    tc_read(rfd, &addr, sizeof(addr));
+    fy_tl_ep_t *ep = tp_ep(&p, &addr);
+    static char buf[LAP_LEN];
+    memset(buf, 7, sizeof(buf));
+    long f0 = minor_faults();
+    for (unsigned i = 0; i < LAP_MSGS; i++)
+        FY_ASSERT_OK(tp_send(&p, ep, 3, buf, sizeof(buf), 0, NULL, NULL));
+    tc_put_u64(wfd, (uint64_t)(minor_faults() - f0));
+    tc_get_u64(rfd);
+    p.ops->ep_destroy(ep);
+    tp_close(&p);
+}
+
+static void first_lap_mapped(void)
+{
+    tproc_t p;
+    tp_open(&p, ev_cb, NULL);
+    FY_ASSERT(p.attr.max_short < LAP_LEN && LAP_LEN <= p.attr.max_bcopy); /* a cell buffer */
+    tchild_t c = tc_spawn(lap_sender, NULL);
+    taddr_t addr = tp_addr(&p);
+    long f0 = minor_faults();
+    tc_write(c.wfd, &addr, sizeof(addr));
+    while (ev_count < LAP_MSGS)
+        tp_progress(&p);
+    long ours = minor_faults() - f0;
+    uint64_t theirs = tc_get_u64(c.rfd);
+    printf("  %u messages of %u B: %ld page faults here, %llu in the sender\n", LAP_MSGS, LAP_LEN,
+           ours, (unsigned long long)theirs);
+    FY_ASSERT_LE(ours, LAP_FAULT);
+    FY_ASSERT_LE(theirs, (uint64_t)LAP_FAULT);
+    tc_put_u64(c.wfd, 1);
+    tc_join(&c);
+    tp_close(&p);
+}
+
 /* One process talking to itself through its own ring (pid == self paths). */
 static void loopback(void)
 {
@@ -659,4 +717,4 @@ FYTEST_MAIN(FYTEST_CASE(loopback), FYTEST_CASE(sweep_cma), FYTEST_CASE(sweep_no_
             FYTEST_CASE(sweep_split_denied), FYTEST_CASE(outbox_grows), FYTEST_CASE(zcopy_1gib),
             FYTEST_CASE(mixed_order), FYTEST_CASE(mixed_order_split), FYTEST_CASE(mixed_order_pull),
             FYTEST_CASE(mixed_order_small_outbox), FYTEST_CASE(many_senders),
-            FYTEST_CASE(slow_receiver), FYTEST_CASE(event_wakeup))
+            FYTEST_CASE(slow_receiver), FYTEST_CASE(event_wakeup), FYTEST_CASE(first_lap_mapped))

@@ -456,6 +456,13 @@ struct shm_ep {
  * SHM_OBOX_ROTATE finds no room to move on and starts over at 0 anyway. */
 #define SHM_OBOX_ROTATE_MAX ((1u << 20) + 4096u)
 #define SHM_OBOX_ROTATE     (2u << 20)
+
+/* The most of a ring (its header, cells and buffers) an iface maps and touches when it opens,
+ * and a sender when it attaches (fy_shmem_populate): all of it with the defaults (256 cells of
+ * 128 B, 8 KiB buffers: 2.1 MiB); a ring configured larger maps the rest as it is first used
+ * (RING_SIZE 65536 with 1 MiB buffers would otherwise be 64 GiB at every attach). */
+#define SHM_POPULATE_MAX ((size_t)16 << 20)
+
 typedef struct shm_obox_entry {
     uint64_t off, size, gen; /* off: from the outbox start; size: header + data, aligned */
     shm_peer_t *peer;        /* the receiver (its death frees the slot) */

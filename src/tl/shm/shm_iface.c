@@ -119,7 +119,8 @@ ferry_status_t fy_shm_iface_open(fy_tl_md_t *tl_md, const fy_tl_iface_params_t *
     fy_shmem_find(iface->seg, seg_size, &ref, &off);
 
     /* the ring, its buffers and the outbox's first round, mapped now (fy_shmem_populate) */
-    fy_shmem_populate(iface->seg, obox_off + FY_MIN(obox_base, (size_t)SHM_OBOX_ROTATE));
+    fy_shmem_populate(iface->seg, FY_MIN(obox_off, SHM_POPULATE_MAX));
+    fy_shmem_populate((char *)iface->seg + obox_off, FY_MIN(obox_base, (size_t)SHM_OBOX_ROTATE));
     iface->hdr = iface->seg;
     iface->cells = (char *)iface->seg + cells_off;
     iface->bufs = (char *)iface->seg + bufs_off;

@@ -101,7 +101,7 @@ static ferry_status_t peer_map(shm_peer_t *peer)
     /* the peer's ring (we write its cells and buffers) and the first round of its outbox (we
      * read messages there), mapped now rather than a page fault at a time (fy_shmem_populate):
      * both lie in what the peer reserved when it opened */
-    fy_shmem_populate(seg, pulls_end);
+    fy_shmem_populate(seg, FY_MIN(pulls_end, (uint64_t)SHM_POPULATE_MAX));
     if (h->obox_size != 0)
         fy_shmem_populate((char *)seg + h->obox_off,
                           FY_MIN(h->obox_size, (uint64_t)SHM_OBOX_ROTATE));

@@ -289,8 +289,7 @@ static void zcopy_1gib(void)
     taddr_t addr;
     tc_read(c.rfd, &addr, sizeof(addr));
     fy_tl_ep_t *ep = tp_ep(&p, &addr);
-    char *buf = mmap(NULL, gib[0], PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    FY_ASSERT(buf != MAP_FAILED);
+    char *buf = fytest_map(gib[0]);
     (void)madvise(buf, gib[0], MADV_HUGEPAGE); /* 512 page faults instead of 262144 */
     for (size_t pg = 0; pg < gib[0] / 4096; pg++)
         memcpy(buf + pg * 4096, &(uint64_t){page_sig(pg)}, 8);
@@ -307,7 +306,7 @@ static void zcopy_1gib(void)
     tc_join(&c);
     p.ops->ep_destroy(ep);
     tp_close(&p);
-    munmap(buf, gib[0]);
+    fytest_unmap(buf, gib[0]);
 }
 
 /* Pipelined zero-copy sends (up to 8 in flight) mixed with short and buffered ones: every

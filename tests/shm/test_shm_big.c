@@ -235,7 +235,9 @@ static void outbox_gives_back(void)
  * for as long as it sleeps: the poll below would time out). */
 static void sleeper_gives_back(void)
 {
-    setenv("FERRY_SHM_OUTBOX_IDLE", "3s", 1);
+    /* long enough that the sender is asleep before it falls due (the receiver checks 32 MiB
+     * first: well under 1 s under the sanitizers) */
+    setenv("FERRY_SHM_OUTBOX_IDLE", "1500ms", 1);
     static const size_t one[] = {32 * MiB};
     static rx_args_t a;
     a = (rx_args_t){.check = {.sizes = one, .n = 1, .expected = 1}};

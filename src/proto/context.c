@@ -3,6 +3,7 @@
  * memory domain of every selected transport and lists its devices.  Memory registration
  * and remote keys, which use those memory domains, are in mem.c.
  */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -60,13 +61,16 @@ static const fy_config_field_t ctx_fields[] = {
                          "sender sends it as a message after the receiver's CTS), or auto (get, "
                          "and am to a peer that once could not read us).",
                          fy_ctx_opts_t, tag_rndv_scheme, rndv_schemes),
-    FY_CONFIG_FIELD("TAG_STAGED_RATE", "8",
+    FY_CONFIG_FIELD("TAG_STAGED_RATE", "auto",
                     "Where tagged messages above the threshold go eager through the lane's "
-                    "staging area (shm's outbox): a copy into it slower than this many bytes "
-                    "per ns (GB/s) is slow, one faster than twice it fast; once 4 MiB went, 4 "
-                    "more slow copies than fast send the next 16 messages by rendezvous, "
-                    "doubling up to 1024 while the copies stay slow.  0: never.",
-                    FY_CFG_UINT, fy_ctx_opts_t, tag_staged_rate),
+                    "staging area (shm's outbox): when a copy into it is slow.  auto: slower "
+                    "than what a get of the same size class took (4 messages of a class go by "
+                    "get every 100 ms to time it; 8 GB/s until one has); a number: "
+                    "slower than that many bytes per ns (GB/s).  A copy faster than twice that "
+                    "is fast.  Once 4 MiB went, 4 more slow copies than fast send the next 16 "
+                    "messages by rendezvous, doubling up to 1024 while the copies stay slow.  "
+                    "0: never.",
+                    FY_CFG_STRING, fy_ctx_opts_t, tag_staged_rate_str),
     FY_CONFIG_FIELD("RX_COPY_MOVSB", "auto",
                     "A received tagged message of at least this size is copied out of the "
                     "transport's buffer with one rep movsb (x86-64): a stream of mid-size "
@@ -288,6 +292,19 @@ ferry_status_t ferry_context_create(const ferry_context_params_t *params,
                  ctx->opts.tag_rndv_thresh_str);
         st = FERRY_ERR_BAD_CONFIG;
         goto err_opts;
+    }
+    ctx->opts.tag_staged_rate = FY_TAG_STAGED_AUTO;
+    if (strcasecmp(ctx->opts.tag_staged_rate_str, "auto") != 0) {
+        const char *r = ctx->opts.tag_staged_rate_str;
+        char *end = NULL;
+        errno = 0;
+        unsigned long v = strtoul(r, &end, 10);
+        if (*r < '0' || *r > '9' || *end != '\0' || errno != 0 || v >= FY_TAG_STAGED_AUTO) {
+            fy_error("FERRY_TAG_STAGED_RATE=%s: use auto or a number of bytes per ns (8, 0)", r);
+            st = FERRY_ERR_BAD_CONFIG;
+            goto err_opts;
+        }
+        ctx->opts.tag_staged_rate = v;
     }
     ctx->opts.rx_copy_movsb = fy_copy_rx_movsb_auto();
     if (strcasecmp(ctx->opts.rx_copy_movsb_str, "auto") != 0 &&

@@ -6,6 +6,7 @@
 #ifndef FY_PROTO_INT_H
 #define FY_PROTO_INT_H
 
+#include <limits.h>
 #include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -126,7 +127,9 @@ typedef struct fy_wireup_msg {
 
 /* FERRY_TAG_RNDV_SCHEME: how a rendezvous moves the data (tag.c). */
 enum { FY_TAG_SCHEME_AUTO, FY_TAG_SCHEME_GET, FY_TAG_SCHEME_AM };
-#define FY_TAG_THRESH_AUTO (SIZE_MAX - 1)
+#define FY_TAG_THRESH_AUTO    (SIZE_MAX - 1)
+#define FY_TAG_STAGED_AUTO    ULONG_MAX /* FERRY_TAG_STAGED_RATE=auto */
+#define FY_TAG_STAGED_BUCKETS 10 /* message sizes the staged judge tells apart (tag_rndv.c) */
 
 /* Context configuration (FERRY_*). */
 typedef struct fy_ctx_opts {
@@ -140,7 +143,8 @@ typedef struct fy_ctx_opts {
     char *tag_rndv_thresh_str;     /* "auto" or a size */
     size_t tag_rndv_thresh;        /* parsed; FY_TAG_THRESH_AUTO: per endpoint (tag.c) */
     int tag_rndv_scheme;           /* index into auto, get, am (FY_TAG_SCHEME_*) */
-    unsigned long tag_staged_rate; /* FERRY_TAG_STAGED_RATE: bytes per ns (tag_rndv.c) */
+    char *tag_staged_rate_str;     /* FERRY_TAG_STAGED_RATE: "auto" or bytes per ns */
+    unsigned long tag_staged_rate; /* parsed; FY_TAG_STAGED_AUTO: against the get (tag_rndv.c) */
     char *rx_copy_movsb_str;       /* FERRY_RX_COPY_MOVSB: "auto" or a size */
     size_t rx_copy_movsb;          /* parsed: fy_copy_rx's movsb_min (util/copy.h) */
     char *job_key;
@@ -237,9 +241,17 @@ struct ferry_ep {
     /* ... except those up to tag_staged_max, which go eager while the lane stages them (shm's
      * outbox; tag_rndv.c): after one that did not complete at once, or a run of slow copies
      * (tag_staged_slow; judged once tag_staged_warm bytes went, a lasting run backed off
-     * tag_staged_backoff times), tag_staged_skip more go by rendezvous */
+     * tag_staged_backoff times), tag_staged_skip more go by rendezvous.  With the rate auto
+     * a copy is judged against what a get of its size class took (tag_get_ns, ns per KiB; 0:
+     * not measured yet), and a few of a class go by get now and then to measure it (the last
+     * run's start in tag_explore_ns; tag_explore_run more to go). */
     size_t tag_staged_max, tag_staged_warm;
     unsigned tag_staged_skip, tag_staged_slow, tag_staged_backoff;
+    int tag_staged_gets;      /* its rendezvous would read by get (the judge can time one) */
+    int tag_staged_prev_get;  /* the last staged-size message went by get */
+    unsigned tag_explore_run; /* more to send by get in this run of them */
+    uint32_t tag_get_ns[FY_TAG_STAGED_BUCKETS];
+    uint64_t tag_explore_ns[FY_TAG_STAGED_BUCKETS];
     fy_queue_t pending;     /* ops waiting for resources, in order */
     size_t queued_bytes;    /* ops pending or in flight, and their data (FERRY_MAX_QUEUED) */
     fy_list_t pending_link; /* on worker->pending_eps when pending is not empty */
@@ -470,6 +482,7 @@ typedef struct fy_op_tag_send {
     void *memh;          /* registration of buf, or NULL */
     fy_ctx_tl_t *reg_tl; /* the transport memh belongs to */
     size_t iovcnt;       /* several pieces (sendv): buf is their iovec array, in op->copy */
+    uint64_t t0;         /* a send of a staged size that went by get: when (the staged judge) */
 } fy_op_tag_send_t;
 
 /* FY_OP_TAG_RECV, FY_OP_TAG_GET: a receive, posted (tag, tag_mask) and then matched (the

@@ -28,6 +28,8 @@
  *   staged_slow_copies  (FYTEST_TAG_STAGED runs only) copies into the outbox judged slow
  *                    (FERRY_TAG_STAGED_RATE forced high) turn the next ones to rendezvous, 16
  *                    then 32; with the rate 0 none does
+ *   staged_explore   (FYTEST_TAG_STAGED runs only) with the rate auto, the first 4 messages
+ *                    once the copies are judged go by get (to time it); all arrive whole
  *   rndv_no_syscalls (shm, rendezvous by get, builds without sanitizers) 200 ping-pongs of
  *                    64 KiB tagged messages make no system call but the cross-memory reads
  *                    (a seccomp filter traps every other one; the handler counts it and makes
@@ -944,6 +946,60 @@ static void staged_slow_copies(void)
     run_pair(slow_receiver, never_slow_sender, never_slow_setup);
 }
 
+/* The judge against the get (FERRY_TAG_STAGED_RATE=auto, the default; the staged run sets 0
+ * for the cases above, which expect every message staged).  64 KiB messages one at a time:
+ * the first 64 (4 MiB) are staged and not judged; the next 4 go by get to time it; the rest go
+ * either way (staged, or by get when the copies are judged slow against it or 100 ms after the
+ * last run) and arrive whole. */
+enum { EXPLORE_N = 64 + 4 + 64 };
+
+static void explore_setup(void)
+{
+    setenv("FERRY_TAG_STAGED_RATE", "auto", 1);
+}
+
+static void explore_sender(end_t *e)
+{
+    char *buf = malloc(SLOW_LEN);
+    char got[EXPLORE_N + 1];
+    for (int i = 0; i < EXPLORE_N; i++) {
+        fy_pattern(buf, SLOW_LEN, 1300 + (unsigned)i);
+        done_t d = {0, 0};
+        ferry_request_t r = {.cb = req_cb, .user_data = &d};
+        ferry_status_t st = ferry_tag_send(e->ep, 1300 + (uint64_t)i, buf, SLOW_LEN, &r);
+        FY_ASSERT(st == FERRY_OK || st == FERRY_INPROGRESS);
+        got[i] = st == FERRY_OK ? 's' : 'r';
+        FY_ASSERT_OK(complete(e, st, &d));
+        await(e, 'p');
+    }
+    got[EXPLORE_N] = '\0';
+    for (int i = 0; i < 64; i++)
+        FY_ASSERT_MSG(got[i] == 's',
+                      "message %d went by rendezvous before the copies were "
+                      "judged (s: staged, r: rendezvous): %s",
+                      i, got);
+    for (int i = 64; i < 68; i++)
+        FY_ASSERT_MSG(got[i] == 'r', "message %d was staged, not sent by get to time one: %s", i,
+                      got);
+    free(buf);
+}
+
+static void explore_receiver(end_t *e)
+{
+    char *buf = malloc(SLOW_LEN);
+    for (int i = 0; i < EXPLORE_N; i++) {
+        recv_checked(e, buf, SLOW_LEN, 1300 + (unsigned)i);
+        tell(e, 'p');
+    }
+    free(buf);
+}
+
+static void staged_explore(void)
+{
+    if (staged_run())
+        run_pair(explore_receiver, explore_sender, explore_setup);
+}
+
 /* ---- no system call on the rendezvous path ----------------------------------------------- */
 
 #if defined(__x86_64__) && !defined(FYTEST_LSAN) && !defined(__SANITIZE_THREAD__)
@@ -1116,4 +1172,5 @@ FYTEST_MAIN(FYTEST_CASE(sizes_case), FYTEST_CASE(late_match), FYTEST_CASE(many_o
             FYTEST_CASE(receiver_dies), FYTEST_CASE(sender_dies), FYTEST_CASE(sender_closes),
             FYTEST_CASE(sender_flush_close), FYTEST_CASE(staged_unexpected),
             FYTEST_CASE(staged_sender_dies), FYTEST_CASE(staged_burst),
-            FYTEST_CASE(staged_slow_copies), FYTEST_CASE(rndv_no_syscalls))
+            FYTEST_CASE(staged_slow_copies), FYTEST_CASE(staged_explore),
+            FYTEST_CASE(rndv_no_syscalls))

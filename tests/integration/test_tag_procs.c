@@ -896,26 +896,44 @@ static void never_slow_setup(void)
     setenv("FERRY_TAG_STAGED_RATE", "0", 1);
 }
 
-static void slow_send(end_t *e, int judged_slow)
+/* Send n 64 KiB messages (tags tag0 + i) one at a time, each received before the next: got[i]
+ * says how each went ('s' staged: complete when the call returned; 'r' by rendezvous). */
+static void send_each(end_t *e, int n, unsigned tag0, char *got)
 {
     char *buf = malloc(SLOW_LEN);
-    char got[SLOW_N + 1];
-    for (int i = 0; i < SLOW_N; i++) {
-        fy_pattern(buf, SLOW_LEN, 1100 + (unsigned)i);
+    for (int i = 0; i < n; i++) {
+        fy_pattern(buf, SLOW_LEN, tag0 + (unsigned)i);
         done_t d = {0, 0};
         ferry_request_t r = {.cb = req_cb, .user_data = &d};
-        ferry_status_t st = ferry_tag_send(e->ep, 1100 + (uint64_t)i, buf, SLOW_LEN, &r);
+        ferry_status_t st = ferry_tag_send(e->ep, tag0 + (uint64_t)i, buf, SLOW_LEN, &r);
         FY_ASSERT(st == FERRY_OK || st == FERRY_INPROGRESS);
         got[i] = st == FERRY_OK ? 's' : 'r';
         FY_ASSERT_OK(complete(e, st, &d));
         await(e, 'p');
     }
-    got[SLOW_N] = '\0';
+    got[n] = '\0';
+    free(buf);
+}
+
+/* The other side of send_each: every message checked whole. */
+static void recv_each(end_t *e, int n, unsigned tag0)
+{
+    char *buf = malloc(SLOW_LEN);
+    for (int i = 0; i < n; i++) {
+        recv_checked(e, buf, SLOW_LEN, tag0 + (unsigned)i);
+        tell(e, 'p');
+    }
+    free(buf);
+}
+
+static void slow_send(end_t *e, int judged_slow)
+{
+    char got[SLOW_N + 1];
+    send_each(e, SLOW_N, 1100, got);
     for (int i = 0; i < SLOW_N; i++)
         FY_ASSERT_MSG(got[i] == (judged_slow && slow_expect_rndv(i) ? 'r' : 's'),
                       "message %d went %s (s: staged, r: rendezvous): %s", i,
                       got[i] == 's' ? "staged" : "by rendezvous", got);
-    free(buf);
 }
 
 static void slow_sender(end_t *e)
@@ -930,12 +948,7 @@ static void never_slow_sender(end_t *e)
 
 static void slow_receiver(end_t *e)
 {
-    char *buf = malloc(SLOW_LEN);
-    for (int i = 0; i < SLOW_N; i++) {
-        recv_checked(e, buf, SLOW_LEN, 1100 + (unsigned)i);
-        tell(e, 'p');
-    }
-    free(buf);
+    recv_each(e, SLOW_N, 1100);
 }
 
 static void staged_slow_copies(void)
@@ -960,19 +973,8 @@ static void explore_setup(void)
 
 static void explore_sender(end_t *e)
 {
-    char *buf = malloc(SLOW_LEN);
     char got[EXPLORE_N + 1];
-    for (int i = 0; i < EXPLORE_N; i++) {
-        fy_pattern(buf, SLOW_LEN, 1300 + (unsigned)i);
-        done_t d = {0, 0};
-        ferry_request_t r = {.cb = req_cb, .user_data = &d};
-        ferry_status_t st = ferry_tag_send(e->ep, 1300 + (uint64_t)i, buf, SLOW_LEN, &r);
-        FY_ASSERT(st == FERRY_OK || st == FERRY_INPROGRESS);
-        got[i] = st == FERRY_OK ? 's' : 'r';
-        FY_ASSERT_OK(complete(e, st, &d));
-        await(e, 'p');
-    }
-    got[EXPLORE_N] = '\0';
+    send_each(e, EXPLORE_N, 1300, got);
     for (int i = 0; i < 64; i++)
         FY_ASSERT_MSG(got[i] == 's',
                       "message %d went by rendezvous before the copies were "
@@ -981,17 +983,11 @@ static void explore_sender(end_t *e)
     for (int i = 64; i < 68; i++)
         FY_ASSERT_MSG(got[i] == 'r', "message %d was staged, not sent by get to time one: %s", i,
                       got);
-    free(buf);
 }
 
 static void explore_receiver(end_t *e)
 {
-    char *buf = malloc(SLOW_LEN);
-    for (int i = 0; i < EXPLORE_N; i++) {
-        recv_checked(e, buf, SLOW_LEN, 1300 + (unsigned)i);
-        tell(e, 'p');
-    }
-    free(buf);
+    recv_each(e, EXPLORE_N, 1300);
 }
 
 static void staged_explore(void)

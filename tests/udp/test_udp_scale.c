@@ -7,11 +7,10 @@
  *               every peer worker: HUB x PEERS endpoints in the hub process (4 x 2,500 =
  *               10,000), HUB connections on each peer worker.  Each endpoint sends an AM; the
  *               peer answers on its reply endpoint; every answer must arrive, once.  Then all
- *               stay idle for IDLE seconds (11 by default: past FERRY_UDP_PEER_TIMEOUT, its
- *               default 10 s; CTest runs it with 5 s and 6 s idle), with FERRY_UDP_KEEPALIVE
- *               1 s, so heartbeats run on every connection many times, and a second round
- *               of AMs must arrive over every endpoint with no error anywhere: no false
- *               timeout at either end.  The hub's
+ *               stay idle for IDLE seconds (11: past FERRY_UDP_PEER_TIMEOUT, its default 10 s,
+ *               with FERRY_UDP_KEEPALIVE 1 s, so heartbeats run on every connection many
+ *               times), and a second round of AMs must arrive over every endpoint with no
+ *               error anywhere: no false timeout at either end.  The hub's
  *               heap growth per idle endpoint (proto's endpoint and udp's connection end) is
  *               printed, with the times of both rounds, for bench/RESULTS.md.
  *

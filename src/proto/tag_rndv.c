@@ -294,11 +294,12 @@ static ferry_status_t tag_rndv_handler(void *arg, const void *header, size_t hea
     }
     case TAG_ATS: {
         fy_op_t *op = take_send_op(w, m.wait_id, ep);
-        if (op != NULL && op->tag_send.t0 != 0 && m.status == FERRY_OK)
+        if (op == NULL)
+            return FERRY_OK;
+        if (op->tag_send.t0 != 0 && m.status == FERRY_OK)
             staged_note_get(ep, op->tag_send.len, fy_time_ns() - op->tag_send.t0);
-        if (op != NULL)
-            fy_op_finish(op, m.status <= 0 && m.status > FERRY_ERR_LAST ? (ferry_status_t)m.status
-                                                                        : FERRY_ERR_PROTOCOL);
+        fy_op_finish(op, m.status <= 0 && m.status > FERRY_ERR_LAST ? (ferry_status_t)m.status
+                                                                    : FERRY_ERR_PROTOCOL);
         return FERRY_OK;
     }
     case TAG_ABORT:
@@ -438,12 +439,11 @@ static unsigned staged_bucket(size_t len)
     return b < FY_TAG_STAGED_BUCKETS ? b : FY_TAG_STAGED_BUCKETS - 1;
 }
 
-/* A send of a staged size went by get and took `ns` from its RTS to the receiver's ATS: what
- * the judge compares copies with (rate auto), per size class, in ns per KiB. */
+/* A send of a staged size (above the threshold: never 0 bytes) went by get and took `ns` from
+ * its RTS to the receiver's ATS: what the judge compares copies with (rate auto), per size
+ * class, in ns per KiB. */
 static void staged_note_get(ferry_ep_t *ep, size_t len, uint64_t ns)
 {
-    if (len == 0)
-        return;
     uint64_t per_kib = FY_MIN(ns * 1024 / len, (uint64_t)UINT32_MAX);
     uint32_t *g = &ep->tag_get_ns[staged_bucket(len)];
     /* Down at once (3/4 of the way), up by at most a quarter a sample: a read stalled for
